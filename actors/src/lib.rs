@@ -1,0 +1,1 @@
+//! The P/D serving domain.

@@ -1,0 +1,3 @@
+//! sim-core: a domain-free deterministic discrete-event engine.
+pub mod time;
+pub use time::{SimDuration, SimTime};
