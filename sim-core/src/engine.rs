@@ -1,0 +1,547 @@
+//! The simulation: actors, the event queue, the context handed to handlers,
+//! observers and run control.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+
+use slotmap::{SlotMap, new_key_type};
+
+use crate::error::EngineError;
+use crate::queue::{EventQueue, Key};
+use crate::rng::{ActorRng, stream_for};
+use crate::time::{SimDuration, SimTime};
+
+new_key_type! {
+    /// A generational handle to an actor. Once the actor is removed the id
+    /// never addresses anything again, even if its slot is reused.
+    pub struct ActorId;
+}
+
+impl ActorId {
+    /// A stable number for this id (slot index and generation), for digests
+    /// and trace files. Equal ids give equal numbers within one simulation.
+    pub fn as_u64(self) -> u64 {
+        slotmap::Key::data(&self).as_ffi()
+    }
+}
+
+/// A participant in the simulation. `M` is the domain's message type,
+/// usually one enum, so delivering a message is a `match`, not a downcast.
+///
+/// `Any` is a supertrait so that the owner of the [`Simulation`] can look at
+/// an actor's concrete state after (or between) runs with
+/// [`Simulation::actor`].
+pub trait Actor<M>: Any {
+    /// Handles one message delivered at `ctx.now()`.
+    fn handle(&mut self, msg: M, ctx: &mut Context<'_, M>);
+}
+
+/// Sees every delivered event, just before the handler runs.
+///
+/// With the default [`NoObserver`] the call compiles to nothing, so a run
+/// without an observer pays nothing for the hook. Any
+/// `FnMut(SimTime, Option<ActorId>, ActorId, &M)` closure is an observer.
+pub trait Observer<M> {
+    /// Called once per delivered event. `from` is `None` for events injected
+    /// from outside the simulation.
+    fn on_deliver(&mut self, now: SimTime, from: Option<ActorId>, to: ActorId, msg: &M);
+}
+
+/// The observer that observes nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoObserver;
+
+impl<M> Observer<M> for NoObserver {
+    #[inline(always)]
+    fn on_deliver(&mut self, _: SimTime, _: Option<ActorId>, _: ActorId, _: &M) {}
+}
+
+impl<M, F: FnMut(SimTime, Option<ActorId>, ActorId, &M)> Observer<M> for F {
+    #[inline]
+    fn on_deliver(&mut self, now: SimTime, from: Option<ActorId>, to: ActorId, msg: &M) {
+        self(now, from, to, msg)
+    }
+}
+
+/// A handle to a scheduled event (a message or a timer), for [`Context::cancel`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EventId {
+    slot: u32,
+    seq: u64,
+}
+
+/// Why a run returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// No event was left to deliver.
+    QueueEmpty,
+    /// The next event lies after the time limit; the clock stands at the limit.
+    TimeLimit,
+    /// The run's predicate asked to stop.
+    Predicate,
+    /// An actor called [`Context::stop`].
+    Stopped,
+}
+
+/// What a call to one of the `run` methods did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Events handed to an actor during this call.
+    pub events_delivered: u64,
+    /// Events whose addressee had been removed before delivery (dropped, never handled).
+    pub events_undelivered: u64,
+    /// The clock when the call returned.
+    pub final_time: SimTime,
+    /// Why the call returned.
+    pub stop_reason: StopReason,
+}
+
+/// The sentinel `seq` of a free slab slot: no queue key ever matches it.
+const FREE: u64 = u64::MAX;
+
+/// An event's body, kept out of the heap so that sifting moves 24-byte keys,
+/// not messages.
+struct Pending<M> {
+    seq: u64,
+    to: ActorId,
+    from: Option<ActorId>,
+    msg: Option<M>,
+}
+
+/// An actor's random stream and state, boxed together so that taking them
+/// out of the slot map for the duration of a handler moves one pointer.
+struct Body<A: ?Sized> {
+    rng: ActorRng,
+    actor: A,
+}
+
+struct Slot<M: 'static> {
+    name: Box<str>,
+    /// `None` only while the actor is handling a message.
+    body: Option<Box<Body<dyn Actor<M>>>>,
+}
+
+/// Everything a handler may touch besides its own actor.
+struct Core<M: 'static> {
+    now: SimTime,
+    next_seq: u64,
+    queue: EventQueue,
+    slab: Vec<Pending<M>>,
+    free: Vec<u32>,
+    /// Events in the queue that are neither cancelled nor delivered.
+    live: usize,
+    actors: SlotMap<ActorId, Slot<M>>,
+    names: BTreeMap<Box<str>, ActorId>,
+    seed: u64,
+    stop: bool,
+}
+
+impl<M: 'static> Core<M> {
+    #[inline]
+    fn push(&mut self, at: SimTime, to: ActorId, from: Option<ActorId>, msg: M) -> EventId {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let pending = Pending {
+            seq,
+            to,
+            from,
+            msg: Some(msg),
+        };
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slab[slot as usize] = pending;
+                slot
+            }
+            None => {
+                let slot = u32::try_from(self.slab.len()).expect("more than 2^32 pending events");
+                self.slab.push(pending);
+                slot
+            }
+        };
+        self.queue.push(Key {
+            time: at.as_nanos(),
+            seq,
+            slot,
+        });
+        self.live += 1;
+        EventId { slot, seq }
+    }
+
+    #[inline]
+    fn cancel(&mut self, id: EventId) -> bool {
+        match self.slab.get_mut(id.slot as usize) {
+            Some(p) if p.seq == id.seq => {
+                p.seq = FREE;
+                p.msg = None;
+                self.free.push(id.slot);
+                self.live -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn add_actor<A: Actor<M>>(&mut self, name: &str, actor: A) -> Result<ActorId, EngineError> {
+        if self.names.contains_key(name) {
+            return Err(EngineError::DuplicateName(name.to_owned()));
+        }
+        let body: Box<Body<dyn Actor<M>>> = Box::new(Body {
+            rng: stream_for(self.seed, name),
+            actor,
+        });
+        let id = self.actors.insert(Slot {
+            name: name.into(),
+            body: Some(body),
+        });
+        self.names.insert(name.into(), id);
+        Ok(id)
+    }
+
+    fn remove_actor(&mut self, id: ActorId) -> Result<(), EngineError> {
+        let slot = self.actors.remove(id).ok_or(EngineError::NoSuchActor(id))?;
+        self.names.remove(&slot.name);
+        Ok(())
+    }
+
+    fn check_at(&self, at: SimTime) -> Result<(), EngineError> {
+        if at < self.now {
+            return Err(EngineError::InThePast {
+                at: at.as_nanos(),
+                now: self.now.as_nanos(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What a handler sees of the simulation while it handles one message.
+pub struct Context<'a, M: 'static> {
+    now: SimTime,
+    me: ActorId,
+    from: Option<ActorId>,
+    rng: &'a mut ActorRng,
+    core: &'a mut Core<M>,
+}
+
+impl<M: 'static> Context<'_, M> {
+    /// The current instant.
+    #[inline]
+    pub fn now(&self) -> SimTime {
+        self.now
+    }
+    /// The id of the actor handling the message.
+    #[inline]
+    pub fn me(&self) -> ActorId {
+        self.me
+    }
+    /// Who sent the message being handled (`None` if it was injected from outside).
+    #[inline]
+    pub fn sender(&self) -> Option<ActorId> {
+        self.from
+    }
+    /// This actor's own random stream.
+    #[inline]
+    pub fn rng(&mut self) -> &mut ActorRng {
+        self.rng
+    }
+    /// Sends `msg` to `to`, delivered at the current instant after every
+    /// event already scheduled for this instant.
+    #[inline]
+    pub fn send(&mut self, to: ActorId, msg: M) -> Result<EventId, EngineError> {
+        self.send_after(SimDuration::ZERO, to, msg)
+    }
+    /// Sends `msg` to `to`, delivered `delay` from now. Fails, and sends
+    /// nothing, if `to` does not exist.
+    #[inline]
+    pub fn send_after(
+        &mut self,
+        delay: SimDuration,
+        to: ActorId,
+        msg: M,
+    ) -> Result<EventId, EngineError> {
+        if !self.core.actors.contains_key(to) {
+            return Err(EngineError::NoSuchActor(to));
+        }
+        Ok(self
+            .core
+            .push(self.now.saturating_add(delay), to, Some(self.me), msg))
+    }
+    /// Schedules `msg` to this actor itself, `delay` from now: a timer.
+    #[inline]
+    pub fn schedule(&mut self, delay: SimDuration, msg: M) -> EventId {
+        self.core
+            .push(self.now.saturating_add(delay), self.me, Some(self.me), msg)
+    }
+    /// Cancels a scheduled event in O(1). Returns `false` if it was already
+    /// delivered or cancelled. A cancelled event is never delivered.
+    #[inline]
+    pub fn cancel(&mut self, id: EventId) -> bool {
+        self.core.cancel(id)
+    }
+    /// Ends the current run after this handler returns; a later `run` call resumes.
+    pub fn stop(&mut self) {
+        self.core.stop = true;
+    }
+    /// Adds an actor during the run. See [`Simulation::add_actor`].
+    pub fn add_actor<A: Actor<M>>(&mut self, name: &str, actor: A) -> Result<ActorId, EngineError> {
+        self.core.add_actor(name, actor)
+    }
+    /// Removes an actor (this one included); events still addressed to it are
+    /// dropped and counted as undelivered.
+    pub fn remove_actor(&mut self, id: ActorId) -> Result<(), EngineError> {
+        self.core.remove_actor(id)
+    }
+    /// The name an actor was added with.
+    pub fn actor_name(&self, id: ActorId) -> Option<&str> {
+        self.core.actors.get(id).map(|s| &*s.name)
+    }
+}
+
+/// A deterministic discrete-event simulation over messages of type `M`,
+/// observed by `O`.
+///
+/// # Ordering guarantees
+/// - Events are delivered in increasing time; events at the same instant in
+///   the order they were scheduled (a global insertion sequence breaks every
+///   tie), so a run is the same on every machine.
+/// - A message sent with zero delay is delivered after every event already
+///   scheduled for the current instant, never re-entrantly.
+/// - A cancelled event is never delivered. Cancelling costs O(1); the key
+///   stays in the queue and is skipped when it comes up.
+/// - Each actor's random numbers come from its own stream keyed by
+///   (seed, name), so they do not depend on other actors or the order in
+///   which actors were added.
+///
+/// # What it does not guarantee
+/// - A message to an actor removed after it was sent is dropped at delivery
+///   and counted in [`RunSummary::events_undelivered`]; the sender is not told.
+/// - Handlers run to completion; nothing is pre-empted, and a handler that
+///   loops forever hangs the run (there is no wall clock here).
+///
+/// ```
+/// use sim_core::{Actor, Context, SimDuration, SimTime, Simulation};
+///
+/// struct Ticker { ticks: u32 }
+/// impl Actor<()> for Ticker {
+///     fn handle(&mut self, _: (), ctx: &mut Context<'_, ()>) {
+///         self.ticks += 1;
+///         if self.ticks < 3 {
+///             ctx.schedule(SimDuration::from_millis(10), ());
+///         }
+///     }
+/// }
+///
+/// let mut sim = Simulation::new(42);
+/// let id = sim.add_actor("ticker", Ticker { ticks: 0 }).unwrap();
+/// sim.schedule(SimTime::ZERO, id, ()).unwrap();
+/// let summary = sim.run();
+/// assert_eq!(summary.events_delivered, 3);
+/// assert_eq!(summary.final_time, SimTime::from_nanos(20_000_000));
+/// assert_eq!(sim.actor::<Ticker>(id).unwrap().ticks, 3);
+/// ```
+pub struct Simulation<M: 'static, O = NoObserver> {
+    core: Core<M>,
+    observer: O,
+    delivered: u64,
+    undelivered: u64,
+}
+
+impl<M: 'static> Simulation<M, NoObserver> {
+    /// An empty simulation at time zero whose actors' streams derive from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self::with_observer(seed, NoObserver)
+    }
+}
+
+impl<M: 'static, O: Observer<M>> Simulation<M, O> {
+    /// An empty simulation whose every delivered event is shown to `observer`.
+    pub fn with_observer(seed: u64, observer: O) -> Self {
+        Simulation {
+            core: Core {
+                now: SimTime::ZERO,
+                next_seq: 0,
+                queue: EventQueue::default(),
+                slab: Vec::new(),
+                free: Vec::new(),
+                live: 0,
+                actors: SlotMap::with_key(),
+                names: BTreeMap::new(),
+                seed,
+                stop: false,
+            },
+            observer,
+            delivered: 0,
+            undelivered: 0,
+        }
+    }
+
+    /// Adds an actor. Its name keys its random stream and must be unique
+    /// among live actors.
+    pub fn add_actor<A: Actor<M>>(&mut self, name: &str, actor: A) -> Result<ActorId, EngineError> {
+        self.core.add_actor(name, actor)
+    }
+
+    /// Removes an actor; events still addressed to it are dropped at delivery.
+    pub fn remove_actor(&mut self, id: ActorId) -> Result<(), EngineError> {
+        self.core.remove_actor(id)
+    }
+
+    /// The actor `id` as its concrete type, if it exists and has that type.
+    pub fn actor<A: Actor<M>>(&self, id: ActorId) -> Option<&A> {
+        let body = self.core.actors.get(id)?.body.as_deref()?;
+        (&body.actor as &dyn Any).downcast_ref::<A>()
+    }
+
+    /// The actor `id` as its concrete type, mutably.
+    pub fn actor_mut<A: Actor<M>>(&mut self, id: ActorId) -> Option<&mut A> {
+        let body = self.core.actors.get_mut(id)?.body.as_deref_mut()?;
+        (&mut body.actor as &mut dyn Any).downcast_mut::<A>()
+    }
+
+    /// The id of the live actor named `name`.
+    pub fn actor_id(&self, name: &str) -> Option<ActorId> {
+        self.core.names.get(name).copied()
+    }
+
+    /// The name `id` was added with.
+    pub fn actor_name(&self, id: ActorId) -> Option<&str> {
+        self.core.actors.get(id).map(|s| &*s.name)
+    }
+
+    /// Injects `msg` for `to` at instant `at` (no sender).
+    pub fn schedule(&mut self, at: SimTime, to: ActorId, msg: M) -> Result<EventId, EngineError> {
+        self.core.check_at(at)?;
+        if !self.core.actors.contains_key(to) {
+            return Err(EngineError::NoSuchActor(to));
+        }
+        Ok(self.core.push(at, to, None, msg))
+    }
+
+    /// Cancels a scheduled event; `false` if it was delivered or cancelled already.
+    pub fn cancel(&mut self, id: EventId) -> bool {
+        self.core.cancel(id)
+    }
+
+    /// The current instant.
+    pub fn now(&self) -> SimTime {
+        self.core.now
+    }
+
+    /// Events scheduled and not yet delivered or cancelled.
+    pub fn pending(&self) -> usize {
+        self.core.live
+    }
+
+    /// Events delivered since the simulation was made.
+    pub fn events_delivered(&self) -> u64 {
+        self.delivered
+    }
+
+    /// The observer.
+    pub fn observer(&self) -> &O {
+        &self.observer
+    }
+
+    /// The observer, mutably.
+    pub fn observer_mut(&mut self) -> &mut O {
+        &mut self.observer
+    }
+
+    /// Delivers the next event if it lies at or before `limit`. Returns
+    /// `false`, leaving the clock where it is, if there is none.
+    #[inline]
+    fn deliver_next(&mut self, limit: SimTime) -> bool {
+        loop {
+            let Some(key) = self.core.queue.pop_if_not_after(limit.as_nanos()) else {
+                return false;
+            };
+            let pending = &mut self.core.slab[key.slot as usize];
+            if pending.seq != key.seq {
+                continue; // cancelled
+            }
+            pending.seq = FREE;
+            let (to, from) = (pending.to, pending.from);
+            let msg = pending.msg.take().expect("a live event has a message");
+            self.core.free.push(key.slot);
+            self.core.live -= 1;
+            self.core.now = SimTime::from_nanos(key.time);
+            let Some(mut body) = self
+                .core
+                .actors
+                .get_mut(to)
+                .and_then(|slot| slot.body.take())
+            else {
+                self.undelivered += 1;
+                continue;
+            };
+            self.observer.on_deliver(self.core.now, from, to, &msg);
+            let mut ctx = Context {
+                now: self.core.now,
+                me: to,
+                from,
+                rng: &mut body.rng,
+                core: &mut self.core,
+            };
+            body.actor.handle(msg, &mut ctx);
+            if let Some(slot) = self.core.actors.get_mut(to) {
+                slot.body = Some(body);
+            }
+            self.delivered += 1;
+            return true;
+        }
+    }
+
+    /// Delivers exactly one event, if there is one. For callers that drive
+    /// the loop themselves (benchmarks, debuggers).
+    #[inline]
+    pub fn step(&mut self) -> bool {
+        self.deliver_next(SimTime::MAX)
+    }
+
+    /// Runs until no event is left or an actor calls [`Context::stop`].
+    pub fn run(&mut self) -> RunSummary {
+        self.run_inner(SimTime::MAX, |_| false)
+    }
+
+    /// Runs every event at or before `limit`, then sets the clock to `limit`
+    /// (unless an actor stopped the run first). Events at exactly `limit` are
+    /// delivered; later ones stay queued for the next call.
+    pub fn run_until(&mut self, limit: SimTime) -> RunSummary {
+        self.run_inner(limit, |_| false)
+    }
+
+    /// Runs until `done` returns true; it is asked before the first event and
+    /// after each one.
+    pub fn run_while_not(&mut self, done: impl FnMut(&Self) -> bool) -> RunSummary {
+        self.run_inner(SimTime::MAX, done)
+    }
+
+    fn run_inner(&mut self, limit: SimTime, mut done: impl FnMut(&Self) -> bool) -> RunSummary {
+        let (delivered0, undelivered0) = (self.delivered, self.undelivered);
+        self.core.stop = false;
+        let stop_reason = loop {
+            if done(self) {
+                break StopReason::Predicate;
+            }
+            if !self.deliver_next(limit) {
+                if limit != SimTime::MAX {
+                    self.core.now = self.core.now.max(limit);
+                }
+                break if self.core.live > 0 {
+                    StopReason::TimeLimit
+                } else {
+                    StopReason::QueueEmpty
+                };
+            }
+            if self.core.stop {
+                break StopReason::Stopped;
+            }
+        };
+        RunSummary {
+            events_delivered: self.delivered - delivered0,
+            events_undelivered: self.undelivered - undelivered0,
+            final_time: self.core.now,
+            stop_reason,
+        }
+    }
+}
