@@ -37,8 +37,7 @@ impl Actor<Msg> for Source {
     fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
         debug_assert!(matches!(msg, Msg::Arrive));
         let now = ctx.now();
-        ctx.send(self.server, Msg::Customer(now))
-            .expect("server exists");
+        ctx.send(self.server, Msg::Customer(now)).expect("server exists");
         self.remaining -= 1;
         if self.remaining > 0 {
             let gap = exponential(ctx.rng(), self.mean_gap_secs);
@@ -61,8 +60,7 @@ impl Actor<Msg> for Server {
             Msg::Customer(arrived) => self.queue.push_back(arrived),
             Msg::ServiceDone => {
                 let done = self.queue.pop_front().expect("a customer was in service");
-                ctx.send(self.sink, Msg::Customer(done))
-                    .expect("sink exists");
+                ctx.send(self.sink, Msg::Customer(done)).expect("sink exists");
                 self.busy = false;
             }
             Msg::Arrive => unreachable!("the server gets no arrival timer"),
@@ -106,37 +104,15 @@ pub struct Mm1Result {
 }
 
 /// Simulates `customers` customers at load `rho` with a mean service time of 1 ms.
-pub fn simulate<O: sim_core::Observer<Msg>>(
-    sim: &mut Simulation<Msg, O>,
-    customers: u64,
-    rho: f64,
-) -> Mm1Result {
+pub fn simulate<O: sim_core::Observer<Msg>>(sim: &mut Simulation<Msg, O>, customers: u64, rho: f64) -> Mm1Result {
     let mean_service_secs = 1e-3;
     let mean_gap_secs = mean_service_secs / rho;
     let sink = sim.add_actor("sink", Sink::default()).expect("fresh name");
     let server = sim
-        .add_actor(
-            "server",
-            Server {
-                sink,
-                mean_service_secs,
-                queue: VecDeque::new(),
-                busy: false,
-            },
-        )
+        .add_actor("server", Server { sink, mean_service_secs, queue: VecDeque::new(), busy: false })
         .expect("fresh name");
-    let source = sim
-        .add_actor(
-            "source",
-            Source {
-                server,
-                mean_gap_secs,
-                remaining: customers,
-            },
-        )
-        .expect("fresh name");
-    sim.schedule(SimTime::ZERO, source, Msg::Arrive)
-        .expect("source exists");
+    let source = sim.add_actor("source", Source { server, mean_gap_secs, remaining: customers }).expect("fresh name");
+    sim.schedule(SimTime::ZERO, source, Msg::Arrive).expect("source exists");
     let summary = sim.run();
     let sink = sim.actor::<Sink>(sink).expect("sink is a Sink");
     let (lambda, mu) = (1.0 / mean_gap_secs, 1.0 / mean_service_secs);
@@ -151,10 +127,7 @@ pub fn simulate<O: sim_core::Observer<Msg>>(
 #[allow(dead_code)] // the test suite includes this file as a module and has its own main
 fn main() {
     let mut args = std::env::args().skip(1);
-    let customers: u64 = args
-        .next()
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1_000_000);
+    let customers: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
     let rho: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(0.7);
     let seed: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
     let mut sim = Simulation::new(seed);

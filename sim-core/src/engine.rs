@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use slotmap::{SlotMap, new_key_type};
 
 use crate::error::EngineError;
-use crate::queue::{EventQueue, Key};
+use crate::queue::{EventQueue, Key, RadixQueue};
 use crate::rng::{ActorRng, stream_for};
 use crate::time::{SimDuration, SimTime};
 
@@ -67,7 +67,7 @@ impl<M, F: FnMut(SimTime, Option<ActorId>, ActorId, &M)> Observer<M> for F {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EventId {
     slot: u32,
-    seq: u64,
+    generation: u32,
 }
 
 /// Why a run returned.
@@ -96,13 +96,13 @@ pub struct RunSummary {
     pub stop_reason: StopReason,
 }
 
-/// The sentinel `seq` of a free slab slot: no queue key ever matches it.
-const FREE: u64 = u64::MAX;
-
-/// An event's body, kept out of the heap so that sifting moves 24-byte keys,
-/// not messages.
+/// An event's body, kept out of the queue so that the queue moves 16-byte
+/// keys, not messages. A slot is live while `msg` is `Some`; freeing it
+/// (delivery or cancellation) bumps `generation`, so a key or [`EventId`]
+/// minted for an earlier occupant never matches again (until the same slot
+/// has been reused 2^32 times while that stale key waited in the queue).
 struct Pending<M> {
-    seq: u64,
+    generation: u32,
     to: ActorId,
     from: Option<ActorId>,
     msg: Option<M>,
@@ -124,8 +124,7 @@ struct Slot<M: 'static> {
 /// Everything a handler may touch besides its own actor.
 struct Core<M: 'static> {
     now: SimTime,
-    next_seq: u64,
-    queue: EventQueue,
+    queue: RadixQueue,
     slab: Vec<Pending<M>>,
     free: Vec<u32>,
     /// Events in the queue that are neither cancelled nor delivered.
@@ -139,60 +138,54 @@ struct Core<M: 'static> {
 impl<M: 'static> Core<M> {
     #[inline]
     fn push(&mut self, at: SimTime, to: ActorId, from: Option<ActorId>, msg: M) -> EventId {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let pending = Pending {
-            seq,
-            to,
-            from,
-            msg: Some(msg),
-        };
-        let slot = match self.free.pop() {
+        let (slot, generation) = match self.free.pop() {
             Some(slot) => {
-                self.slab[slot as usize] = pending;
-                slot
+                let p = &mut self.slab[slot as usize];
+                (p.to, p.from, p.msg) = (to, from, Some(msg));
+                (slot, p.generation)
             }
             None => {
                 let slot = u32::try_from(self.slab.len()).expect("more than 2^32 pending events");
-                self.slab.push(pending);
-                slot
+                self.slab.push(Pending { generation: 0, to, from, msg: Some(msg) });
+                (slot, 0)
             }
         };
-        self.queue.push(Key {
-            time: at.as_nanos(),
-            seq,
-            slot,
-        });
+        self.queue.push(Key { time: at.as_nanos(), slot, generation });
         self.live += 1;
-        EventId { slot, seq }
+        EventId { slot, generation }
+    }
+
+    /// Frees a live slot and returns its addressee, sender and message.
+    #[inline]
+    fn free_slot(&mut self, slot: u32) -> (ActorId, Option<ActorId>, M) {
+        let p = &mut self.slab[slot as usize];
+        p.generation = p.generation.wrapping_add(1);
+        let msg = p.msg.take().expect("a live slot has a message");
+        self.free.push(slot);
+        self.live -= 1;
+        (p.to, p.from, msg)
+    }
+
+    #[inline]
+    fn is_live(&self, slot: u32, generation: u32) -> bool {
+        self.slab.get(slot as usize).is_some_and(|p| p.generation == generation && p.msg.is_some())
     }
 
     #[inline]
     fn cancel(&mut self, id: EventId) -> bool {
-        match self.slab.get_mut(id.slot as usize) {
-            Some(p) if p.seq == id.seq => {
-                p.seq = FREE;
-                p.msg = None;
-                self.free.push(id.slot);
-                self.live -= 1;
-                true
-            }
-            _ => false,
+        if !self.is_live(id.slot, id.generation) {
+            return false;
         }
+        self.free_slot(id.slot);
+        true
     }
 
     fn add_actor<A: Actor<M>>(&mut self, name: &str, actor: A) -> Result<ActorId, EngineError> {
         if self.names.contains_key(name) {
             return Err(EngineError::DuplicateName(name.to_owned()));
         }
-        let body: Box<Body<dyn Actor<M>>> = Box::new(Body {
-            rng: stream_for(self.seed, name),
-            actor,
-        });
-        let id = self.actors.insert(Slot {
-            name: name.into(),
-            body: Some(body),
-        });
+        let body: Box<Body<dyn Actor<M>>> = Box::new(Body { rng: stream_for(self.seed, name), actor });
+        let id = self.actors.insert(Slot { name: name.into(), body: Some(body) });
         self.names.insert(name.into(), id);
         Ok(id)
     }
@@ -205,10 +198,7 @@ impl<M: 'static> Core<M> {
 
     fn check_at(&self, at: SimTime) -> Result<(), EngineError> {
         if at < self.now {
-            return Err(EngineError::InThePast {
-                at: at.as_nanos(),
-                now: self.now.as_nanos(),
-            });
+            return Err(EngineError::InThePast { at: at.as_nanos(), now: self.now.as_nanos() });
         }
         Ok(())
     }
@@ -253,24 +243,16 @@ impl<M: 'static> Context<'_, M> {
     /// Sends `msg` to `to`, delivered `delay` from now. Fails, and sends
     /// nothing, if `to` does not exist.
     #[inline]
-    pub fn send_after(
-        &mut self,
-        delay: SimDuration,
-        to: ActorId,
-        msg: M,
-    ) -> Result<EventId, EngineError> {
+    pub fn send_after(&mut self, delay: SimDuration, to: ActorId, msg: M) -> Result<EventId, EngineError> {
         if !self.core.actors.contains_key(to) {
             return Err(EngineError::NoSuchActor(to));
         }
-        Ok(self
-            .core
-            .push(self.now.saturating_add(delay), to, Some(self.me), msg))
+        Ok(self.core.push(self.now.saturating_add(delay), to, Some(self.me), msg))
     }
     /// Schedules `msg` to this actor itself, `delay` from now: a timer.
     #[inline]
     pub fn schedule(&mut self, delay: SimDuration, msg: M) -> EventId {
-        self.core
-            .push(self.now.saturating_add(delay), self.me, Some(self.me), msg)
+        self.core.push(self.now.saturating_add(delay), self.me, Some(self.me), msg)
     }
     /// Cancels a scheduled event in O(1). Returns `false` if it was already
     /// delivered or cancelled. A cancelled event is never delivered.
@@ -302,12 +284,13 @@ impl<M: 'static> Context<'_, M> {
 ///
 /// # Ordering guarantees
 /// - Events are delivered in increasing time; events at the same instant in
-///   the order they were scheduled (a global insertion sequence breaks every
-///   tie), so a run is the same on every machine.
+///   the order they were scheduled (the queue keeps push order among equal
+///   times), so a run is the same on every machine.
 /// - A message sent with zero delay is delivered after every event already
 ///   scheduled for the current instant, never re-entrantly.
-/// - A cancelled event is never delivered. Cancelling costs O(1); the key
-///   stays in the queue and is skipped when it comes up.
+/// - A cancelled event is never delivered. Cancelling costs O(1): the body
+///   is freed at once, and the key, left in the queue, is skipped when it
+///   comes up.
 /// - Each actor's random numbers come from its own stream keyed by
 ///   (seed, name), so they do not depend on other actors or the order in
 ///   which actors were added.
@@ -359,8 +342,7 @@ impl<M: 'static, O: Observer<M>> Simulation<M, O> {
         Simulation {
             core: Core {
                 now: SimTime::ZERO,
-                next_seq: 0,
-                queue: EventQueue::default(),
+                queue: RadixQueue::default(),
                 slab: Vec::new(),
                 free: Vec::new(),
                 live: 0,
@@ -455,33 +437,17 @@ impl<M: 'static, O: Observer<M>> Simulation<M, O> {
             let Some(key) = self.core.queue.pop_if_not_after(limit.as_nanos()) else {
                 return false;
             };
-            let pending = &mut self.core.slab[key.slot as usize];
-            if pending.seq != key.seq {
+            if !self.core.is_live(key.slot, key.generation) {
                 continue; // cancelled
             }
-            pending.seq = FREE;
-            let (to, from) = (pending.to, pending.from);
-            let msg = pending.msg.take().expect("a live event has a message");
-            self.core.free.push(key.slot);
-            self.core.live -= 1;
+            let (to, from, msg) = self.core.free_slot(key.slot);
             self.core.now = SimTime::from_nanos(key.time);
-            let Some(mut body) = self
-                .core
-                .actors
-                .get_mut(to)
-                .and_then(|slot| slot.body.take())
-            else {
+            let Some(mut body) = self.core.actors.get_mut(to).and_then(|slot| slot.body.take()) else {
                 self.undelivered += 1;
                 continue;
             };
             self.observer.on_deliver(self.core.now, from, to, &msg);
-            let mut ctx = Context {
-                now: self.core.now,
-                me: to,
-                from,
-                rng: &mut body.rng,
-                core: &mut self.core,
-            };
+            let mut ctx = Context { now: self.core.now, me: to, from, rng: &mut body.rng, core: &mut self.core };
             body.actor.handle(msg, &mut ctx);
             if let Some(slot) = self.core.actors.get_mut(to) {
                 slot.body = Some(body);
@@ -527,11 +493,7 @@ impl<M: 'static, O: Observer<M>> Simulation<M, O> {
                 if limit != SimTime::MAX {
                     self.core.now = self.core.now.max(limit);
                 }
-                break if self.core.live > 0 {
-                    StopReason::TimeLimit
-                } else {
-                    StopReason::QueueEmpty
-                };
+                break if self.core.live > 0 { StopReason::TimeLimit } else { StopReason::QueueEmpty };
             }
             if self.core.stop {
                 break StopReason::Stopped;

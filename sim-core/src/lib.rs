@@ -19,9 +19,7 @@ mod queue;
 pub mod rng;
 pub mod time;
 
-pub use engine::{
-    Actor, ActorId, Context, EventId, NoObserver, Observer, RunSummary, Simulation, StopReason,
-};
+pub use engine::{Actor, ActorId, Context, EventId, NoObserver, Observer, RunSummary, Simulation, StopReason};
 pub use error::EngineError;
 /// The `rand` crate sim-core draws with, so domains sample with the same traits.
 pub use rand;

@@ -188,10 +188,7 @@ mod tests {
 
     #[test]
     fn display_in_ms_then_s() {
-        assert_eq!(
-            SimDuration::from_nanos(49_972_608).to_string(),
-            "49.972608ms"
-        );
+        assert_eq!(SimDuration::from_nanos(49_972_608).to_string(), "49.972608ms");
         assert_eq!(SimDuration::from_millis(3).to_string(), "3ms");
         assert_eq!(SimTime::from_nanos(12_500_000_000).to_string(), "12.5s");
         assert_eq!(SimDuration::from_secs(480).to_string(), "480s");
@@ -199,10 +196,7 @@ mod tests {
 
     #[test]
     fn float_conversion_rounds_once() {
-        assert_eq!(
-            SimDuration::from_secs_f64(0.049972608).as_nanos(),
-            49_972_608
-        );
+        assert_eq!(SimDuration::from_secs_f64(0.049972608).as_nanos(), 49_972_608);
         assert_eq!(SimDuration::from_secs_f64(-1.0), SimDuration::ZERO);
         assert_eq!(SimDuration::from_secs_f64(f64::NAN), SimDuration::ZERO);
         assert_eq!(SimDuration::from_millis_f64(1.5).as_nanos(), 1_500_000);
