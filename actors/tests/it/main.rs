@@ -1,0 +1,7 @@
+//! Integration tests of the `actors` crate, linked once as one binary.
+
+mod gates;
+mod model_files;
+mod model_fixtures;
+mod rules_oracle;
+mod rules_props;
