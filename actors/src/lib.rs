@@ -1,4 +1,26 @@
-//! The P/D serving domain.
+//! The P/D serving domain of pdsim, on the `sim-core` engine.
+//!
+//! - [`units`], [`model`], [`rules`]: tokens, blocks and bytes as types; cache
+//!   groups and the configuration gates; the grouped transfer rules of vLLM's
+//!   NIXL connector.
+//! - [`config`], [`workload`]: what a simulation runs (the deployment, the
+//!   request stream).
+//! - [`sim`]: builds a deployment and runs it: [`router`], [`ranks`]
+//!   (prefill, decode, aggregated) over a [`batcher`] and a [`pool`] each,
+//!   [`link`]s, exchanging [`msg::Msg`]; [`metrics`] summarises.
+pub mod batcher;
+pub mod config;
+mod fxmap;
+pub mod link;
+pub mod metrics;
 pub mod model;
+pub mod msg;
+pub mod pool;
+pub mod ranks;
+pub mod request;
+pub mod router;
 pub mod rules;
+pub mod sim;
+pub mod steptime;
 pub mod units;
+pub mod workload;

@@ -5,3 +5,4 @@ mod model_files;
 mod model_fixtures;
 mod rules_oracle;
 mod rules_props;
+mod sim;

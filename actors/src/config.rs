@@ -1,0 +1,236 @@
+//! The deployment a simulation runs: ranks, link, router, faults and SLOs.
+//!
+//! These are plain data with serde derives so that the harness can read them
+//! from scenario files (unknown fields refused); this crate never touches a
+//! file. [`crate::sim::Deployment::build`] checks them and reports the first
+//! problem with the field's path.
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::Tokens;
+
+/// Everything about a deployment except the model and the workload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentSpec {
+    /// vLLM version of every rank unless a role names its own.
+    #[serde(default)]
+    pub vllm_version: Option<String>,
+    /// Prefill ranks of a disaggregated deployment.
+    #[serde(default)]
+    pub prefill: Option<RoleSpec>,
+    /// Decode ranks of a disaggregated deployment.
+    #[serde(default)]
+    pub decode: Option<RoleSpec>,
+    /// Ranks that prefill and decode with no handoff (the baseline). Exclusive
+    /// with `prefill`/`decode`.
+    #[serde(default)]
+    pub aggregated: Option<RoleSpec>,
+    /// The KV link between prefill and decode ranks.
+    #[serde(default)]
+    pub link: LinkSpec,
+    /// How requests are spread over ranks.
+    #[serde(default)]
+    pub router: RouterSpec,
+    /// Failures and the source hold.
+    #[serde(default)]
+    pub faults: FaultSpec,
+    /// How often KV-pool, link and queue use is sampled into the timeline, ms.
+    #[serde(default = "default_sample_ms")]
+    pub timeline_interval_ms: f64,
+    /// Check the conservation invariants after every scheduler step (slower).
+    #[serde(default)]
+    pub check_invariants: bool,
+}
+
+fn default_sample_ms() -> f64 {
+    100.0
+}
+
+/// The ranks of one role: all alike.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleSpec {
+    /// How many ranks (data-parallel replicas) of this role.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Tensor-parallel size of one rank (informational: the model's byte
+    /// counts are already per TP rank).
+    #[serde(default = "one")]
+    pub tp: u32,
+    /// Blocks in the rank's KV pool, shared by every cache group.
+    pub num_blocks: u64,
+    /// Token budget of one scheduler step.
+    #[serde(default = "default_batched_tokens")]
+    pub max_num_batched_tokens: u64,
+    /// Most sequences in one step.
+    #[serde(default = "default_num_seqs")]
+    pub max_num_seqs: u32,
+    /// Block size of a linear model's pool (grouped models carry their own).
+    #[serde(default)]
+    pub block_size_tokens: Option<Tokens>,
+    /// Whether the pool keeps a prefix cache.
+    #[serde(default = "yes")]
+    pub prefix_caching: bool,
+    /// vLLM version of this role (overrides the deployment's).
+    #[serde(default)]
+    pub vllm_version: Option<String>,
+    /// The forward-pass time of one step.
+    pub step_time: StepTimeSpec,
+}
+
+fn one() -> u32 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn default_batched_tokens() -> u64 {
+    8192
+}
+fn default_num_seqs() -> u32 {
+    256
+}
+
+/// A forward-pass time model. All times in microseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum StepTimeSpec {
+    /// `fixed + per_token × new tokens + per_seq × sequences + per_context_token × context tokens read`.
+    Linear {
+        /// Fixed cost of a step, µs.
+        #[serde(default)]
+        fixed_us: f64,
+        /// Per token computed in the step, µs.
+        #[serde(default)]
+        per_token_us: f64,
+        /// Per sequence in the step, µs.
+        #[serde(default)]
+        per_seq_us: f64,
+        /// Per token of context attended to (sum over the batch), µs.
+        #[serde(default)]
+        per_context_token_us: f64,
+    },
+    /// A profile: step time at given batch sizes (tokens computed), linearly
+    /// interpolated between points and extrapolated from the last two, plus
+    /// an optional per-context-token term.
+    Table {
+        /// `[tokens, µs]` pairs, tokens strictly increasing.
+        points: Vec<[f64; 2]>,
+        /// Per token of context attended to, µs.
+        #[serde(default)]
+        per_context_token_us: f64,
+    },
+}
+
+/// The KV link between prefill and decode ranks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    /// Bandwidth of one link, GB/s (10^9 bytes per second).
+    #[serde(default = "default_bandwidth")]
+    pub bandwidth_gb_s: f64,
+    /// Fixed latency of one transfer, µs (not shared).
+    #[serde(default)]
+    pub latency_us: f64,
+    /// How concurrent transfers share a link's bandwidth.
+    #[serde(default)]
+    pub sharing: Sharing,
+    /// One link per prefill/decode pair, or one link for all.
+    #[serde(default)]
+    pub topology: LinkTopology,
+}
+
+fn default_bandwidth() -> f64 {
+    50.0
+}
+
+impl Default for LinkSpec {
+    fn default() -> Self {
+        LinkSpec {
+            bandwidth_gb_s: default_bandwidth(),
+            latency_us: 0.0,
+            sharing: Sharing::default(),
+            topology: LinkTopology::default(),
+        }
+    }
+}
+
+/// How concurrent transfers on one link share its bandwidth.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sharing {
+    /// Every active transfer gets an equal share, re-timed exactly whenever
+    /// a transfer starts or ends.
+    #[default]
+    ProcessorSharing,
+    /// One transfer at a time at full bandwidth, in order of arrival.
+    Fifo,
+}
+
+/// Which links exist.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkTopology {
+    /// A link per (prefill rank, decode rank) pair.
+    #[default]
+    PerPair,
+    /// One link that every transfer shares.
+    Shared,
+}
+
+/// Routing policies.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterSpec {
+    /// Policy for prefill (or aggregated) ranks.
+    #[serde(default)]
+    pub prefill_policy: Policy,
+    /// Policy for decode ranks.
+    #[serde(default)]
+    pub decode_policy: Policy,
+}
+
+/// A routing policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Ranks in turn.
+    #[default]
+    RoundRobin,
+    /// The rank with the fewest outstanding tokens (ties: lowest index).
+    LeastOutstanding,
+    /// The rank whose prefix cache likely holds most of the prompt's leading
+    /// blocks, then the least loaded.
+    KvAware,
+}
+
+/// Failures and the source hold.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultSpec {
+    /// Chance that a decode rank aborts a handoff when asked to reserve it
+    /// (the source is then cancelled).
+    #[serde(default)]
+    pub decode_abort_probability: f64,
+    /// How long a prefill rank holds a source with no answer, seconds
+    /// (default: the vLLM version's, 480 s).
+    #[serde(default)]
+    pub source_hold_s: Option<f64>,
+}
+
+/// Service-level objectives for goodput. A request meets the SLO when it
+/// completed and every named bound holds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SloSpec {
+    /// Time to first token bound, ms.
+    #[serde(default)]
+    pub ttft_ms: Option<f64>,
+    /// Time per output token bound, ms.
+    #[serde(default)]
+    pub tpot_ms: Option<f64>,
+    /// End-to-end latency bound, ms.
+    #[serde(default)]
+    pub e2e_ms: Option<f64>,
+}

@@ -1,0 +1,224 @@
+//! NixlLink: a KV link with a latency and a bandwidth that concurrent
+//! transfers share.
+//!
+//! A transfer first waits out the link's latency (not shared), then its bytes
+//! are served:
+//! - processor sharing: every active transfer progresses at bandwidth / n.
+//!   The link keeps a virtual clock of the work one transfer has received
+//!   (in units of 1/720,720 of a solo nanosecond, exact for up to 16 transfers
+//!   sharing, since 720,720 = lcm(1..16)); a transfer finishes when the
+//!   virtual clock reaches its finish tag. Whenever a transfer starts or
+//!   ends, the one completion timer is cancelled and rescheduled for the
+//!   earliest tag, rounded up to the nanosecond.
+//! - FIFO: one transfer at a time at full bandwidth, in order of arrival.
+//!
+//! A lone transfer of b bytes takes `latency + ceil(b × 10^9 / bandwidth)` ns.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use sim_core::{Actor, ActorId, Context, EventId, SimDuration, SimTime};
+
+use crate::config::Sharing;
+use crate::metrics::{Metric, Timeline};
+use crate::msg::Msg;
+use crate::request::ReqId;
+use crate::units::{Bandwidth, Bytes, transfer_time};
+
+/// Work units per solo nanosecond: lcm(1..=16).
+const SCALE: u128 = 720_720;
+
+#[derive(Clone, Copy, Debug)]
+struct Transfer {
+    id: ReqId,
+    bytes: Bytes,
+    reply_to: ActorId,
+    /// Solo service time of its bytes, ns.
+    solo_ns: u64,
+}
+
+/// Counters of one link.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Transfers started.
+    pub transfers: u64,
+    /// Bytes of the transfers started.
+    pub bytes_started: u64,
+    /// Bytes of the transfers completed.
+    pub bytes_completed: u64,
+    /// Time with at least one transfer moving bytes.
+    pub busy: SimDuration,
+    /// Most transfers moving bytes at once.
+    pub peak_active: u64,
+    /// Messages a link does not handle (a wiring bug if ever non-zero).
+    pub unexpected: u64,
+}
+
+/// The link actor.
+pub struct NixlLink {
+    /// Its index in the deployment's link list.
+    pub index: u32,
+    latency: SimDuration,
+    bandwidth: Bandwidth,
+    sharing: Sharing,
+    /// Virtual work received by each active transfer since the start, in units.
+    virtual_work: u128,
+    last_update: SimTime,
+    /// Active transfers by (finish tag, arrival order).
+    active: BTreeMap<(u128, u64), Transfer>,
+    /// FIFO mode: transfers waiting for the wire.
+    queue: VecDeque<Transfer>,
+    /// Transfers waiting out the latency, by request id.
+    in_latency: BTreeMap<ReqId, Transfer>,
+    order: u64,
+    wake: Option<EventId>,
+    busy_since: Option<SimTime>,
+    /// Counters.
+    pub stats: LinkStats,
+    /// Sampled use over time.
+    pub timeline: Timeline,
+}
+
+impl NixlLink {
+    /// A link.
+    pub fn new(
+        index: u32,
+        latency: SimDuration,
+        bandwidth: Bandwidth,
+        sharing: Sharing,
+        interval: SimDuration,
+    ) -> Self {
+        NixlLink {
+            index,
+            latency,
+            bandwidth,
+            sharing,
+            virtual_work: 0,
+            last_update: SimTime::ZERO,
+            active: BTreeMap::new(),
+            queue: VecDeque::new(),
+            in_latency: BTreeMap::new(),
+            order: 0,
+            wake: None,
+            busy_since: None,
+            stats: LinkStats::default(),
+            timeline: Timeline::new(interval),
+        }
+    }
+
+    /// Transfers started and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.active.len() + self.queue.len() + self.in_latency.len()
+    }
+
+    /// Brings the virtual clock to `now`.
+    fn advance(&mut self, now: SimTime) {
+        let dt = u128::from((now - self.last_update).as_nanos());
+        if let Some(share) = (dt * SCALE).checked_div(self.active.len() as u128) {
+            self.virtual_work += share;
+        }
+        self.last_update = now;
+    }
+
+    fn enter_wire(&mut self, t: Transfer, now: SimTime) {
+        match self.sharing {
+            Sharing::ProcessorSharing => self.activate(t),
+            Sharing::Fifo if self.active.is_empty() => self.activate(t),
+            Sharing::Fifo => self.queue.push_back(t),
+        }
+        if self.busy_since.is_none() {
+            self.busy_since = Some(now);
+        }
+        self.stats.peak_active = self.stats.peak_active.max(self.active.len() as u64);
+    }
+
+    fn activate(&mut self, t: Transfer) {
+        let tag = self.virtual_work + u128::from(t.solo_ns) * SCALE;
+        self.order += 1;
+        self.active.insert((tag, self.order), t);
+    }
+
+    fn reschedule(&mut self, ctx: &mut Context<'_, Msg>) {
+        if let Some(w) = self.wake.take() {
+            ctx.cancel(w);
+        }
+        if let Some((&(tag, _), _)) = self.active.first_key_value() {
+            let n = self.active.len() as u128;
+            let ns = ((tag - self.virtual_work) * n).div_ceil(SCALE);
+            let at = SimDuration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX));
+            self.wake = Some(ctx.schedule(at, Msg::LinkWake));
+        }
+    }
+
+    /// Records the link's use into its timeline.
+    pub fn sample(&mut self, now: SimTime) {
+        let bytes: u64 = self.active.values().map(|t| t.bytes.get()).sum::<u64>()
+            + self.queue.iter().map(|t| t.bytes.get()).sum::<u64>();
+        let active = self.active.len() as u64;
+        let queued = self.queue.len() as u64;
+        self.timeline.push(now, Metric::ActiveTransfers, active);
+        self.timeline.push(now, Metric::QueuedTransfers, queued);
+        self.timeline.push(now, Metric::BytesInFlight, bytes);
+    }
+
+    fn complete_due(&mut self, ctx: &mut Context<'_, Msg>) {
+        let now = ctx.now();
+        self.advance(now);
+        while let Some(entry) = self.active.first_entry() {
+            if entry.key().0 > self.virtual_work {
+                break;
+            }
+            let t = entry.remove();
+            self.stats.bytes_completed += t.bytes.get();
+            ctx.send(t.reply_to, Msg::TransferCompleted(t.id)).expect("decode ranks outlive the run");
+            if self.sharing == Sharing::Fifo
+                && let Some(next) = self.queue.pop_front()
+            {
+                self.activate(next);
+            }
+        }
+        if self.active.is_empty() {
+            // Keep the virtual clock small; nothing is active to compare with it.
+            self.virtual_work = 0;
+            if let Some(since) = self.busy_since.take() {
+                self.stats.busy += now - since;
+            }
+        }
+        self.reschedule(ctx);
+    }
+}
+
+impl Actor<Msg> for NixlLink {
+    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+        let now = ctx.now();
+        match msg {
+            Msg::StartTransfer { id, bytes, reply_to } => {
+                self.stats.transfers += 1;
+                self.stats.bytes_started += bytes.get();
+                let t = Transfer { id, bytes, reply_to, solo_ns: transfer_time(bytes, self.bandwidth).as_nanos() };
+                if self.latency.as_nanos() > 0 {
+                    self.in_latency.insert(id, t);
+                    ctx.schedule(self.latency, Msg::WireReady(id));
+                } else {
+                    self.advance(now);
+                    self.enter_wire(t, now);
+                    self.complete_due(ctx);
+                }
+            }
+            Msg::WireReady(id) => {
+                let t = self.in_latency.remove(&id).expect("latency timer of a known transfer");
+                self.advance(now);
+                self.enter_wire(t, now);
+                self.complete_due(ctx);
+            }
+            Msg::LinkWake => {
+                self.wake = None;
+                self.complete_due(ctx);
+            }
+            // Only decode ranks and the link's own timers address a link.
+            _ => self.stats.unexpected += 1,
+        }
+        if self.timeline.due(now) {
+            self.sample(now);
+        }
+    }
+}

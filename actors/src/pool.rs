@@ -1,0 +1,374 @@
+//! The KV block pool of one rank: one budget shared by every cache group,
+//! as vLLM's hybrid allocator has it, with a prefix cache of full-attention
+//! blocks and LRU eviction of the cached blocks no request uses.
+//!
+//! A request's holding is an [`Alloc`]: the token range of its current (or
+//! last) step and whether the step takes checkpoint blocks. What each group
+//! holds follows from that by the rules ([`rules::blocks_for_step`]): full
+//! attention every block, a window group its in-window blocks (the skipped
+//! ones are freed before the next allocation, as vLLM's
+//! `remove_skipped_blocks` does), a state group one block (plus its
+//! checkpoint blocks during the step that ends a vLLM 0.32.0 prefill).
+//!
+//! Prefix caching: a full-attention block whose content is named by the
+//! request's [`PrefixIds`] is registered under that name once computed; a
+//! later request with the same leading content pins the cached blocks
+//! instead of computing them. Cached blocks no request pins stay in the pool
+//! as free-but-cached and are evicted least recently used first when free
+//! blocks run out. Hits are counted in whole full-attention blocks (one
+//! cached entry covers the block in every full-attention group); the window
+//! and state blocks at the hit position are allocated fresh.
+//!
+//! Conservation: `private + shared + cached_free + free = num_blocks`.
+
+use std::collections::BTreeMap;
+
+use crate::fxmap::FxHashMap;
+use crate::model::{CacheGroup, CacheGroupKind};
+use crate::rules;
+use crate::units::{Blocks, Tokens};
+use crate::workload::PrefixIds;
+
+/// One request's holding in a pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Alloc {
+    /// Tokens whose KV was present before the step.
+    from: Tokens,
+    /// Tokens whose KV is present after the step.
+    to: Tokens,
+    /// Whether the step holds the groups' checkpoint blocks.
+    checkpoints: bool,
+    /// Leading full-attention blocks held through the prefix cache.
+    shared: u32,
+    /// Blocks held for this request alone, all groups.
+    private: u64,
+}
+
+impl Alloc {
+    /// Tokens covered after the current step.
+    pub fn tokens(&self) -> Tokens {
+        self.to
+    }
+    /// Blocks held for this request alone.
+    pub fn private_blocks(&self) -> u64 {
+        self.private
+    }
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.private == 0 && self.shared == 0
+    }
+}
+
+/// Not enough free blocks: how many the operation needed and had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shortfall {
+    /// Blocks the operation needed.
+    pub needed: u64,
+    /// Blocks free or evictable.
+    pub available: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    refs: u32,
+    /// LRU position while `refs == 0`.
+    tick: u64,
+}
+
+/// The pool.
+#[derive(Clone, Debug)]
+pub struct KvPool {
+    groups: Vec<CacheGroup>,
+    /// Full-attention groups; a cached entry is one block in each.
+    fa_groups: u64,
+    /// Block size of the full-attention groups (prefix-cache granularity).
+    fa_block: Option<Tokens>,
+    num_blocks: u64,
+    free: u64,
+    private: u64,
+    /// Blocks of cached entries that some request pins.
+    shared: u64,
+    /// Blocks of cached entries no request pins (evictable).
+    cached_free: u64,
+    /// Blocks in use per group: each allocation's own blocks, plus one per
+    /// pinned cache entry in every full-attention group.
+    group_used: Vec<u64>,
+    caching: bool,
+    entries: FxHashMap<u64, Entry>,
+    lru: BTreeMap<u64, u64>,
+    tick: u64,
+    /// Most blocks ever in use (private + shared).
+    pub peak_used: u64,
+    /// Cached blocks evicted to make room.
+    pub evicted_blocks: u64,
+}
+
+impl KvPool {
+    /// A pool of `num_blocks` shared by `groups`, with or without a prefix cache.
+    pub fn new(groups: Vec<CacheGroup>, num_blocks: u64, prefix_caching: bool) -> Self {
+        let fa: Vec<&CacheGroup> = groups.iter().filter(|g| g.kind() == CacheGroupKind::FullAttention).collect();
+        let fa_groups = fa.len() as u64;
+        let fa_block = fa.first().map(|g| g.block_size());
+        let caching = prefix_caching && fa_groups > 0 && fa.iter().all(|g| g.prefix_cacheable());
+        KvPool {
+            group_used: vec![0; groups.len()],
+            groups,
+            fa_groups,
+            fa_block,
+            num_blocks,
+            free: num_blocks,
+            private: 0,
+            shared: 0,
+            cached_free: 0,
+            caching,
+            entries: FxHashMap::default(),
+            lru: BTreeMap::new(),
+            tick: 0,
+            peak_used: 0,
+            evicted_blocks: 0,
+        }
+    }
+
+    /// The groups, in model order.
+    pub fn groups(&self) -> &[CacheGroup] {
+        &self.groups
+    }
+    /// The budget.
+    pub fn num_blocks(&self) -> u64 {
+        self.num_blocks
+    }
+    /// Blocks in use by requests.
+    pub fn used(&self) -> u64 {
+        self.private + self.shared
+    }
+    /// Blocks free, cached-but-unpinned ones included.
+    pub fn free(&self) -> u64 {
+        self.free + self.cached_free
+    }
+    /// Blocks `alloc` holds, its share of cached blocks included.
+    pub fn held_by(&self, alloc: &Alloc) -> u64 {
+        alloc.private + u64::from(alloc.shared) * self.fa_groups
+    }
+    /// Blocks in use per group.
+    pub fn group_used(&self) -> &[u64] {
+        &self.group_used
+    }
+    /// Blocks kept in the prefix cache with no request pinning them.
+    pub fn cached_free(&self) -> u64 {
+        self.cached_free
+    }
+
+    /// Blocks one group holds for an allocation state.
+    #[inline]
+    fn group_blocks(g: &CacheGroup, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        rules::blocks_for_step(g, from, to, checkpoints).get()
+    }
+
+    /// Total private blocks for a state with `shared` cached leading blocks.
+    fn private_need(&self, from: Tokens, to: Tokens, checkpoints: bool, shared: u32) -> u64 {
+        let all: u64 = self.groups.iter().map(|g| Self::group_blocks(g, from, to, checkpoints)).sum();
+        all - u64::from(shared) * self.fa_groups
+    }
+
+    /// Blocks a request would need in a pool to hold `tokens` (no hit), for
+    /// refusing a request that can never fit.
+    pub fn blocks_needed(&self, tokens: Tokens) -> u64 {
+        self.private_need(Tokens::ZERO, tokens, false, 0)
+    }
+
+    fn take(&mut self, n: u64) -> Result<(), Shortfall> {
+        if n > self.free + self.cached_free {
+            return Err(Shortfall { needed: n, available: self.free + self.cached_free });
+        }
+        while self.free < n {
+            let (_, key) = self.lru.pop_first().expect("cached_free > 0 means an unpinned entry");
+            self.entries.remove(&key);
+            self.cached_free -= self.fa_groups;
+            self.free += self.fa_groups;
+            self.evicted_blocks += self.fa_groups;
+        }
+        self.free -= n;
+        Ok(())
+    }
+
+    fn note_peak(&mut self) {
+        self.peak_used = self.peak_used.max(self.private + self.shared);
+    }
+
+    /// Moves `alloc` to the step `from..to` (with or without checkpoint
+    /// blocks), taking or returning private blocks. On a shortfall nothing
+    /// changes.
+    pub fn resize(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> Result<(), Shortfall> {
+        let need = self.private_need(from, to, checkpoints, alloc.shared);
+        if need > alloc.private {
+            self.take(need - alloc.private)?;
+        } else {
+            self.free += alloc.private - need;
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            let old = Self::group_blocks(g, alloc.from, alloc.to, alloc.checkpoints);
+            let new = Self::group_blocks(g, from, to, checkpoints);
+            self.group_used[i] = self.group_used[i] + new - old;
+        }
+        self.private = self.private + need - alloc.private;
+        (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (from, to, checkpoints, need);
+        self.note_peak();
+        Ok(())
+    }
+
+    /// Returns everything `alloc` holds; pinned cached blocks become
+    /// evictable when no other request pins them.
+    pub fn release(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens) {
+        self.free += alloc.private;
+        self.private -= alloc.private;
+        for (i, g) in self.groups.iter().enumerate() {
+            let held = Self::group_blocks(g, alloc.from, alloc.to, alloc.checkpoints);
+            let shared = if g.kind() == CacheGroupKind::FullAttention { u64::from(alloc.shared) } else { 0 };
+            self.group_used[i] -= held - shared;
+        }
+        self.unpin(alloc.shared, prefix, prompt);
+        *alloc = Alloc::default();
+    }
+
+    fn key(&self, prefix: &PrefixIds, prompt: Tokens, block: u32) -> Option<u64> {
+        let b = self.fa_block?;
+        prefix.key_through(Tokens::new((u64::from(block) + 1) * b.get()), prompt)
+    }
+
+    /// Leading full-attention blocks of the prompt present in the cache,
+    /// counting only blocks that end at or before `limit` tokens (vLLM never
+    /// serves the last prompt token from the cache).
+    pub fn lookup(&self, prefix: &PrefixIds, prompt: Tokens, limit: Tokens) -> u32 {
+        if !self.caching || prefix.ids.is_empty() {
+            return 0;
+        }
+        let max = limit.blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
+        let mut n = 0u32;
+        while u64::from(n) < max {
+            match self.key(prefix, prompt, n) {
+                Some(k) if self.entries.contains_key(&k) => n += 1,
+                _ => break,
+            }
+        }
+        n
+    }
+
+    /// The tokens `blocks` cached full-attention blocks cover.
+    pub fn hit_tokens(&self, blocks: u32) -> Tokens {
+        self.fa_block.map_or(Tokens::ZERO, |b| Blocks::new(u64::from(blocks)).tokens(b))
+    }
+
+    /// Pins the first `n` cached blocks of the prompt for an empty `alloc`
+    /// (`n` from [`KvPool::lookup`]) and allocates the other groups' blocks
+    /// at that point; its state becomes "`n` blocks computed". On a
+    /// shortfall nothing changes.
+    pub fn pin(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, n: u32) -> Result<(), Shortfall> {
+        debug_assert!(alloc.is_empty());
+        if n == 0 {
+            return Ok(());
+        }
+        // Pin first, so the cached blocks cannot be evicted to make room for
+        // the window and state blocks.
+        for i in 0..n {
+            let k = self.key(prefix, prompt, i).expect("pinned blocks were looked up");
+            self.ref_entry(k);
+        }
+        let t = self.hit_tokens(n);
+        let need = self.private_need(t, t, false, n);
+        if let Err(e) = self.take(need) {
+            self.unpin(n, prefix, prompt);
+            return Err(e);
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            if g.kind() != CacheGroupKind::FullAttention {
+                self.group_used[i] += Self::group_blocks(g, t, t, false);
+            }
+        }
+        self.private += need;
+        *alloc = Alloc { from: t, to: t, checkpoints: false, shared: n, private: need };
+        self.note_peak();
+        Ok(())
+    }
+
+    fn ref_entry(&mut self, k: u64) {
+        let e = self.entries.get_mut(&k).expect("entry exists");
+        e.refs += 1;
+        if e.refs == 1 {
+            self.lru.remove(&e.tick);
+            self.cached_free -= self.fa_groups;
+            self.shared += self.fa_groups;
+            self.fa_used_add(1);
+        }
+    }
+
+    /// Adds one block (or takes one, `-1`) to every full-attention group's count.
+    fn fa_used_add(&mut self, delta: i64) {
+        for (i, g) in self.groups.iter().enumerate() {
+            if g.kind() == CacheGroupKind::FullAttention {
+                self.group_used[i] = self.group_used[i].checked_add_signed(delta).expect("group count stays >= 0");
+            }
+        }
+    }
+
+    fn unpin(&mut self, n: u32, prefix: &PrefixIds, prompt: Tokens) {
+        for i in 0..n {
+            let k = self.key(prefix, prompt, i).expect("pinned blocks have keys");
+            let e = self.entries.get_mut(&k).expect("pinned entry exists");
+            e.refs -= 1;
+            if e.refs == 0 {
+                self.tick += 1;
+                e.tick = self.tick;
+                self.lru.insert(self.tick, k);
+                self.shared -= self.fa_groups;
+                self.cached_free += self.fa_groups;
+                self.fa_used_add(-1);
+            }
+        }
+    }
+
+    /// After a step: registers the request's newly full, named
+    /// full-attention blocks in the cache (or, when another request already
+    /// cached the same content, shares that copy and frees its own).
+    pub fn register(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens) {
+        if !self.caching || prefix.ids.is_empty() {
+            return;
+        }
+        let full = alloc.to.blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
+        while u64::from(alloc.shared) < full {
+            let Some(k) = self.key(prefix, prompt, alloc.shared) else { break };
+            if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
+                v.insert(Entry { refs: 1, tick: 0 });
+                self.shared += self.fa_groups;
+            } else {
+                // Same content computed twice: keep the cached copy.
+                self.free += self.fa_groups;
+                self.fa_used_add(-1);
+                self.ref_entry(k);
+            }
+            self.private -= self.fa_groups;
+            alloc.private -= self.fa_groups;
+            alloc.shared += 1;
+        }
+    }
+
+    /// Checks `private + shared + cached_free + free = num_blocks` and the
+    /// per-group counts; returns what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        let sum = self.private + self.shared + self.cached_free + self.free;
+        if sum != self.num_blocks {
+            return Err(format!(
+                "private {} + shared {} + cached_free {} + free {} = {sum}, budget {}",
+                self.private, self.shared, self.cached_free, self.free, self.num_blocks
+            ));
+        }
+        let per_group: u64 = self.group_used.iter().sum();
+        if per_group != self.private + self.shared {
+            return Err(format!("groups use {per_group} blocks, pool counts {}", self.private + self.shared));
+        }
+        let unpinned = self.entries.values().filter(|e| e.refs == 0).count() as u64 * self.fa_groups;
+        if unpinned != self.cached_free || self.lru.len() as u64 * self.fa_groups != self.cached_free {
+            return Err(format!("{unpinned} unpinned cached blocks, cached_free {}", self.cached_free));
+        }
+        Ok(())
+    }
+}

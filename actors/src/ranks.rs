@@ -1,0 +1,494 @@
+//! The rank actors: PrefillRank (the source of handoffs), DecodeRank (the
+//! destination) and AggregatedRank (no handoff, the baseline).
+//!
+//! Each wraps a [`Batcher`] and its [`KvPool`](crate::pool::KvPool). A rank
+//! accepts only the commands of its side of the handoff (SPEC §5): a command
+//! of the other side is refused, and the request it carries fails with the
+//! refusal as its reason.
+
+use std::collections::VecDeque;
+
+use sim_core::rand::Rng;
+use sim_core::{Actor, ActorId, Context, EventId, SimDuration, SimTime};
+
+use crate::batcher::{Batcher, Finished, Seq};
+use crate::fxmap::FxHashMap;
+use crate::metrics::{Metric, Timeline};
+use crate::model::{Model, Role};
+use crate::msg::Msg;
+use crate::pool::Alloc;
+use crate::request::{Command, FailReason, Outcome, ReqId, Request};
+use crate::rules;
+use crate::units::Tokens;
+use crate::workload::PrefixIds;
+
+/// What every rank has.
+pub struct RankCore {
+    /// Index among the ranks of its role.
+    pub index: u32,
+    /// Its role.
+    pub role: Role,
+    router: ActorId,
+    /// The scheduler and its pool.
+    pub batcher: Batcher,
+    /// Sampled use over time.
+    pub timeline: Timeline,
+    /// Commands it refused (with no request to fail, or with one).
+    pub refusals: Vec<FailReason>,
+    finished: Vec<Finished>,
+}
+
+impl RankCore {
+    /// A rank's common part.
+    pub fn new(index: u32, role: Role, router: ActorId, batcher: Batcher, interval: SimDuration) -> Self {
+        RankCore {
+            index,
+            role,
+            router,
+            batcher,
+            timeline: Timeline::new(interval),
+            refusals: Vec::new(),
+            finished: Vec::new(),
+        }
+    }
+
+    /// Sends a finished (completed or failed) request back to the router.
+    fn finish(&self, req: Box<Request>, ctx: &mut Context<'_, Msg>) {
+        ctx.send(self.router, Msg::Finished(req)).expect("the router outlives the run");
+    }
+
+    /// Refuses a command of the other side; fails the request it carries.
+    fn refuse(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+        let (command, req) = match msg {
+            Msg::SubmitHandoffPrefill(r) => (Command::SubmitHandoffPrefill, Some(r)),
+            Msg::ReserveDestination(r) => (Command::ReserveDestination, Some(r)),
+            Msg::Submit(r) => (Command::Submit, Some(r)),
+            Msg::ReleaseSource(_) => (Command::ReleaseSource, None),
+            Msg::CancelSource(..) => (Command::CancelSource, None),
+            Msg::CancelDestination(..) => (Command::CancelDestination, None),
+            other => unreachable!("{other:?} is not a command"),
+        };
+        let reason = FailReason::Refused { role: self.role, command };
+        self.refusals.push(reason);
+        if let Some(mut req) = req {
+            req.fail(reason, ctx.now());
+            self.finish(req, ctx);
+        }
+    }
+
+    /// Fails a request that cannot fit in this rank's pool; `tokens` is the
+    /// most KV it would hold.
+    fn fits(&self, req: &mut Request, tokens: Tokens, now: SimTime) -> bool {
+        let pool = &self.batcher.pool;
+        let needed = pool.blocks_needed(tokens);
+        if needed <= pool.num_blocks() {
+            return true;
+        }
+        req.fail(FailReason::DoesNotFit { role: self.role, needed, capacity: pool.num_blocks() }, now);
+        false
+    }
+
+    /// Starts a step if none is in flight and there is work; returns the
+    /// sequences that can never fit (for the rank to fail).
+    fn kick(&mut self, ctx: &mut Context<'_, Msg>, started: fn(&mut Request) -> &mut Option<SimTime>) {
+        let now = ctx.now();
+        if let Some(dt) = self.batcher.plan_step(now) {
+            self.batcher.stamp_started(now, started);
+            ctx.schedule(dt, Msg::StepDone);
+        }
+        while let Some(mut seq) = self.batcher.stuck.pop() {
+            let tokens = seq.req.prompt + seq.req.output;
+            self.batcher.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
+            let pool = &self.batcher.pool;
+            let needed = pool.blocks_needed(tokens);
+            seq.req.fail(FailReason::DoesNotFit { role: self.role, needed, capacity: pool.num_blocks() }, now);
+            self.finish(seq.req, ctx);
+        }
+    }
+
+    /// Applies the step that just ended on a generating rank: frees the
+    /// blocks of the requests that produced their last token and reports them.
+    fn complete_step(&mut self, ctx: &mut Context<'_, Msg>) {
+        let now = ctx.now();
+        let mut done = std::mem::take(&mut self.finished);
+        self.batcher.finish_step(now, &mut done);
+        for Finished { mut seq, .. } in done.drain(..) {
+            self.batcher.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
+            seq.req.outcome = Outcome::Completed;
+            seq.req.t.finished = Some(now);
+            self.finish(seq.req, ctx);
+        }
+        self.finished = done;
+    }
+
+    fn sample(&mut self, now: SimTime, extra: &[(Metric, u64)]) {
+        if !self.timeline.due(now) {
+            return;
+        }
+        let pool = &self.batcher.pool;
+        let tl = &mut self.timeline;
+        tl.push(now, Metric::KvUsed, pool.used());
+        tl.push(now, Metric::KvFree, pool.free());
+        tl.push(now, Metric::KvCachedFree, pool.cached_free());
+        for (g, &used) in pool.group_used().iter().enumerate() {
+            tl.push(now, Metric::KvGroupUsed(g as u16), used);
+        }
+        tl.push(now, Metric::Waiting, self.batcher.waiting() as u64);
+        tl.push(now, Metric::Running, self.batcher.running() as u64);
+        for &(m, v) in extra {
+            tl.push(now, m, v);
+        }
+    }
+}
+
+fn prefill_started(r: &mut Request) -> &mut Option<SimTime> {
+    &mut r.t.prefill_started
+}
+fn decode_started(r: &mut Request) -> &mut Option<SimTime> {
+    &mut r.t.decode_started
+}
+
+/// A source held for a handoff.
+#[derive(Debug)]
+struct Held {
+    alloc: Alloc,
+    prefix: PrefixIds,
+    prompt: Tokens,
+    since: SimTime,
+    timer: EventId,
+}
+
+/// Counters of a prefill rank's sources.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SourceStats {
+    /// Sources held.
+    pub held: u64,
+    /// Released after their transfer.
+    pub released: u64,
+    /// Cancelled by the decode side.
+    pub cancelled: u64,
+    /// Expired with no answer.
+    pub expired: u64,
+    /// Release or cancel commands for sources it no longer held.
+    pub stale: u64,
+}
+
+/// A prefill rank: computes the backed-off prompt, releases what vLLM
+/// releases at completion, and holds the source until the decode side
+/// releases or cancels it, or the hold expires.
+pub struct PrefillRank {
+    /// The common part.
+    pub core: RankCore,
+    model: Model,
+    hold: SimDuration,
+    held: FxHashMap<ReqId, Held>,
+    /// Source counters.
+    pub sources: SourceStats,
+}
+
+impl PrefillRank {
+    /// A prefill rank holding sources for at most `hold`.
+    pub fn new(core: RankCore, model: Model, hold: SimDuration) -> Self {
+        PrefillRank { core, model, hold, held: FxHashMap::default(), sources: SourceStats::default() }
+    }
+
+    /// Sources held now.
+    pub fn held_sources(&self) -> usize {
+        self.held.len()
+    }
+
+    fn drop_source(&mut self, id: ReqId, ctx: &mut Context<'_, Msg>) -> Option<Held> {
+        let mut h = self.held.remove(&id)?;
+        ctx.cancel(h.timer);
+        self.core.batcher.pool.release(&mut h.alloc, &h.prefix, h.prompt);
+        Some(h)
+    }
+
+    fn on_finished(&mut self, f: Finished, ctx: &mut Context<'_, Msg>) {
+        let now = ctx.now();
+        let Finished { seq, .. } = f;
+        let Seq { mut req, mut alloc, computed, .. } = seq;
+        // The source release of SPEC §4: keep in-window and running-state
+        // blocks, free the rest (checkpoint blocks included). Shrinking
+        // never falls short.
+        self.core
+            .batcher
+            .pool
+            .resize(&mut alloc, computed, computed, false)
+            .expect("releasing blocks needs no free blocks");
+        req.t.prefill_done = Some(now);
+        req.transferred_tokens = computed;
+        let timer = ctx.schedule(self.hold, Msg::HoldExpired(req.id));
+        let prefix = if req.prefix.ids.is_empty() { PrefixIds::none() } else { req.prefix.clone() };
+        self.held.insert(req.id, Held { alloc, prefix, prompt: req.prompt, since: now, timer });
+        self.sources.held += 1;
+        ctx.send(self.core.router, Msg::SourceHeld(req)).expect("the router outlives the run");
+    }
+}
+
+impl Actor<Msg> for PrefillRank {
+    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+        let now = ctx.now();
+        match msg {
+            Msg::SubmitHandoffPrefill(mut req) => {
+                req.t.prefill_queued = Some(now);
+                let t = rules::transferred_tokens(&self.model, req.prompt);
+                if self.core.fits(&mut req, t, now) {
+                    self.core.batcher.enqueue(Seq::new(req, Alloc::default(), Tokens::ZERO, t, false));
+                } else {
+                    self.core.finish(req, ctx);
+                }
+            }
+            Msg::ReleaseSource(id) => match self.drop_source(id, ctx) {
+                Some(_) => self.sources.released += 1,
+                None => self.sources.stale += 1,
+            },
+            Msg::CancelSource(id, _) => match self.drop_source(id, ctx) {
+                Some(_) => self.sources.cancelled += 1,
+                None => self.sources.stale += 1,
+            },
+            Msg::HoldExpired(id) => {
+                let mut h = self.held.remove(&id).expect("a hold timer is cancelled with its source");
+                self.core.batcher.pool.release(&mut h.alloc, &h.prefix, h.prompt);
+                self.sources.expired += 1;
+                let reason = FailReason::SourceHoldExpired { held: now - h.since };
+                ctx.send(self.core.router, Msg::SourceExpired(id, reason)).expect("the router outlives the run");
+            }
+            Msg::StepDone => {
+                let mut done = std::mem::take(&mut self.core.finished);
+                self.core.batcher.finish_step(now, &mut done);
+                for f in done.drain(..) {
+                    self.on_finished(f, ctx);
+                }
+                self.core.finished = done;
+            }
+            m @ (Msg::ReserveDestination(_) | Msg::CancelDestination(..) | Msg::Submit(_)) => self.core.refuse(m, ctx),
+            other => unreachable!("a prefill rank gets no {other:?}"),
+        }
+        self.core.kick(ctx, prefill_started);
+        let held = self.held.len() as u64;
+        self.core.sample(now, &[(Metric::HeldSources, held)]);
+    }
+}
+
+/// A request whose destination is reserved and whose KV is on its way.
+#[derive(Debug)]
+struct InTransfer {
+    req: Box<Request>,
+    alloc: Alloc,
+}
+
+/// A decode rank: reserves destination blocks (waiting in order when the
+/// pool is full), pulls the KV over the link, releases the source, computes
+/// the remaining prompt token and decodes.
+pub struct DecodeRank {
+    /// The common part.
+    pub core: RankCore,
+    model: Model,
+    /// Prefill ranks, by index.
+    prefill: Vec<ActorId>,
+    /// The link to use for each prefill rank, by its index.
+    links: Vec<ActorId>,
+    abort_probability: f64,
+    pending: VecDeque<Box<Request>>,
+    transferring: FxHashMap<ReqId, InTransfer>,
+    /// Reservations that had to wait for blocks.
+    pub reservations_waited: u64,
+}
+
+impl DecodeRank {
+    /// A decode rank wired to the prefill ranks and their links.
+    pub fn new(core: RankCore, model: Model, prefill: Vec<ActorId>, links: Vec<ActorId>, abort: f64) -> Self {
+        DecodeRank {
+            core,
+            model,
+            prefill,
+            links,
+            abort_probability: abort,
+            pending: VecDeque::new(),
+            transferring: FxHashMap::default(),
+            reservations_waited: 0,
+        }
+    }
+
+    /// Reservations waiting for blocks.
+    pub fn pending_reservations(&self) -> usize {
+        self.pending.len()
+    }
+    /// Transfers in flight to this rank.
+    pub fn transferring(&self) -> usize {
+        self.transferring.len()
+    }
+
+    fn source_of(&self, req: &Request) -> ActorId {
+        self.prefill[req.prefill_rank.expect("a handoff names its prefill rank") as usize]
+    }
+
+    fn cancel_source(&self, req: &Request, reason: FailReason, ctx: &mut Context<'_, Msg>) {
+        ctx.send(self.source_of(req), Msg::CancelSource(req.id, reason)).expect("prefill ranks outlive the run");
+    }
+
+    /// Reserves destinations in arrival order while the pool allows.
+    fn try_reserve(&mut self, ctx: &mut Context<'_, Msg>) {
+        let now = ctx.now();
+        while let Some(req) = self.pending.front() {
+            let pool = &mut self.core.batcher.pool;
+            let prompt = req.prompt;
+            // vLLM never serves the last prompt token from the cache.
+            let hit = pool.lookup(&req.prefix, prompt, prompt.saturating_sub(Tokens::new(1)));
+            let k = pool.hit_tokens(hit);
+            let payload =
+                rules::payload(&self.model, prompt, k).expect("the prompt is >= 1 token and the hit below it");
+            let t = payload.transferred_tokens();
+            let mut alloc = Alloc::default();
+            if pool.pin(&mut alloc, &req.prefix, prompt, hit).is_err() {
+                break;
+            }
+            // The hit never reaches past T (it stops short of the last prompt token).
+            if pool.resize(&mut alloc, t, t, false).is_err() {
+                pool.release(&mut alloc, &req.prefix, prompt);
+                break;
+            }
+            let mut req = self.pending.pop_front().expect("front exists");
+            req.t.reserved = Some(now);
+            req.decode_hit = k;
+            req.transferred_tokens = t;
+            req.transfer_bytes = payload.bytes();
+            req.t.transfer_started = Some(now);
+            if payload.moves_nothing() {
+                // A full hit: nothing to read, only the notification.
+                req.t.transfer_done = Some(now);
+                ctx.send(self.source_of(&req), Msg::ReleaseSource(req.id)).expect("prefill ranks outlive the run");
+                self.start_decode(req, alloc);
+            } else {
+                let link = self.links[req.prefill_rank.expect("a handoff names its prefill rank") as usize];
+                let msg = Msg::StartTransfer { id: req.id, bytes: payload.bytes(), reply_to: ctx.me() };
+                ctx.send(link, msg).expect("links outlive the run");
+                self.transferring.insert(req.id, InTransfer { req, alloc });
+            }
+        }
+    }
+
+    /// The KV is here: queue the request to compute its last prompt token.
+    fn start_decode(&mut self, req: Box<Request>, alloc: Alloc) {
+        // vLLM computes the last prompt token on the decode side: never
+        // computed by a Mamba-type prefill, recomputed for its logits otherwise.
+        let computed = req.prompt.saturating_sub(Tokens::new(1));
+        self.core.batcher.enqueue(Seq::new(req, alloc, computed, Tokens::ZERO, true));
+    }
+
+    /// Takes out every request still waiting for a reservation or a
+    /// transfer (their blocks returned), for the end-of-run accounting.
+    pub fn drain_in_flight(&mut self) -> Vec<Box<Request>> {
+        let mut out: Vec<Box<Request>> = self.pending.drain(..).collect();
+        let mut ids: Vec<ReqId> = self.transferring.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let InTransfer { req, mut alloc } = self.transferring.remove(&id).expect("listed");
+            self.core.batcher.pool.release(&mut alloc, &req.prefix, req.prompt);
+            out.push(req);
+        }
+        out
+    }
+
+    fn fail_pending(&mut self, id: ReqId, reason: FailReason, ctx: &mut Context<'_, Msg>) -> bool {
+        let Some(pos) = self.pending.iter().position(|r| r.id == id) else { return false };
+        let mut req = self.pending.remove(pos).expect("position is valid");
+        req.fail(reason, ctx.now());
+        self.core.finish(req, ctx);
+        true
+    }
+}
+
+impl Actor<Msg> for DecodeRank {
+    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+        let now = ctx.now();
+        match msg {
+            Msg::ReserveDestination(mut req) => {
+                req.t.reserve_requested = Some(now);
+                let most = req.prompt + req.output;
+                if self.abort_probability > 0.0 && ctx.rng().random_bool(self.abort_probability) {
+                    self.cancel_source(&req, FailReason::DecodeAborted, ctx);
+                    req.fail(FailReason::DecodeAborted, now);
+                    self.core.finish(req, ctx);
+                } else if !self.core.fits(&mut req, most, now) {
+                    let reason = match req.outcome {
+                        Outcome::Failed(r) => r,
+                        _ => unreachable!("fits() failed the request"),
+                    };
+                    self.cancel_source(&req, reason, ctx);
+                    self.core.finish(req, ctx);
+                } else {
+                    let id = req.id;
+                    self.pending.push_back(req);
+                    self.try_reserve(ctx);
+                    if self.pending.back().is_some_and(|r| r.id == id) {
+                        self.reservations_waited += 1;
+                    }
+                }
+            }
+            Msg::TransferCompleted(id) => {
+                // A transfer whose destination was cancelled meanwhile is dropped.
+                if let Some(InTransfer { mut req, alloc }) = self.transferring.remove(&id) {
+                    req.t.transfer_done = Some(now);
+                    ctx.send(self.source_of(&req), Msg::ReleaseSource(id)).expect("prefill ranks outlive the run");
+                    self.start_decode(req, alloc);
+                }
+            }
+            Msg::CancelDestination(id, reason) => {
+                if let Some(InTransfer { mut req, mut alloc }) = self.transferring.remove(&id) {
+                    self.core.batcher.pool.release(&mut alloc, &req.prefix, req.prompt);
+                    req.fail(reason, now);
+                    self.core.finish(req, ctx);
+                } else {
+                    self.fail_pending(id, reason, ctx);
+                }
+            }
+            Msg::StepDone => self.core.complete_step(ctx),
+            m @ (Msg::SubmitHandoffPrefill(_) | Msg::ReleaseSource(_) | Msg::CancelSource(..) | Msg::Submit(_)) => {
+                self.core.refuse(m, ctx)
+            }
+            other => unreachable!("a decode rank gets no {other:?}"),
+        }
+        self.try_reserve(ctx);
+        self.core.kick(ctx, decode_started);
+        let extra = [
+            (Metric::PendingReservations, self.pending.len() as u64),
+            (Metric::Transferring, self.transferring.len() as u64),
+        ];
+        self.core.sample(now, &extra);
+    }
+}
+
+/// A rank that prefills and decodes with no handoff: the baseline. It
+/// refuses every handoff command.
+pub struct AggregatedRank {
+    /// The common part.
+    pub core: RankCore,
+}
+
+impl Actor<Msg> for AggregatedRank {
+    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+        let now = ctx.now();
+        match msg {
+            Msg::Submit(mut req) => {
+                req.t.prefill_queued = Some(now);
+                let most = req.prompt + req.output;
+                if self.core.fits(&mut req, most, now) {
+                    self.core.batcher.enqueue(Seq::new(req, Alloc::default(), Tokens::ZERO, Tokens::ZERO, false));
+                } else {
+                    self.core.finish(req, ctx);
+                }
+            }
+            Msg::StepDone => self.core.complete_step(ctx),
+            m @ (Msg::SubmitHandoffPrefill(_)
+            | Msg::ReleaseSource(_)
+            | Msg::CancelSource(..)
+            | Msg::ReserveDestination(_)
+            | Msg::CancelDestination(..)) => self.core.refuse(m, ctx),
+            other => unreachable!("an aggregated rank gets no {other:?}"),
+        }
+        self.core.kick(ctx, prefill_started);
+        self.core.sample(now, &[]);
+    }
+}

@@ -1,0 +1,300 @@
+//! The router: brings requests in from the workload and spreads them over
+//! ranks, by a pluggable [`RoutePolicy`].
+//!
+//! Disaggregated: a request goes to a prefill rank (`SubmitHandoffPrefill`);
+//! when the prefill rank reports the source held, the router picks a decode
+//! rank and forwards the held source (`ReserveDestination`). Aggregated: a
+//! request goes to one rank (`Submit`). Every finished request (completed or
+//! failed) comes back here and is recorded.
+
+use std::collections::BTreeMap;
+
+use sim_core::{Actor, ActorId, Context, SimTime};
+
+use crate::config::Policy;
+use crate::fxmap::FxHashMap;
+use crate::msg::Msg;
+use crate::request::{ReqId, Request};
+use crate::workload::{ArrivalMode, PrefixIds, RequestSource, RequestSpec, WorkloadError};
+
+/// Picks a rank for a request.
+pub trait RoutePolicy {
+    /// The index of the rank for `req`, given each rank's outstanding tokens.
+    fn choose(&mut self, req: &Request, loads: &[u64]) -> usize;
+    /// Told where `req` went (for policies that learn from it).
+    fn routed(&mut self, _req: &Request, _rank: usize) {}
+}
+
+/// Ranks in turn.
+#[derive(Debug, Default)]
+pub struct RoundRobin {
+    next: usize,
+}
+
+impl RoutePolicy for RoundRobin {
+    fn choose(&mut self, _: &Request, loads: &[u64]) -> usize {
+        let i = self.next % loads.len();
+        self.next = i + 1;
+        i
+    }
+}
+
+/// The rank with the fewest outstanding tokens; ties go to the lowest index.
+#[derive(Debug, Default)]
+pub struct LeastOutstanding;
+
+fn least_loaded(loads: &[u64], among: impl Iterator<Item = usize>) -> usize {
+    among.min_by_key(|&i| (loads[i], i)).unwrap_or(0)
+}
+
+impl RoutePolicy for LeastOutstanding {
+    fn choose(&mut self, _: &Request, loads: &[u64]) -> usize {
+        least_loaded(loads, 0..loads.len())
+    }
+}
+
+/// The rank whose prefix cache most likely holds the most leading blocks of
+/// the prompt, then the least loaded.
+///
+/// The router cannot see the ranks' pools, so it keeps a shadow of what it
+/// sent where: per rank, the prefix ids of the prompts it routed there, in
+/// LRU order, capped at about what the rank's pool can cache. Like a KV-aware
+/// router fed by KV events, it can be wrong after evictions it does not see.
+#[derive(Debug)]
+pub struct KvAware {
+    shadows: Vec<Shadow>,
+}
+
+#[derive(Debug, Default)]
+struct Shadow {
+    ids: FxHashMap<u64, u64>,
+    lru: BTreeMap<u64, u64>,
+    tick: u64,
+    capacity: usize,
+}
+
+impl KvAware {
+    /// A policy over ranks that can each cache about `capacity` prefix ids.
+    pub fn new(ranks: usize, capacity: usize) -> Self {
+        KvAware { shadows: (0..ranks).map(|_| Shadow { capacity, ..Shadow::default() }).collect() }
+    }
+
+    fn matched(&self, rank: usize, prefix: &PrefixIds) -> usize {
+        let s = &self.shadows[rank];
+        prefix.ids.iter().take_while(|id| s.ids.contains_key(id)).count()
+    }
+}
+
+impl RoutePolicy for KvAware {
+    fn choose(&mut self, req: &Request, loads: &[u64]) -> usize {
+        let best = (0..loads.len()).map(|i| self.matched(i, &req.prefix)).max().unwrap_or(0);
+        least_loaded(loads, (0..loads.len()).filter(|&i| self.matched(i, &req.prefix) == best))
+    }
+
+    fn routed(&mut self, req: &Request, rank: usize) {
+        let s = &mut self.shadows[rank];
+        for &id in &req.prefix.ids {
+            s.tick += 1;
+            if let Some(old) = s.ids.insert(id, s.tick) {
+                s.lru.remove(&old);
+            }
+            s.lru.insert(s.tick, id);
+            while s.ids.len() > s.capacity.max(1) {
+                let (_, evict) = s.lru.pop_first().expect("non-empty");
+                s.ids.remove(&evict);
+            }
+        }
+    }
+}
+
+/// The policy a config names; `capacity` sizes the KV-aware shadows.
+pub fn policy(p: Policy, ranks: usize, capacity: usize) -> Box<dyn RoutePolicy> {
+    match p {
+        Policy::RoundRobin => Box::new(RoundRobin::default()),
+        Policy::LeastOutstanding => Box::new(LeastOutstanding),
+        Policy::KvAware => Box::new(KvAware::new(ranks, capacity)),
+    }
+}
+
+/// Where the router sends requests.
+pub enum Targets {
+    /// Prefill ranks, then decode ranks.
+    Disaggregated {
+        /// Prefill ranks by index.
+        prefill: Vec<ActorId>,
+        /// Decode ranks by index.
+        decode: Vec<ActorId>,
+    },
+    /// Ranks that serve requests whole.
+    Aggregated(Vec<ActorId>),
+}
+
+/// The router actor.
+pub struct Router {
+    targets: Targets,
+    first_policy: Box<dyn RoutePolicy>,
+    decode_policy: Box<dyn RoutePolicy>,
+    first_load: Vec<u64>,
+    decode_load: Vec<u64>,
+    source: Box<dyn RequestSource>,
+    arrivals: ArrivalMode,
+    limit: Option<u64>,
+    next: Option<RequestSpec>,
+    issued: u64,
+    /// The decode rank of each held source routed and not yet finished.
+    decode_of: FxHashMap<ReqId, ActorId>,
+    /// Requests that completed or failed, in the order they ended.
+    pub records: Vec<Request>,
+    /// Why the workload stopped early, if it did.
+    pub error: Option<WorkloadError>,
+}
+
+impl Router {
+    /// A router; `targets` may be filled in after the ranks exist.
+    pub fn new(
+        first_policy: Box<dyn RoutePolicy>,
+        decode_policy: Box<dyn RoutePolicy>,
+        source: Box<dyn RequestSource>,
+        arrivals: ArrivalMode,
+        limit: Option<u64>,
+    ) -> Self {
+        Router {
+            targets: Targets::Aggregated(Vec::new()),
+            first_policy,
+            decode_policy,
+            first_load: Vec::new(),
+            decode_load: Vec::new(),
+            source,
+            arrivals,
+            limit,
+            next: None,
+            issued: 0,
+            decode_of: FxHashMap::default(),
+            records: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// Wires the ranks.
+    pub fn set_targets(&mut self, targets: Targets) {
+        let (first, decode) = match &targets {
+            Targets::Disaggregated { prefill, decode } => (prefill.len(), decode.len()),
+            Targets::Aggregated(r) => (r.len(), 0),
+        };
+        self.first_load = vec![0; first];
+        self.decode_load = vec![0; decode];
+        self.targets = targets;
+    }
+
+    /// Requests issued so far.
+    pub fn issued(&self) -> u64 {
+        self.issued
+    }
+
+    /// Pulls the next request from the workload, unless the limit is reached.
+    fn pull(&mut self) -> Result<Option<RequestSpec>, WorkloadError> {
+        if self.limit.is_some_and(|l| self.issued >= l) {
+            return Ok(None);
+        }
+        self.source.next_request()
+    }
+
+    /// Reads the first request; returns when the first `Arrival` should fire.
+    pub fn prime(&mut self) -> Result<Option<SimTime>, WorkloadError> {
+        self.next = self.pull()?;
+        Ok(self.next.as_ref().map(|s| match self.arrivals {
+            ArrivalMode::Open => s.arrival,
+            ArrivalMode::Closed { .. } => SimTime::ZERO,
+        }))
+    }
+
+    fn issue(&mut self, spec: RequestSpec, ctx: &mut Context<'_, Msg>) {
+        let now = ctx.now();
+        let mut req = Box::new(Request::new(self.issued, spec.prompt, spec.output, spec.prefix, now));
+        self.issued += 1;
+        let i = self.first_policy.choose(&req, &self.first_load);
+        self.first_policy.routed(&req, i);
+        req.prefill_rank = Some(i as u32);
+        let (to, msg, load) = match &self.targets {
+            Targets::Disaggregated { prefill, .. } => (prefill[i], Msg::SubmitHandoffPrefill as fn(_) -> _, req.prompt),
+            Targets::Aggregated(ranks) => (ranks[i], Msg::Submit as fn(_) -> _, req.prompt + req.output),
+        };
+        self.first_load[i] += load.get();
+        ctx.send(to, msg(req)).expect("ranks outlive the run");
+    }
+
+    /// Issues the pending request and reads the one after it.
+    fn issue_next(&mut self, ctx: &mut Context<'_, Msg>) {
+        let Some(spec) = self.next.take() else { return };
+        self.issue(spec, ctx);
+        match self.pull() {
+            Ok(next) => self.next = next,
+            Err(e) => {
+                self.error = Some(e);
+                ctx.stop();
+            }
+        }
+    }
+
+    fn on_finished(&mut self, mut req: Box<Request>) {
+        let first = req.prefill_rank.map(|i| i as usize);
+        match (&self.targets, first, req.decode_rank) {
+            (Targets::Aggregated(_), Some(i), _) => self.first_load[i] -= (req.prompt + req.output).get(),
+            (Targets::Disaggregated { .. }, _, Some(d)) => {
+                self.decode_load[d as usize] -= (req.prompt + req.output).get()
+            }
+            (Targets::Disaggregated { .. }, Some(i), None) => self.first_load[i] -= req.prompt.get(),
+            _ => {}
+        }
+        self.decode_of.remove(&req.id);
+        req.prefix = PrefixIds::none();
+        self.records.push(*req);
+    }
+}
+
+impl Actor<Msg> for Router {
+    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+        match msg {
+            Msg::Arrival => match self.arrivals {
+                ArrivalMode::Open => {
+                    self.issue_next(ctx);
+                    if let Some(at) = self.next.as_ref().map(|s| s.arrival) {
+                        let delay = at.saturating_since(ctx.now());
+                        ctx.schedule(delay, Msg::Arrival);
+                    }
+                }
+                ArrivalMode::Closed { concurrency } => {
+                    for _ in 0..concurrency {
+                        self.issue_next(ctx);
+                    }
+                }
+            },
+            Msg::SourceHeld(mut req) => {
+                let p = req.prefill_rank.expect("a held source names its prefill rank") as usize;
+                self.first_load[p] -= req.prompt.get();
+                let d = self.decode_policy.choose(&req, &self.decode_load);
+                self.decode_policy.routed(&req, d);
+                let Targets::Disaggregated { decode, .. } = &self.targets else {
+                    unreachable!("only disaggregated deployments hold sources")
+                };
+                let to = decode[d];
+                req.decode_rank = Some(d as u32);
+                self.decode_load[d] += (req.prompt + req.output).get();
+                self.decode_of.insert(req.id, to);
+                ctx.send(to, Msg::ReserveDestination(req)).expect("ranks outlive the run");
+            }
+            Msg::SourceExpired(id, reason) => {
+                if let Some(&d) = self.decode_of.get(&id) {
+                    ctx.send(d, Msg::CancelDestination(id, reason)).expect("ranks outlive the run");
+                }
+            }
+            Msg::Finished(req) => {
+                self.on_finished(req);
+                if matches!(self.arrivals, ArrivalMode::Closed { .. }) {
+                    self.issue_next(ctx);
+                }
+            }
+            other => unreachable!("the router gets no {other:?}"),
+        }
+    }
+}

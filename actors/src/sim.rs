@@ -1,0 +1,555 @@
+//! Builds a deployment from its spec, runs it on the engine, and collects
+//! what happened: per-request records, the summary, per-rank and per-link
+//! reports and timelines, and the conservation checks.
+
+use sim_core::{ActorId, SimDuration, SimTime, Simulation};
+
+use crate::batcher::{Batcher, BatcherStats, Mode};
+use crate::config::{DeploymentSpec, LinkTopology, RoleSpec, SloSpec};
+use crate::link::{LinkStats, NixlLink};
+use crate::metrics::{self, Histogram, Summary, Timeline};
+use crate::model::{CacheGroup, CacheGroupKind, CacheGroupSpec, GateError, Model, ModelSpec, RankRules, Role};
+use crate::model::{check_pairing, check_rank};
+use crate::msg::Msg;
+use crate::pool::KvPool;
+use crate::ranks::{AggregatedRank, DecodeRank, PrefillRank, RankCore, SourceStats};
+use crate::request::{FailReason, Outcome, Request};
+use crate::router::{Router, Targets, policy};
+use crate::steptime;
+use crate::units::{Bandwidth, Tokens};
+use crate::workload::{ArrivalMode, RequestSource, WorkloadError};
+
+/// A deployment spec that failed a check: the field's path and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A field of the deployment.
+    #[error("{field}: {problem}")]
+    Field {
+        /// Dotted path, e.g. `decode.num_blocks`.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A model or pairing gate.
+    #[error(transparent)]
+    Gate(#[from] GateError),
+}
+
+fn field_err(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Field { field: field.into(), problem: problem.into() }
+}
+
+/// One role's checked settings.
+#[derive(Clone, Debug)]
+struct RolePlan {
+    role: Role,
+    spec: RoleSpec,
+    rules: RankRules,
+    groups: Vec<CacheGroup>,
+}
+
+/// A checked deployment, ready to run any number of times.
+#[derive(Clone, Debug)]
+pub struct Deployment {
+    model: Model,
+    spec: DeploymentSpec,
+    roles: Vec<RolePlan>,
+    bandwidth: Bandwidth,
+    latency: SimDuration,
+    hold: Option<SimDuration>,
+    interval: SimDuration,
+}
+
+fn finite_nonneg(field: &str, v: f64) -> Result<f64, ConfigError> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(field_err(field, format!("must be a finite number >= 0, got {v}")))
+    }
+}
+
+impl Deployment {
+    /// Checks `spec` for `model`: the roles present, each rank's gates, the
+    /// pairing of prefill and decode, and every number.
+    pub fn build(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Deployment, ConfigError> {
+        let mut roles = Vec::new();
+        let present =
+            [(Role::Prefill, &spec.prefill), (Role::Decode, &spec.decode), (Role::Aggregated, &spec.aggregated)];
+        match (&spec.prefill, &spec.decode, &spec.aggregated) {
+            (Some(_), Some(_), None) | (None, None, Some(_)) => {}
+            (_, _, Some(_)) => {
+                return Err(field_err("aggregated", "an aggregated deployment has no prefill or decode ranks"));
+            }
+            (None, _, None) => {
+                return Err(field_err(
+                    "prefill",
+                    "missing: a disaggregated deployment needs prefill ranks (or give aggregated ranks)",
+                ));
+            }
+            (Some(_), None, None) => {
+                return Err(field_err("decode", "missing: a disaggregated deployment needs decode ranks"));
+            }
+        }
+        let mut validated: Vec<(Role, Model)> = Vec::new();
+        for (role, rs) in present {
+            let Some(rs) = rs else { continue };
+            let name = role.as_str();
+            let m = model.validate(role)?;
+            let version = rs.vllm_version.as_deref().or(spec.vllm_version.as_deref());
+            let rules = check_rank(role, &m, version)?;
+            if rs.count == 0 {
+                return Err(field_err(format!("{name}.count"), "must be at least 1"));
+            }
+            if rs.num_blocks == 0 {
+                return Err(field_err(format!("{name}.num_blocks"), "must be at least 1"));
+            }
+            if rs.max_num_batched_tokens == 0 {
+                return Err(field_err(format!("{name}.max_num_batched_tokens"), "must be at least 1"));
+            }
+            if rs.max_num_seqs == 0 {
+                return Err(field_err(format!("{name}.max_num_seqs"), "must be at least 1"));
+            }
+            steptime::build(&rs.step_time).map_err(|e| field_err(format!("{name}.{}", e.field), e.problem))?;
+            let groups = match &m {
+                Model::Grouped(g) => {
+                    if rs.block_size_tokens.is_some() {
+                        return Err(field_err(
+                            format!("{name}.block_size_tokens"),
+                            "only for linear models; a grouped model's groups carry their block sizes",
+                        ));
+                    }
+                    g.groups().to_vec()
+                }
+                Model::Linear(l) => {
+                    let b = rs.block_size_tokens.unwrap_or(Tokens::new(16));
+                    if b.is_zero() {
+                        return Err(field_err(format!("{name}.block_size_tokens"), "must be at least 1"));
+                    }
+                    let page = b.bytes(l.kv_bytes_per_token());
+                    let spec = CacheGroupSpec {
+                        name: "kv".into(),
+                        kind: CacheGroupKind::FullAttention,
+                        block_size_tokens: b,
+                        page_bytes: page,
+                        transfer_bytes_per_block: Some(page),
+                        prefix_cacheable: Some(true),
+                        window_tokens: None,
+                        checkpoint_blocks: None,
+                    };
+                    vec![spec.validate(role, 0)?]
+                }
+            };
+            roles.push(RolePlan { role, spec: rs.clone(), rules, groups });
+            validated.push((role, m));
+        }
+        // One scenario has one model, but each role validates its own copy,
+        // so the pairing gate sees what each side would run.
+        if let [(Role::Prefill, p), (Role::Decode, d)] = validated.as_slice() {
+            check_pairing(p, d)?;
+        }
+        let model = validated.pop().expect("at least one role is present").1;
+        let l = &spec.link;
+        let bandwidth = Bandwidth::from_gb_per_s(l.bandwidth_gb_s).ok_or_else(|| {
+            field_err("link.bandwidth_gb_s", format!("must be a finite number > 0, got {}", l.bandwidth_gb_s))
+        })?;
+        let latency = SimDuration::from_secs_f64(finite_nonneg("link.latency_us", l.latency_us)? / 1e6);
+        let p = spec.faults.decode_abort_probability;
+        if !(0.0..=1.0).contains(&p) {
+            return Err(field_err("faults.decode_abort_probability", format!("must be within 0..=1, got {p}")));
+        }
+        let hold = match spec.faults.source_hold_s {
+            Some(s) if !(s.is_finite() && s > 0.0) => {
+                return Err(field_err("faults.source_hold_s", format!("must be a finite number > 0, got {s}")));
+            }
+            Some(s) => Some(SimDuration::from_secs_f64(s)),
+            None => None,
+        };
+        let ms = spec.timeline_interval_ms;
+        if !(ms.is_finite() && ms > 0.0) {
+            return Err(field_err("timeline_interval_ms", format!("must be a finite number > 0, got {ms}")));
+        }
+        Ok(Deployment {
+            model,
+            spec: spec.clone(),
+            roles,
+            bandwidth,
+            latency,
+            hold,
+            interval: SimDuration::from_millis_f64(ms),
+        })
+    }
+
+    /// The validated model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The spec it was built from.
+    pub fn spec(&self) -> &DeploymentSpec {
+        &self.spec
+    }
+
+    /// Whether prefill and decode are separate ranks.
+    pub fn is_disaggregated(&self) -> bool {
+        self.roles.iter().any(|r| r.role == Role::Prefill)
+    }
+
+    fn plan(&self, role: Role) -> Option<&RolePlan> {
+        self.roles.iter().find(|r| r.role == role)
+    }
+
+    fn batcher(&self, plan: &RolePlan, mode: Mode) -> Batcher {
+        let s = &plan.spec;
+        let pool = KvPool::new(plan.groups.clone(), s.num_blocks, s.prefix_caching);
+        let model = steptime::build(&s.step_time).expect("checked in build");
+        let checkpoints = mode == Mode::PrefillOnly && plan.rules.prefill_checkpoint_blocks();
+        let mut b = Batcher::new(mode, s.max_num_batched_tokens, s.max_num_seqs, checkpoints, pool, model);
+        b.check_invariants = self.spec.check_invariants;
+        b
+    }
+}
+
+/// A rank's report.
+#[derive(Clone, Debug)]
+pub struct RankReport {
+    /// E.g. `prefill0`.
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+    /// Step counters.
+    pub stats: BatcherStats,
+    /// Pool budget.
+    pub num_blocks: u64,
+    /// Most blocks in use at once.
+    pub peak_used_blocks: u64,
+    /// Cached blocks evicted.
+    pub evicted_blocks: u64,
+    /// Names of the pool's groups, by index (for [`crate::metrics::Metric::KvGroupUsed`]).
+    pub groups: Vec<String>,
+    /// Commands it refused, as text.
+    pub refusals: Vec<String>,
+    /// Source counters (prefill ranks).
+    pub sources: Option<SourceStats>,
+    /// Reservations that waited for blocks (decode ranks).
+    pub reservations_waited: u64,
+    /// Sampled use over time.
+    pub timeline: Timeline,
+}
+
+/// A link's report.
+#[derive(Clone, Debug)]
+pub struct LinkReport {
+    /// E.g. `link-p0-d1`.
+    pub name: String,
+    /// Counters.
+    pub stats: LinkStats,
+    /// Sampled use over time.
+    pub timeline: Timeline,
+}
+
+/// What a run produced.
+#[derive(Clone, Debug)]
+pub struct SimOutput {
+    /// Every request that entered, by id.
+    pub records: Vec<Request>,
+    /// The summary.
+    pub summary: Summary,
+    /// Per rank, prefill (or aggregated) ranks first.
+    pub ranks: Vec<RankReport>,
+    /// Per link.
+    pub links: Vec<LinkReport>,
+    /// Engine events delivered.
+    pub events: u64,
+    /// When the last event happened.
+    pub final_time: SimTime,
+    /// Broken conservation invariants (empty when all hold).
+    pub violations: Vec<String>,
+    /// FNV-1a digest of the per-request outcomes and times.
+    pub digest: u64,
+}
+
+/// Why a run stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The workload could not give a request.
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+}
+
+/// What to run a deployment on.
+pub struct RunInput {
+    /// The seed of every random stream.
+    pub seed: u64,
+    /// The requests.
+    pub source: Box<dyn RequestSource>,
+    /// Open or closed loop.
+    pub arrivals: ArrivalMode,
+    /// Stop issuing after this many requests.
+    pub max_requests: Option<u64>,
+    /// Bounds for goodput.
+    pub slo: SloSpec,
+    /// Stop the simulation at this time (requests still in flight fail as unfinished).
+    pub until: Option<SimTime>,
+}
+
+/// A rank's actor, by role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RankId {
+    /// A [`PrefillRank`].
+    Prefill(ActorId),
+    /// A [`DecodeRank`].
+    Decode(ActorId),
+    /// An [`AggregatedRank`].
+    Aggregated(ActorId),
+}
+
+impl RankId {
+    /// The actor.
+    pub fn id(self) -> ActorId {
+        match self {
+            RankId::Prefill(a) | RankId::Decode(a) | RankId::Aggregated(a) => a,
+        }
+    }
+}
+
+/// A deployment wired on an engine, ready to run: for callers that want to
+/// inject their own messages or drive the engine themselves.
+pub struct Built<'d> {
+    dep: &'d Deployment,
+    /// The engine with every actor added and the first arrival scheduled.
+    pub sim: Simulation<Msg>,
+    /// The router.
+    pub router: ActorId,
+    /// Every rank, prefill (or aggregated) ranks first, in index order.
+    pub ranks: Vec<RankId>,
+    /// Every link, with its name.
+    pub links: Vec<(String, ActorId)>,
+    slo: SloSpec,
+    until: Option<SimTime>,
+}
+
+impl Built<'_> {
+    /// Runs to the end (or the time limit) and collects the output.
+    pub fn run(mut self) -> Result<SimOutput, SimError> {
+        let summary = match self.until {
+            Some(t) => self.sim.run_until(t),
+            None => self.sim.run(),
+        };
+        collect(self.dep, self.sim, self.router, self.ranks, self.links, summary.final_time, &self.slo)
+    }
+}
+
+/// Runs `dep` on `input`.
+pub fn run(dep: &Deployment, input: RunInput) -> Result<SimOutput, SimError> {
+    build(dep, input)?.run()
+}
+
+/// Wires `dep` for `input` on a fresh engine without running it.
+pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
+    let mut sim: Simulation<Msg> = Simulation::new(input.seed);
+    let spec = &dep.spec;
+    let first_role = if dep.is_disaggregated() { Role::Prefill } else { Role::Aggregated };
+    let first = dep.plan(first_role).expect("built");
+    let capacity = |p: &RolePlan| {
+        let b =
+            p.groups.iter().find(|g| g.kind() == CacheGroupKind::FullAttention).map_or(16, |g| g.block_size().get());
+        usize::try_from(p.spec.num_blocks * b / 512).unwrap_or(usize::MAX)
+    };
+    let first_policy = policy(spec.router.prefill_policy, first.spec.count as usize, capacity(first));
+    let decode_policy = match dep.plan(Role::Decode) {
+        Some(d) => policy(spec.router.decode_policy, d.spec.count as usize, capacity(d)),
+        None => policy(spec.router.decode_policy, 1, 1),
+    };
+    let mut router = Router::new(first_policy, decode_policy, input.source, input.arrivals, input.max_requests);
+    let first_arrival = router.prime()?;
+    let router = sim.add_actor("router", router).expect("fresh simulation");
+
+    let mut ranks = Vec::new();
+    let mut link_ids = Vec::new();
+    if dep.is_disaggregated() {
+        let p = dep.plan(Role::Prefill).expect("disaggregated");
+        let d = dep.plan(Role::Decode).expect("disaggregated");
+        let hold = dep.hold.unwrap_or_else(|| p.rules.source_hold_timeout());
+        let mut prefill = Vec::new();
+        for i in 0..p.spec.count {
+            let core = RankCore::new(i, Role::Prefill, router, dep.batcher(p, Mode::PrefillOnly), dep.interval);
+            let id =
+                sim.add_actor(&format!("prefill{i}"), PrefillRank::new(core, dep.model.clone(), hold)).expect("unique");
+            prefill.push(id);
+            ranks.push(RankId::Prefill(id));
+        }
+        let mut add_link = |sim: &mut Simulation<Msg>, name: String| {
+            let index = link_ids.len() as u32;
+            let link = NixlLink::new(index, dep.latency, dep.bandwidth, spec.link.sharing, dep.interval);
+            let id = sim.add_actor(&name, link).expect("unique");
+            link_ids.push((name, id));
+            id
+        };
+        let shared = match spec.link.topology {
+            LinkTopology::Shared => Some(add_link(&mut sim, "link".to_string())),
+            LinkTopology::PerPair => None,
+        };
+        let mut decode = Vec::new();
+        for j in 0..d.spec.count {
+            let links: Vec<ActorId> = (0..p.spec.count)
+                .map(|i| shared.unwrap_or_else(|| add_link(&mut sim, format!("link-p{i}-d{j}"))))
+                .collect();
+            let core = RankCore::new(j, Role::Decode, router, dep.batcher(d, Mode::Generate), dep.interval);
+            let abort = spec.faults.decode_abort_probability;
+            let rank = DecodeRank::new(core, dep.model.clone(), prefill.clone(), links, abort);
+            let id = sim.add_actor(&format!("decode{j}"), rank).expect("unique");
+            decode.push(id);
+            ranks.push(RankId::Decode(id));
+        }
+        sim.actor_mut::<Router>(router).expect("router").set_targets(Targets::Disaggregated { prefill, decode });
+    } else {
+        let a = dep.plan(Role::Aggregated).expect("aggregated");
+        let mut all = Vec::new();
+        for i in 0..a.spec.count {
+            let core = RankCore::new(i, Role::Aggregated, router, dep.batcher(a, Mode::Generate), dep.interval);
+            let id = sim.add_actor(&format!("aggregated{i}"), AggregatedRank { core }).expect("unique");
+            all.push(id);
+            ranks.push(RankId::Aggregated(id));
+        }
+        sim.actor_mut::<Router>(router).expect("router").set_targets(Targets::Aggregated(all));
+    }
+
+    if let Some(at) = first_arrival {
+        sim.schedule(at, router, Msg::Arrival).expect("router exists");
+    }
+    Ok(Built { dep, sim, router, ranks, links: link_ids, slo: input.slo, until: input.until })
+}
+
+fn collect(
+    dep: &Deployment,
+    mut sim: Simulation<Msg>,
+    router: ActorId,
+    ranks: Vec<RankId>,
+    links: Vec<(String, ActorId)>,
+    final_time: SimTime,
+    slo: &SloSpec,
+) -> Result<SimOutput, SimError> {
+    let events = sim.events_delivered();
+    let r = sim.actor_mut::<Router>(router).expect("router");
+    if let Some(e) = r.error.take() {
+        return Err(SimError::Workload(e));
+    }
+    let issued = r.issued();
+    let mut records = std::mem::take(&mut r.records);
+    let mut violations = Vec::new();
+    let mut itl = Histogram::default();
+    let mut reports = Vec::new();
+    let mut unfinished: Vec<Box<Request>> = Vec::new();
+    let group_names = |p: &RolePlan| p.groups.iter().map(|g| g.name().to_string()).collect::<Vec<_>>();
+    for rank in ranks {
+        let (core, sources, waited, name_role) = match rank {
+            RankId::Prefill(id) => {
+                let pr = sim.actor_mut::<PrefillRank>(id).expect("prefill rank");
+                if pr.held_sources() > 0 {
+                    violations.push(format!("prefill{}: {} sources still held", pr.core.index, pr.held_sources()));
+                }
+                let s = pr.sources;
+                (&mut pr.core, Some(s), 0, Role::Prefill)
+            }
+            RankId::Decode(id) => {
+                let dr = sim.actor_mut::<DecodeRank>(id).expect("decode rank");
+                let w = dr.reservations_waited;
+                unfinished.extend(dr.drain_in_flight());
+                (&mut dr.core, None, w, Role::Decode)
+            }
+            RankId::Aggregated(id) => {
+                let ar = sim.actor_mut::<AggregatedRank>(id).expect("aggregated rank");
+                (&mut ar.core, None, 0, Role::Aggregated)
+            }
+        };
+        let name = format!("{}{}", name_role.as_str(), core.index);
+        for mut seq in core.batcher.drain() {
+            core.batcher.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
+            unfinished.push(seq.req);
+        }
+        if let Err(e) = core.batcher.pool.check() {
+            violations.push(format!("{name}: {e}"));
+        }
+        itl.merge(&core.batcher.itl);
+        let plan = dep.plan(name_role).expect("role exists");
+        reports.push(RankReport {
+            name,
+            role: name_role,
+            stats: core.batcher.stats,
+            num_blocks: core.batcher.pool.num_blocks(),
+            peak_used_blocks: core.batcher.pool.peak_used,
+            evicted_blocks: core.batcher.pool.evicted_blocks,
+            groups: group_names(plan),
+            refusals: core.refusals.iter().map(|r| r.to_string()).collect(),
+            sources,
+            reservations_waited: waited,
+            timeline: std::mem::take(&mut core.timeline),
+        });
+    }
+    for mut req in unfinished {
+        req.fail(FailReason::Unfinished, final_time);
+        records.push(*req);
+    }
+    records.sort_by_key(|r| r.id);
+    if records.len() as u64 != issued {
+        violations.push(format!("{issued} requests entered, {} accounted for", records.len()));
+    }
+    let mut link_reports = Vec::new();
+    let (mut sent, mut received) = (0u64, 0u64);
+    for (name, id) in links {
+        let l = sim.actor_mut::<NixlLink>(id).expect("link");
+        sent += l.stats.bytes_started;
+        received += l.stats.bytes_completed;
+        link_reports.push(LinkReport { name, stats: l.stats, timeline: std::mem::take(&mut l.timeline) });
+    }
+    let priced: u64 = records.iter().map(|r| r.transfer_bytes.get()).sum();
+    if sent != received || (sent != priced && final_time != SimTime::MAX) {
+        violations.push(format!("links sent {sent} bytes and delivered {received}; requests were priced {priced}"));
+    }
+    let summary = metrics::summarise(&records, &itl, slo);
+    let digest = digest(&records);
+    Ok(SimOutput { records, summary, ranks: reports, links: link_reports, events, final_time, violations, digest })
+}
+
+/// FNV-1a over every request's outcome, counts and times.
+pub fn digest(records: &[Request]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut put = |w: u64| {
+        for b in w.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    let t = |x: Option<SimTime>| x.map_or(u64::MAX, SimTime::as_nanos);
+    for r in records {
+        put(r.id);
+        put(match r.outcome {
+            Outcome::InFlight => 0,
+            Outcome::Completed => 1,
+            Outcome::Failed(_) => 2,
+        });
+        for x in [r.prompt, r.output, r.generated, r.transferred_tokens, r.prefill_hit, r.decode_hit] {
+            put(x.get());
+        }
+        put(r.transfer_bytes.get());
+        put(u64::from(r.preemptions));
+        let s = &r.t;
+        put(s.arrival.as_nanos());
+        for x in [
+            s.prefill_queued,
+            s.prefill_started,
+            s.prefill_done,
+            s.reserve_requested,
+            s.reserved,
+            s.transfer_started,
+            s.transfer_done,
+            s.decode_started,
+            s.first_token,
+            s.last_token,
+            s.finished,
+        ] {
+            put(t(x));
+        }
+    }
+    h
+}

@@ -1,0 +1,189 @@
+//! Forward-pass time of one scheduler step.
+//!
+//! A rank asks its [`StepTimeModel`] how long a step takes given the shape
+//! of the batch. Two models come from scenario files ([`StepTimeSpec`]); any
+//! other can be plugged in by implementing the trait.
+
+use sim_core::SimDuration;
+
+use crate::config::StepTimeSpec;
+
+/// What a step computes, summed over its batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchShape {
+    /// Tokens computed in the step (prefill chunks plus one per decoding sequence).
+    pub new_tokens: u64,
+    /// Sequences in the step.
+    pub seqs: u64,
+    /// Tokens of context attended to: for each sequence, the tokens it has
+    /// after the step.
+    pub context_tokens: u64,
+}
+
+/// How long a step of a given shape takes.
+pub trait StepTimeModel {
+    /// The step's duration.
+    fn step_time(&self, batch: &BatchShape) -> SimDuration;
+}
+
+/// Picoseconds, so that microsecond coefficients with fractions stay exact
+/// integers and a step's time is rounded once, to whole nanoseconds.
+fn us_to_ps(us: f64) -> u64 {
+    (us * 1e6).round() as u64
+}
+
+fn ps_to_duration(ps: u128) -> SimDuration {
+    SimDuration::from_nanos(u64::try_from(ps.div_ceil(1000)).unwrap_or(u64::MAX))
+}
+
+/// `fixed + per_token × new + per_seq × seqs + per_context_token × context`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinearStepTime {
+    fixed_ps: u64,
+    per_token_ps: u64,
+    per_seq_ps: u64,
+    per_context_token_ps: u64,
+}
+
+impl LinearStepTime {
+    /// A linear model from microsecond coefficients (each ≥ 0, finite).
+    pub fn from_micros(fixed: f64, per_token: f64, per_seq: f64, per_context_token: f64) -> Self {
+        LinearStepTime {
+            fixed_ps: us_to_ps(fixed),
+            per_token_ps: us_to_ps(per_token),
+            per_seq_ps: us_to_ps(per_seq),
+            per_context_token_ps: us_to_ps(per_context_token),
+        }
+    }
+}
+
+impl StepTimeModel for LinearStepTime {
+    #[inline]
+    fn step_time(&self, b: &BatchShape) -> SimDuration {
+        let ps = u128::from(self.fixed_ps)
+            + u128::from(self.per_token_ps) * u128::from(b.new_tokens)
+            + u128::from(self.per_seq_ps) * u128::from(b.seqs)
+            + u128::from(self.per_context_token_ps) * u128::from(b.context_tokens);
+        ps_to_duration(ps)
+    }
+}
+
+/// A measured profile: step time against tokens computed, linearly
+/// interpolated (and extrapolated from the nearest two points), plus a
+/// per-context-token term.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableStepTime {
+    /// (tokens, picoseconds), tokens strictly increasing.
+    points: Vec<(u64, u64)>,
+    per_context_token_ps: u64,
+}
+
+impl TableStepTime {
+    /// A table from `[tokens, µs]` points; `None` if the points are empty,
+    /// negative, or not strictly increasing in tokens.
+    pub fn from_micros(points: &[[f64; 2]], per_context_token_us: f64) -> Option<Self> {
+        let mut out = Vec::with_capacity(points.len());
+        for &[tokens, us] in points {
+            if !(tokens >= 0.0 && us >= 0.0 && tokens.is_finite() && us.is_finite()) {
+                return None;
+            }
+            let t = tokens.round() as u64;
+            if out.last().is_some_and(|&(prev, _)| prev >= t) {
+                return None;
+            }
+            out.push((t, us_to_ps(us)));
+        }
+        if out.is_empty() {
+            return None;
+        }
+        Some(TableStepTime { points: out, per_context_token_ps: us_to_ps(per_context_token_us) })
+    }
+
+    fn interpolate(&self, x: u64) -> u128 {
+        let p = &self.points;
+        if p.len() == 1 {
+            return u128::from(p[0].1);
+        }
+        // The segment whose right end is the first point at or past x (the
+        // first or last segment outside the table's range).
+        let i = p.partition_point(|&(t, _)| t < x).clamp(1, p.len() - 1);
+        let ((x0, y0), (x1, y1)) = (p[i - 1], p[i]);
+        let (x, x0, x1) = (i128::from(x), i128::from(x0), i128::from(x1));
+        let (y0, y1) = (i128::from(y0), i128::from(y1));
+        let y = y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+        u128::try_from(y.max(0)).unwrap_or(0)
+    }
+}
+
+impl StepTimeModel for TableStepTime {
+    fn step_time(&self, b: &BatchShape) -> SimDuration {
+        let ps = self.interpolate(b.new_tokens) + u128::from(self.per_context_token_ps) * u128::from(b.context_tokens);
+        ps_to_duration(ps)
+    }
+}
+
+/// Why a step-time spec was refused; the text names the field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct StepTimeError {
+    /// The field, e.g. `step_time.per_token_us`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// Builds the model a spec describes.
+pub fn build(spec: &StepTimeSpec) -> Result<Box<dyn StepTimeModel>, StepTimeError> {
+    let check = |field: &'static str, v: f64| {
+        if v.is_finite() && v >= 0.0 {
+            Ok(v)
+        } else {
+            Err(StepTimeError { field, problem: format!("must be a finite number >= 0, got {v}") })
+        }
+    };
+    match spec {
+        StepTimeSpec::Linear { fixed_us, per_token_us, per_seq_us, per_context_token_us } => {
+            Ok(Box::new(LinearStepTime::from_micros(
+                check("step_time.fixed_us", *fixed_us)?,
+                check("step_time.per_token_us", *per_token_us)?,
+                check("step_time.per_seq_us", *per_seq_us)?,
+                check("step_time.per_context_token_us", *per_context_token_us)?,
+            )))
+        }
+        StepTimeSpec::Table { points, per_context_token_us } => {
+            let ctx = check("step_time.per_context_token_us", *per_context_token_us)?;
+            TableStepTime::from_micros(points, ctx).map(|t| Box::new(t) as Box<dyn StepTimeModel>).ok_or(
+                StepTimeError {
+                    field: "step_time.points",
+                    problem: "must be non-empty [tokens, us] pairs, >= 0, tokens strictly increasing".into(),
+                },
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear_sums_its_terms_in_integer_picoseconds() {
+        let m = LinearStepTime::from_micros(5_000.0, 30.0, 1.0, 0.5);
+        let b = BatchShape { new_tokens: 999, seqs: 1, context_tokens: 999 };
+        // 5,000 + 999 × 30 + 1 + 999 × 0.5 = 5,000 + 29,970 + 1 + 499.5 = 35,470.5 µs
+        assert_eq!(m.step_time(&b), SimDuration::from_nanos(35_470_500));
+    }
+
+    #[test]
+    fn table_interpolates_and_extrapolates() {
+        let t = TableStepTime::from_micros(&[[1.0, 10_000.0], [1025.0, 20_000.0], [2049.0, 40_000.0]], 0.0).unwrap();
+        let at = |n| t.step_time(&BatchShape { new_tokens: n, seqs: 1, context_tokens: 0 }).as_nanos();
+        assert_eq!(at(1), 10_000_000);
+        assert_eq!(at(513), 15_000_000); // halfway between 1 and 1025
+        assert_eq!(at(1537), 30_000_000); // halfway between 1025 and 2049
+        assert_eq!(at(3073), 60_000_000); // one more segment's slope past the end
+        assert_eq!(at(0), 9_990_235); // 10 ms − 10 ms/1024, rounded up to the ns
+        assert!(TableStepTime::from_micros(&[[2.0, 1.0], [2.0, 3.0]], 0.0).is_none());
+        assert!(TableStepTime::from_micros(&[], 0.0).is_none());
+    }
+}

@@ -1,0 +1,98 @@
+//! What a simulation serves: requests, pulled one at a time from a source.
+//!
+//! A [`RequestSource`] is asked for the next request only when the router
+//! needs it (the next arrival of an open loop, or a completion in a closed
+//! loop), so a trace of any length is replayed in memory bounded by the
+//! requests in flight.
+
+use sim_core::SimTime;
+
+use crate::units::Tokens;
+
+/// One request as a workload describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestSpec {
+    /// When it arrives (open loop); ignored by a closed loop.
+    pub arrival: SimTime,
+    /// Prompt tokens, at least 1.
+    pub prompt: Tokens,
+    /// Output tokens to generate, at least 1.
+    pub output: Tokens,
+    /// What the prompt shares with other prompts, for prefix caching.
+    pub prefix: PrefixIds,
+}
+
+/// The identity of a prompt's leading content, as chained block ids: id `i`
+/// names the whole prompt prefix up to the end of block `i` of
+/// `block_tokens` tokens (two prompts with an equal id `i` agree on every
+/// token up to there), as Mooncake traces' `hash_ids` do with 512-token
+/// blocks. Empty ids: the prompt shares nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PrefixIds {
+    /// Tokens one id covers.
+    pub block_tokens: Tokens,
+    /// Chained ids of the prompt's blocks, in order.
+    pub ids: Vec<u64>,
+}
+
+impl PrefixIds {
+    /// No shared content.
+    pub fn none() -> Self {
+        PrefixIds::default()
+    }
+
+    /// The identity of the prompt's first `end` tokens, if the ids cover
+    /// them: a mix of the id of the block holding token `end − 1` and `end`
+    /// itself, so that pool blocks of any size get distinct keys.
+    pub fn key_through(&self, end: Tokens, prompt: Tokens) -> Option<u64> {
+        let g = self.block_tokens.get();
+        if g == 0 || end.is_zero() || end > prompt {
+            return None;
+        }
+        let idx = (end.get() - 1) / g;
+        // Ids are content hashes of the (possibly partial) blocks, so an
+        // equal id also means an equal length of a partial last block.
+        let id = *self.ids.get(usize::try_from(idx).ok()?)?;
+        Some(mix(id, end.get()))
+    }
+}
+
+/// A 64-bit mixer (splitmix64's finaliser) over an id and a position.
+pub fn mix(id: u64, pos: u64) -> u64 {
+    let mut z = id ^ pos.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Why a workload could not give its next request (a malformed trace row, an
+/// unreadable file). The text names the place; the run stops with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct WorkloadError(pub String);
+
+/// A stream of requests.
+pub trait RequestSource {
+    /// The next request, or `None` when the workload is exhausted. For an
+    /// open loop, arrivals must not decrease.
+    fn next_request(&mut self) -> Result<Option<RequestSpec>, WorkloadError>;
+}
+
+impl<I: Iterator<Item = RequestSpec>> RequestSource for I {
+    fn next_request(&mut self) -> Result<Option<RequestSpec>, WorkloadError> {
+        Ok(self.next())
+    }
+}
+
+/// When requests enter the system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArrivalMode {
+    /// At the arrival times the source gives.
+    Open,
+    /// A fixed number in flight: one enters whenever one leaves (arrival
+    /// times from the source are ignored).
+    Closed {
+        /// Requests in flight.
+        concurrency: u32,
+    },
+}

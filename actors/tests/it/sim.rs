@@ -1,0 +1,374 @@
+//! The serving simulation end to end: exact timings, roles, backpressure,
+//! link sharing, faults, preemption, determinism and conservation.
+
+use actors::config::{DeploymentSpec, LinkSpec, LinkTopology, RoleSpec, Sharing, SloSpec, StepTimeSpec};
+use actors::link::NixlLink;
+use actors::model::{ModelSpec, Role};
+use actors::msg::Msg;
+use actors::ranks::{AggregatedRank, DecodeRank, PrefillRank};
+use actors::request::{Command, FailReason, Outcome, Request};
+use actors::sim::{self, Deployment, RankId, RunInput, SimOutput};
+use actors::units::{Bandwidth, Bytes, Tokens};
+use actors::workload::{ArrivalMode, PrefixIds, RequestSpec};
+use sim_core::rand::Rng;
+use sim_core::{Actor, Context, SimDuration, SimTime, Simulation};
+
+use super::model_fixtures::{glm_spec, linear_spec};
+
+fn linear_step(fixed_us: f64, per_token_us: f64, per_context_token_us: f64) -> StepTimeSpec {
+    StepTimeSpec::Linear { fixed_us, per_token_us, per_seq_us: 0.0, per_context_token_us }
+}
+
+fn role(count: u32, num_blocks: u64, step_time: StepTimeSpec) -> RoleSpec {
+    RoleSpec {
+        count,
+        tp: 4,
+        num_blocks,
+        max_num_batched_tokens: 8192,
+        max_num_seqs: 256,
+        block_size_tokens: None,
+        prefix_caching: true,
+        vllm_version: None,
+        step_time,
+    }
+}
+
+fn pd(prefill: RoleSpec, decode: RoleSpec, bandwidth_gb_s: f64) -> DeploymentSpec {
+    DeploymentSpec {
+        vllm_version: Some("0.32.0".into()),
+        prefill: Some(prefill),
+        decode: Some(decode),
+        aggregated: None,
+        link: LinkSpec {
+            bandwidth_gb_s,
+            latency_us: 0.0,
+            sharing: Sharing::ProcessorSharing,
+            topology: LinkTopology::PerPair,
+        },
+        router: Default::default(),
+        faults: Default::default(),
+        timeline_interval_ms: 10.0,
+        check_invariants: true,
+    }
+}
+
+fn req(at_ns: u64, prompt: u64, output: u64) -> RequestSpec {
+    RequestSpec {
+        arrival: SimTime::from_nanos(at_ns),
+        prompt: Tokens::new(prompt),
+        output: Tokens::new(output),
+        prefix: PrefixIds::none(),
+    }
+}
+
+fn input(requests: Vec<RequestSpec>) -> RunInput {
+    RunInput {
+        seed: 1,
+        source: Box::new(requests.into_iter()),
+        arrivals: ArrivalMode::Open,
+        max_requests: None,
+        slo: SloSpec::default(),
+        until: None,
+    }
+}
+
+fn run(model: &ModelSpec, spec: &DeploymentSpec, requests: Vec<RequestSpec>) -> SimOutput {
+    let dep = Deployment::build(model, spec).expect("valid deployment");
+    let out = sim::run(&dep, input(requests)).expect("runs");
+    assert_eq!(out.violations, Vec::<String>::new(), "conservation invariants");
+    out
+}
+
+#[test]
+fn one_glm_request_is_timed_to_the_nanosecond() {
+    // Prefill: 5 ms + 30 µs per token. Decode: 10 ms + 0.01 µs per context token.
+    let spec = pd(role(1, 64, linear_step(5_000.0, 30.0, 0.0)), role(1, 64, linear_step(10_000.0, 0.0, 0.01)), 1.0);
+    let out = run(&glm_spec(), &spec, vec![req(0, 1_000, 2)]);
+    let r = &out.records[0];
+    assert_eq!(r.outcome, Outcome::Completed);
+    // The Mamba-type model backs off one token: T = 999.
+    assert_eq!(r.transferred_tokens, Tokens::new(999));
+    // Prefill step of 999 tokens: 5,000 + 999 × 30 = 34,970 µs.
+    let prefill = 34_970_000;
+    // Payload: 13,045,120 × cdiv(999, 2,176) + 36,927,488 = 49,972,608 bytes;
+    // at 1 GB/s that is 49,972,608 ns.
+    assert_eq!(r.transfer_bytes, Bytes::new(49_972_608));
+    let transfer = 49_972_608;
+    assert_eq!((r.t.transfer_done.unwrap() - r.t.transfer_started.unwrap()).as_nanos(), transfer);
+    // First decode step: 1 token with 1,000 tokens of context: 10,000 + 10 µs.
+    let first_decode = 10_010_000;
+    assert_eq!(r.ttft().unwrap().as_nanos(), prefill + transfer + first_decode);
+    // Second token: context 1,001: 10,000 + 10.01 µs.
+    assert_eq!(r.e2e().unwrap().as_nanos(), prefill + transfer + first_decode + 10_010_010);
+    assert_eq!(r.tpot().unwrap().as_nanos(), 10_010_010);
+    // The source was released and every block returned.
+    let p = out.ranks.iter().find(|k| k.role == Role::Prefill).unwrap();
+    assert_eq!(p.sources.unwrap().released, 1);
+}
+
+fn refusal_texts(out: &SimOutput) -> Vec<String> {
+    out.records
+        .iter()
+        .filter_map(|r| match r.outcome {
+            Outcome::Failed(f) => Some(f.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn lone_request(id: u64) -> Box<Request> {
+    Box::new(Request::new(id, Tokens::new(100), Tokens::new(4), PrefixIds::none(), SimTime::ZERO))
+}
+
+#[test]
+fn ranks_refuse_the_other_sides_commands() {
+    let spec = pd(role(1, 64, linear_step(1_000.0, 1.0, 0.0)), role(1, 64, linear_step(1_000.0, 1.0, 0.0)), 10.0);
+    let dep = Deployment::build(&glm_spec(), &spec).unwrap();
+    let mut b = sim::build(&dep, input(vec![])).unwrap();
+    let (p, d) = (b.ranks[0].id(), b.ranks[1].id());
+    let t = SimTime::ZERO;
+    b.sim.schedule(t, d, Msg::SubmitHandoffPrefill(lone_request(1))).unwrap();
+    b.sim.schedule(t, d, Msg::ReleaseSource(1)).unwrap();
+    b.sim.schedule(t, d, Msg::CancelSource(1, FailReason::DecodeAborted)).unwrap();
+    b.sim.schedule(t, p, Msg::ReserveDestination(lone_request(2))).unwrap();
+    b.sim.schedule(t, p, Msg::CancelDestination(2, FailReason::DecodeAborted)).unwrap();
+    b.sim.run();
+    let decode = b.sim.actor::<DecodeRank>(d).unwrap();
+    let texts: Vec<String> = decode.core.refusals.iter().map(|r| r.to_string()).collect();
+    assert_eq!(
+        texts,
+        [
+            "decode rank refused source command SubmitHandoffPrefill: it accepts only destination commands",
+            "decode rank refused source command ReleaseSource: it accepts only destination commands",
+            "decode rank refused source command CancelSource: it accepts only destination commands",
+        ]
+    );
+    let prefill = b.sim.actor::<PrefillRank>(p).unwrap();
+    let texts: Vec<String> = prefill.core.refusals.iter().map(|r| r.to_string()).collect();
+    assert_eq!(
+        texts,
+        [
+            "prefill rank refused destination command ReserveDestination: it accepts only source commands",
+            "prefill rank refused destination command CancelDestination: it accepts only source commands",
+        ]
+    );
+    // The requests those commands carried failed with the refusal as their reason.
+    let out = b.run().unwrap();
+    assert_eq!(refusal_texts(&out).len(), 2);
+    assert!(matches!(
+        out.records[0].outcome,
+        Outcome::Failed(FailReason::Refused { role: Role::Decode, command: Command::SubmitHandoffPrefill })
+    ));
+}
+
+#[test]
+fn an_aggregated_grouped_rank_refuses_every_handoff_command() {
+    let mut spec = pd(role(1, 64, linear_step(1_000.0, 1.0, 0.0)), role(1, 64, linear_step(1.0, 1.0, 0.0)), 1.0);
+    spec.aggregated = spec.prefill.take();
+    spec.decode = None;
+    let dep = Deployment::build(&glm_spec(), &spec).unwrap();
+    let mut b = sim::build(&dep, input(vec![])).unwrap();
+    let RankId::Aggregated(a) = b.ranks[0] else { panic!("an aggregated rank") };
+    let t = SimTime::ZERO;
+    b.sim.schedule(t, a, Msg::SubmitHandoffPrefill(lone_request(1))).unwrap();
+    b.sim.schedule(t, a, Msg::ReleaseSource(1)).unwrap();
+    b.sim.schedule(t, a, Msg::CancelSource(1, FailReason::DecodeAborted)).unwrap();
+    b.sim.schedule(t, a, Msg::ReserveDestination(lone_request(2))).unwrap();
+    b.sim.schedule(t, a, Msg::CancelDestination(2, FailReason::DecodeAborted)).unwrap();
+    b.sim.run();
+    let rank = b.sim.actor::<AggregatedRank>(a).unwrap();
+    let texts: Vec<String> = rank.core.refusals.iter().map(|r| r.to_string()).collect();
+    let expect =
+        |side: &str, cmd: &str| format!("aggregated rank refused {side} command {cmd}: it accepts no handoff commands");
+    assert_eq!(
+        texts,
+        [
+            expect("source", "SubmitHandoffPrefill"),
+            expect("source", "ReleaseSource"),
+            expect("source", "CancelSource"),
+            expect("destination", "ReserveDestination"),
+            expect("destination", "CancelDestination"),
+        ]
+    );
+}
+
+#[test]
+fn a_full_decode_pool_makes_the_second_reservation_wait() {
+    // Linear model, B = 16. Each request: N = 1,000, output 50: its
+    // reservation takes cdiv(1000, 16) = 63 blocks and it grows to
+    // cdiv(1049, 16) = 66. A 100-block decode pool holds one at a time.
+    let model = linear_spec(32_768);
+    let mut spec =
+        pd(role(1, 10_000, linear_step(2_000.0, 10.0, 0.0)), role(1, 100, linear_step(5_000.0, 0.0, 0.0)), 50.0);
+    spec.vllm_version = None;
+    let out = run(&model, &spec, vec![req(0, 1_000, 50), req(0, 1_000, 50)]);
+    let (a, b) = (&out.records[0], &out.records[1]);
+    assert_eq!((a.outcome, b.outcome), (Outcome::Completed, Outcome::Completed));
+    // The first reserves as soon as its prefill ends. (The second arrived
+    // just after the first step was planned, so it prefills in the next.)
+    assert_eq!(a.t.reserved, a.t.prefill_done);
+    assert!(b.t.prefill_done < a.t.finished);
+    // The second waits until the first completes and frees its 66 blocks.
+    assert_eq!(b.t.reserved, a.t.finished);
+    // Prefill steps: 2,000 + 10 × 1,000 = 12,000 µs, so a's prefill ends at
+    // 12 ms and b's at 24 ms. a's transfer: 1,000 × 32,768 bytes at 50 GB/s
+    // = 655,360 ns; then 50 decode steps of 5 ms. a ends at
+    // 12 + 0.65536 + 250 = 262.65536 ms, and b waited from 24 ms until then.
+    assert_eq!(a.t.finished, Some(SimTime::from_nanos(262_655_360)));
+    let wait = b.t.transfer_started.unwrap() - b.t.prefill_done.unwrap();
+    assert_eq!(wait, SimDuration::from_nanos(262_655_360 - 24_000_000));
+    assert_eq!(out.summary.transfer_wait_ms.max, wait.as_millis_f64());
+    let d = out.ranks.iter().find(|k| k.role == Role::Decode).unwrap();
+    assert_eq!(d.reservations_waited, 1);
+}
+
+/// Receives TransferCompleted and notes when.
+#[derive(Default)]
+struct Sink(Vec<(u64, u64)>);
+impl Actor<Msg> for Sink {
+    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+        if let Msg::TransferCompleted(id) = msg {
+            self.0.push((id, ctx.now().as_nanos()));
+        }
+    }
+}
+
+/// Runs transfers `(id, start ms, bytes)` on one zero-latency 1 GB/s link.
+fn link_run(sharing: Sharing, transfers: &[(u64, u64, u64)]) -> Vec<(u64, u64)> {
+    let mut sim = Simulation::new(1);
+    let bw = Bandwidth::from_gb_per_s(1.0).unwrap();
+    let link =
+        sim.add_actor("link", NixlLink::new(0, SimDuration::ZERO, bw, sharing, SimDuration::from_millis(1))).unwrap();
+    let sink = sim.add_actor("sink", Sink::default()).unwrap();
+    for &(id, at_ms, bytes) in transfers {
+        let msg = Msg::StartTransfer { id, bytes: Bytes::new(bytes), reply_to: sink };
+        sim.schedule(SimTime::from_nanos(at_ms * 1_000_000), link, msg).unwrap();
+    }
+    sim.run();
+    let l = sim.actor::<NixlLink>(link).unwrap();
+    assert_eq!(l.stats.bytes_started, l.stats.bytes_completed);
+    sim.actor::<Sink>(sink).unwrap().0.clone()
+}
+
+const MB100: u64 = 100_000_000; // 100 ms alone at 1 GB/s
+
+#[test]
+fn processor_sharing_retimes_transfers_exactly() {
+    // Two equal transfers together: each gets half the bandwidth, so each
+    // takes twice as long as alone: 200 ms.
+    assert_eq!(
+        link_run(Sharing::ProcessorSharing, &[(1, 0, MB100), (2, 0, MB100)]),
+        [(1, 200_000_000), (2, 200_000_000)]
+    );
+    // B starts halfway through A: A has 50 ms of solo work left, done at half
+    // speed: 150 ms. B then has 50 ms left alone: 200 ms.
+    assert_eq!(
+        link_run(Sharing::ProcessorSharing, &[(1, 0, MB100), (2, 50, MB100)]),
+        [(1, 150_000_000), (2, 200_000_000)]
+    );
+    // Three-way: A 100 MB at 0, B 30 MB at 10 ms, C 60 MB at 20 ms.
+    // 0-10: A alone, 90 MB left. 10-20: halves, A 85, B 25 left.
+    // From 20: thirds; B's 25 MB take 75 ms -> B at 95 ms; A 60, C 35 left.
+    // Halves: C's 35 take 70 ms -> C at 165 ms; A has 25 left -> 190 ms.
+    let three = [(1, 0, MB100), (2, 10, 30_000_000), (3, 20, 60_000_000)];
+    assert_eq!(link_run(Sharing::ProcessorSharing, &three), [(2, 95_000_000), (3, 165_000_000), (1, 190_000_000)]);
+    // FIFO: one at a time.
+    assert_eq!(link_run(Sharing::Fifo, &[(1, 0, MB100), (2, 50, MB100)]), [(1, 100_000_000), (2, 200_000_000)]);
+}
+
+/// Poisson arrivals at `rate` per second, prompts uniform in 500..4,000,
+/// outputs uniform in 10..100, drawn from the run's seed.
+fn poisson(seed: u64, n: usize, rate: f64) -> Vec<RequestSpec> {
+    let mut rng = sim_core::rng::stream_for(seed, "test-workload");
+    let mut t = 0.0f64;
+    (0..n)
+        .map(|_| {
+            t += -(1.0 - rng.random::<f64>()).ln() / rate;
+            RequestSpec {
+                arrival: SimTime::from_nanos((t * 1e9) as u64),
+                prompt: Tokens::new(rng.random_range(500..4_000)),
+                output: Tokens::new(rng.random_range(10..100)),
+                prefix: PrefixIds::none(),
+            }
+        })
+        .collect()
+}
+
+fn glm_2p2d() -> DeploymentSpec {
+    pd(role(2, 400, linear_step(4_000.0, 25.0, 0.0)), role(2, 400, linear_step(8_000.0, 5.0, 0.002)), 25.0)
+}
+
+#[test]
+fn a_thousand_poisson_requests_on_2p2d_are_deterministic() {
+    let spec = glm_2p2d();
+    let a = run(&glm_spec(), &spec, poisson(7, 1_000, 20.0));
+    let b = run(&glm_spec(), &spec, poisson(7, 1_000, 20.0));
+    assert_eq!(a.records.len(), 1_000);
+    assert_eq!(a.summary.completed, 1_000);
+    assert_eq!(a.digest, b.digest);
+    assert_eq!(a.events, b.events);
+    let c = run(&glm_spec(), &spec, poisson(8, 1_000, 20.0));
+    assert_ne!(a.digest, c.digest);
+    // Both prefill and both decode ranks served requests.
+    for rank in &a.ranks {
+        assert!(rank.stats.steps > 0, "{} ran no step", rank.name);
+    }
+}
+
+#[test]
+fn a_small_decode_pool_preempts_and_still_completes_everything() {
+    // 40 decode blocks of 16 tokens = 640 tokens; requests of 200 + 150
+    // tokens need up to 22 blocks each, so a handful admitted together run
+    // out as they grow and the newest are preempted and recomputed.
+    let model = linear_spec(1_024);
+    let mut spec =
+        pd(role(1, 10_000, linear_step(1_000.0, 1.0, 0.0)), role(1, 40, linear_step(1_000.0, 1.0, 0.0)), 100.0);
+    spec.vllm_version = None;
+    let requests = (0..6).map(|i| req(i * 100_000, 200, 150)).collect();
+    let out = run(&model, &spec, requests);
+    assert_eq!(out.summary.failure_reasons, Default::default());
+    assert_eq!(out.summary.completed, 6);
+    assert!(out.summary.preemptions > 0, "expected preemptions");
+    for r in &out.records {
+        assert_eq!(r.generated, Tokens::new(150));
+    }
+}
+
+#[test]
+fn aborted_handoffs_and_expired_holds_fail_with_their_reasons() {
+    let model = linear_spec(32_768);
+    let mut spec =
+        pd(role(1, 10_000, linear_step(2_000.0, 10.0, 0.0)), role(1, 100, linear_step(5_000.0, 0.0, 0.0)), 50.0);
+    spec.vllm_version = None;
+    spec.faults.decode_abort_probability = 1.0;
+    let out = run(&model, &spec, vec![req(0, 1_000, 50), req(0, 1_000, 50)]);
+    assert_eq!(out.summary.failed, 2);
+    assert_eq!(
+        out.summary.failure_reasons.keys().collect::<Vec<_>>(),
+        ["decode rank aborted the handoff; source cancelled"]
+    );
+    let p = out.ranks.iter().find(|k| k.role == Role::Prefill).unwrap();
+    assert_eq!(p.sources.unwrap().cancelled, 2);
+
+    // A 10 ms hold with the second reservation waiting ~250 ms: its source expires.
+    spec.faults.decode_abort_probability = 0.0;
+    spec.faults.source_hold_s = Some(0.010);
+    let out = run(&model, &spec, vec![req(0, 1_000, 50), req(0, 1_000, 50)]);
+    assert_eq!(out.records[0].outcome, Outcome::Completed);
+    let Outcome::Failed(reason) = out.records[1].outcome else { panic!("the second fails") };
+    assert_eq!(reason.to_string(), "source hold expired after 10ms without a release from the decode rank");
+    assert_eq!(out.ranks[0].sources.unwrap().expired, 1);
+}
+
+#[test]
+fn a_request_larger_than_the_pool_fails_instead_of_stalling() {
+    let model = linear_spec(1_024);
+    let mut spec =
+        pd(role(1, 10, linear_step(1_000.0, 1.0, 0.0)), role(1, 1_000, linear_step(1_000.0, 1.0, 0.0)), 10.0);
+    spec.vllm_version = None;
+    // 10 blocks of 16 tokens hold 160 tokens; a 1,000-token prompt needs 63.
+    let out = run(&model, &spec, vec![req(0, 1_000, 5), req(0, 100, 5)]);
+    let Outcome::Failed(reason) = out.records[0].outcome else { panic!("the large one fails") };
+    assert_eq!(reason.to_string(), "prefill rank cannot fit the request: needs 63 blocks, pool has 10");
+    assert_eq!(out.records[1].outcome, Outcome::Completed);
+}
