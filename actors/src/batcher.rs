@@ -15,6 +15,22 @@
 //! step-time model how long it takes, and applies the results when the
 //! timer fires. The work per step is proportional to the batch, never to
 //! the tokens in it.
+//!
+//! Runs of identical decode steps are fast-forwarded: when every sequence
+//! in the batch is decoding (one token a step, each step producing a token)
+//! and nothing more can be admitted, the next steps keep the same batch
+//! until the first sequence finishes. The scheduler then plans up to that
+//! many steps at once (each with its own duration, as the context grows),
+//! allocates their blocks up front, and schedules one event at the end of
+//! the last. Every per-token figure is kept: each token's time is a step
+//! end, so first-token times, inter-token gaps (into the histogram, one
+//! entry per gap and count) and the last token come out as if each step had
+//! been an event. Anything that could change the batch (a new sequence, a
+//! cancelled reservation's blocks) cuts the run short at the end of the
+//! step in progress ([`Batcher::cut`]). A run also ends at the rank's next
+//! timeline sample, so sampled use stays at its interval. The one visible
+//! difference: the blocks of the whole run are reserved when it starts, so
+//! the pool shows them up to a run early.
 
 use std::collections::VecDeque;
 
@@ -118,7 +134,15 @@ pub struct Batcher {
     /// Sequences that cannot fit in the pool even alone; the rank fails them
     /// (their blocks are still held, for the rank to release).
     pub stuck: Vec<Seq>,
+    /// End times of the steps planned in flight (more than one: a
+    /// fast-forwarded run of decode steps).
+    ends: Vec<SimTime>,
+    /// Longest run of steps planned as one event.
+    pub max_run: usize,
 }
+
+/// The longest run of decode steps planned as one event.
+pub const DEFAULT_MAX_RUN: usize = 4096;
 
 impl Batcher {
     /// A scheduler with its pool and step-time model. `checkpoints`: prefill
@@ -149,6 +173,8 @@ impl Batcher {
             itl: crate::metrics::Histogram::default(),
             check_invariants: false,
             stuck: Vec::new(),
+            ends: Vec::new(),
+            max_run: DEFAULT_MAX_RUN,
         }
     }
 
@@ -197,9 +223,10 @@ impl Batcher {
         self.waiting.push_front(slot);
     }
 
-    /// Plans the next step. Returns its duration, or `None` if there is
-    /// nothing to run (or a step is already in flight).
-    pub fn plan_step(&mut self, now: SimTime) -> Option<SimDuration> {
+    /// Plans the next step (or run of identical decode steps, ending at the
+    /// latest at `horizon`). Returns the time until the event that ends it,
+    /// or `None` if there is nothing to run (or a step is already in flight).
+    pub fn plan_step(&mut self, now: SimTime, horizon: SimTime) -> Option<SimDuration> {
         if self.stepping {
             return None;
         }
@@ -289,10 +316,67 @@ impl Batcher {
         self.stepping = true;
         self.step_started = now;
         let dt = self.model.step_time(&shape);
-        self.stats.steps += 1;
-        self.stats.busy += dt;
-        self.stats.tokens += shape.new_tokens;
-        Some(dt)
+        self.ends.clear();
+        self.ends.push(now + dt);
+        if mode == Mode::Generate && !preempted && shape.new_tokens == shape.seqs {
+            self.fast_forward(shape, horizon);
+        }
+        Some(*self.ends.last().expect("one step") - now)
+    }
+
+    /// Extends a step of pure decoding into a run of identical steps, up to
+    /// the first sequence's last token, `horizon` and [`Batcher::max_run`].
+    fn fast_forward(&mut self, mut shape: BatchShape, horizon: SimTime) {
+        let mode = self.mode;
+        let mut run = self.max_run;
+        for &slot in &self.batch {
+            let seq = self.seqs[slot as usize].as_ref().expect("live slot");
+            // Each step must produce a token: the step reaches the goal.
+            if seq.computed + seq.step_tokens != seq.goal(mode) {
+                return;
+            }
+            run = run.min((seq.req.output - seq.req.generated).get() as usize);
+        }
+        let mut end = self.ends[0];
+        while self.ends.len() < run && end < horizon {
+            shape.context_tokens += shape.seqs;
+            end += self.model.step_time(&shape);
+            self.ends.push(end);
+        }
+        let k = self.ends.len() as u64;
+        if k == 1 {
+            return;
+        }
+        // Take the blocks of the whole run now, or run one step.
+        for bi in 0..self.batch.len() {
+            let slot = self.batch[bi];
+            let seq = self.seqs[slot as usize].as_mut().expect("live slot");
+            let last = seq.computed + Tokens::new(k - 1);
+            if self.pool.resize(&mut seq.alloc, last, last + Tokens::new(1), false).is_err() {
+                for &undo in &self.batch[..bi] {
+                    let seq = self.seqs[undo as usize].as_mut().expect("live slot");
+                    let c = seq.computed;
+                    self.pool.resize(&mut seq.alloc, c, c + Tokens::new(1), false).expect("restores a held state");
+                }
+                self.ends.truncate(1);
+                return;
+            }
+        }
+    }
+
+    /// Something may change the batch at `now`: ends a fast-forwarded run at
+    /// the end of the step in progress. Returns the new end of the run, if
+    /// it moved (the rank reschedules its event).
+    pub fn cut(&mut self, now: SimTime) -> Option<SimTime> {
+        if !self.stepping || self.ends.len() < 2 {
+            return None;
+        }
+        let keep = self.ends.partition_point(|&e| e < now) + 1;
+        if keep >= self.ends.len() {
+            return None;
+        }
+        self.ends.truncate(keep);
+        self.ends.last().copied()
     }
 
     /// Tries to give the waiting sequence `slot` its first chunk of this step.
@@ -349,34 +433,49 @@ impl Batcher {
     /// finished (prefill done, or last output token) to `done`.
     pub fn finish_step(&mut self, now: SimTime, done: &mut Vec<Finished>) {
         debug_assert!(self.stepping);
+        debug_assert_eq!(Some(&now), self.ends.last());
         self.stepping = false;
         let mode = self.mode;
         let mut any_done = false;
+        // A run of k steps: every sequence decodes k tokens, one per step end.
+        let k = self.ends.len() as u64;
+        let first_end = self.ends[0];
+        let mut longest_gap = SimDuration::ZERO;
+        for w in self.ends.windows(2) {
+            let gap = w[1] - w[0];
+            longest_gap = longest_gap.max(gap);
+            self.itl.record_n(gap, self.batch.len() as u64);
+        }
+        self.stats.steps += k;
+        self.stats.busy += now - self.step_started;
         for bi in 0..self.batch.len() {
             let slot = self.batch[bi];
             let pool = &mut self.pool;
             let seq = self.seqs[slot as usize].as_mut().expect("live slot");
             let from = seq.computed;
-            seq.computed += seq.step_tokens;
-            pool.register(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
+            let computed_now = seq.step_tokens + Tokens::new(k - 1);
+            seq.computed += computed_now;
+            self.stats.tokens += computed_now.get();
+            pool.register(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, seq.computed);
             if seq.computed < seq.goal(mode) {
                 continue;
             }
             let finished = match mode {
                 Mode::PrefillOnly => true,
                 Mode::Generate => {
-                    seq.req.generated += Tokens::new(1);
-                    self.stats.output_tokens += 1;
+                    seq.req.generated += Tokens::new(k);
+                    self.stats.output_tokens += k;
                     match seq.last_token {
                         None => {
-                            seq.req.t.first_token.get_or_insert(now);
+                            seq.req.t.first_token.get_or_insert(first_end);
                         }
                         Some(prev) => {
-                            let gap = now - prev;
+                            let gap = first_end - prev;
                             seq.req.max_itl = seq.req.max_itl.max(gap);
                             self.itl.record(gap);
                         }
                     }
+                    seq.req.max_itl = seq.req.max_itl.max(longest_gap);
                     seq.last_token = Some(now);
                     seq.req.t.last_token = Some(now);
                     seq.req.generated >= seq.req.output

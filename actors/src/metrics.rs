@@ -45,14 +45,23 @@ impl Histogram {
     /// Adds one observation.
     #[inline]
     pub fn record(&mut self, d: SimDuration) {
+        self.record_n(d, 1);
+    }
+
+    /// Adds `n` observations of the same value.
+    #[inline]
+    pub fn record_n(&mut self, d: SimDuration, n: u64) {
+        if n == 0 {
+            return;
+        }
         let v = d.as_nanos();
         let i = Self::index(v);
         if i >= self.counts.len() {
             self.counts.resize(i + 1, 0);
         }
-        self.counts[i] += 1;
-        self.count += 1;
-        self.sum_ns += u128::from(v);
+        self.counts[i] += n;
+        self.count += n;
+        self.sum_ns += u128::from(v) * u128::from(n);
         self.max_ns = self.max_ns.max(v);
     }
 
@@ -348,6 +357,10 @@ impl Timeline {
     /// A timeline sampled at most once per `interval`.
     pub fn new(interval: SimDuration) -> Self {
         Timeline { interval, next: SimTime::ZERO, samples: Vec::new() }
+    }
+    /// When the next sample will be kept.
+    pub fn next_due(&self) -> SimTime {
+        self.next
     }
     /// Whether a sample at `now` would be kept.
     #[inline]

@@ -42,6 +42,10 @@ pub struct Alloc {
     shared: u32,
     /// Blocks held for this request alone, all groups.
     private: u64,
+    /// When the state is a decode step (`from + 1 == to`, no checkpoint
+    /// blocks): the largest `to` whose decode step holds the same blocks in
+    /// every group, so that moving there needs no accounting. Zero otherwise.
+    stable_to: Tokens,
 }
 
 impl Alloc {
@@ -199,6 +203,12 @@ impl KvPool {
     /// blocks), taking or returning private blocks. On a shortfall nothing
     /// changes.
     pub fn resize(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> Result<(), Shortfall> {
+        let decode_step = from + Tokens::new(1) == to && !checkpoints;
+        if decode_step && to >= alloc.to && to <= alloc.stable_to {
+            // The next decode step holds what this one holds (most steps).
+            (alloc.from, alloc.to) = (from, to);
+            return Ok(());
+        }
         let need = self.private_need(from, to, checkpoints, alloc.shared);
         if need > alloc.private {
             self.take(need - alloc.private)?;
@@ -212,8 +222,36 @@ impl KvPool {
         }
         self.private = self.private + need - alloc.private;
         (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (from, to, checkpoints, need);
+        alloc.stable_to = if decode_step { self.stable_to(to) } else { Tokens::ZERO };
         self.note_peak();
         Ok(())
+    }
+
+    /// For a decode step ending at `to`: the largest `t ≥ to` whose decode
+    /// step (`t − 1 .. t`) holds the same blocks in every group.
+    ///
+    /// Full attention holds `cdiv(t, B)`: the same up to `cdiv(to, B) × B`.
+    /// A window group holds `cdiv(t, B) − floor(max(0, t − W) / B)`: the
+    /// second term stays at `m = floor(max(0, to − W) / B)` while
+    /// `t ≤ W + (m + 1) × B − 1`. A state group holds one block throughout.
+    fn stable_to(&self, to: Tokens) -> Tokens {
+        let t = to.get();
+        let mut stable = u64::MAX;
+        for g in &self.groups {
+            let b = g.block_size().get();
+            let end_of_block = t.div_ceil(b) * b;
+            let g_stable = match (g.kind(), g.window()) {
+                (CacheGroupKind::State, _) => u64::MAX,
+                (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
+                    let w = w.get();
+                    let m = t.saturating_sub(w) / b;
+                    end_of_block.min(w + (m + 1) * b - 1)
+                }
+                _ => end_of_block,
+            };
+            stable = stable.min(g_stable);
+        }
+        Tokens::new(stable)
     }
 
     /// Returns everything `alloc` holds; pinned cached blocks become
@@ -285,7 +323,7 @@ impl KvPool {
             }
         }
         self.private += need;
-        *alloc = Alloc { from: t, to: t, checkpoints: false, shared: n, private: need };
+        *alloc = Alloc { from: t, to: t, checkpoints: false, shared: n, private: need, stable_to: Tokens::ZERO };
         self.note_peak();
         Ok(())
     }
@@ -326,14 +364,15 @@ impl KvPool {
         }
     }
 
-    /// After a step: registers the request's newly full, named
-    /// full-attention blocks in the cache (or, when another request already
+    /// After a step that brought the request to `computed` tokens: registers
+    /// its newly full, named full-attention blocks in the cache (or, when another request already
     /// cached the same content, shares that copy and frees its own).
-    pub fn register(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens) {
+    pub fn register(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
         if !self.caching || prefix.ids.is_empty() {
             return;
         }
-        let full = alloc.to.blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
+        let full =
+            computed.min(alloc.to).blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
         while u64::from(alloc.shared) < full {
             let Some(k) = self.key(prefix, prompt, alloc.shared) else { break };
             if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {

@@ -36,6 +36,7 @@ pub struct RankCore {
     /// Commands it refused (with no request to fail, or with one).
     pub refusals: Vec<FailReason>,
     finished: Vec<Finished>,
+    step_timer: Option<EventId>,
 }
 
 impl RankCore {
@@ -49,6 +50,7 @@ impl RankCore {
             timeline: Timeline::new(interval),
             refusals: Vec::new(),
             finished: Vec::new(),
+            step_timer: None,
         }
     }
 
@@ -88,13 +90,24 @@ impl RankCore {
         false
     }
 
-    /// Starts a step if none is in flight and there is work; returns the
-    /// sequences that can never fit (for the rank to fail).
+    /// Ends a fast-forwarded run of decode steps at the step in progress,
+    /// because something may change the batch.
+    fn cut(&mut self, ctx: &mut Context<'_, Msg>) {
+        if let Some(end) = self.batcher.cut(ctx.now()) {
+            if let Some(t) = self.step_timer.take() {
+                ctx.cancel(t);
+            }
+            self.step_timer = Some(ctx.schedule(end - ctx.now(), Msg::StepDone));
+        }
+    }
+
+    /// Starts a step if none is in flight and there is work; fails the
+    /// sequences that can never fit.
     fn kick(&mut self, ctx: &mut Context<'_, Msg>, started: fn(&mut Request) -> &mut Option<SimTime>) {
         let now = ctx.now();
-        if let Some(dt) = self.batcher.plan_step(now) {
+        if let Some(dt) = self.batcher.plan_step(now, self.timeline.next_due()) {
             self.batcher.stamp_started(now, started);
-            ctx.schedule(dt, Msg::StepDone);
+            self.step_timer = Some(ctx.schedule(dt, Msg::StepDone));
         }
         while let Some(mut seq) = self.batcher.stuck.pop() {
             let tokens = seq.req.prompt + seq.req.output;
@@ -255,6 +268,7 @@ impl Actor<Msg> for PrefillRank {
                 ctx.send(self.core.router, Msg::SourceExpired(id, reason)).expect("the router outlives the run");
             }
             Msg::StepDone => {
+                self.core.step_timer = None;
                 let mut done = std::mem::take(&mut self.core.finished);
                 self.core.batcher.finish_step(now, &mut done);
                 for f in done.drain(..) {
@@ -359,7 +373,7 @@ impl DecodeRank {
                 // A full hit: nothing to read, only the notification.
                 req.t.transfer_done = Some(now);
                 ctx.send(self.source_of(&req), Msg::ReleaseSource(req.id)).expect("prefill ranks outlive the run");
-                self.start_decode(req, alloc);
+                self.start_decode(req, alloc, ctx);
             } else {
                 let link = self.links[req.prefill_rank.expect("a handoff names its prefill rank") as usize];
                 let msg = Msg::StartTransfer { id: req.id, bytes: payload.bytes(), reply_to: ctx.me() };
@@ -370,7 +384,8 @@ impl DecodeRank {
     }
 
     /// The KV is here: queue the request to compute its last prompt token.
-    fn start_decode(&mut self, req: Box<Request>, alloc: Alloc) {
+    fn start_decode(&mut self, req: Box<Request>, alloc: Alloc, ctx: &mut Context<'_, Msg>) {
+        self.core.cut(ctx);
         // vLLM computes the last prompt token on the decode side: never
         // computed by a Mamba-type prefill, recomputed for its logits otherwise.
         let computed = req.prompt.saturating_sub(Tokens::new(1));
@@ -432,10 +447,11 @@ impl Actor<Msg> for DecodeRank {
                 if let Some(InTransfer { mut req, alloc }) = self.transferring.remove(&id) {
                     req.t.transfer_done = Some(now);
                     ctx.send(self.source_of(&req), Msg::ReleaseSource(id)).expect("prefill ranks outlive the run");
-                    self.start_decode(req, alloc);
+                    self.start_decode(req, alloc, ctx);
                 }
             }
             Msg::CancelDestination(id, reason) => {
+                self.core.cut(ctx);
                 if let Some(InTransfer { mut req, mut alloc }) = self.transferring.remove(&id) {
                     self.core.batcher.pool.release(&mut alloc, &req.prefix, req.prompt);
                     req.fail(reason, now);
@@ -444,7 +460,10 @@ impl Actor<Msg> for DecodeRank {
                     self.fail_pending(id, reason, ctx);
                 }
             }
-            Msg::StepDone => self.core.complete_step(ctx),
+            Msg::StepDone => {
+                self.core.step_timer = None;
+                self.core.complete_step(ctx)
+            }
             m @ (Msg::SubmitHandoffPrefill(_) | Msg::ReleaseSource(_) | Msg::CancelSource(..) | Msg::Submit(_)) => {
                 self.core.refuse(m, ctx)
             }
@@ -472,6 +491,7 @@ impl Actor<Msg> for AggregatedRank {
         let now = ctx.now();
         match msg {
             Msg::Submit(mut req) => {
+                self.core.cut(ctx);
                 req.t.prefill_queued = Some(now);
                 let most = req.prompt + req.output;
                 if self.core.fits(&mut req, most, now) {
@@ -480,7 +500,10 @@ impl Actor<Msg> for AggregatedRank {
                     self.core.finish(req, ctx);
                 }
             }
-            Msg::StepDone => self.core.complete_step(ctx),
+            Msg::StepDone => {
+                self.core.step_timer = None;
+                self.core.complete_step(ctx)
+            }
             m @ (Msg::SubmitHandoffPrefill(_)
             | Msg::ReleaseSource(_)
             | Msg::CancelSource(..)

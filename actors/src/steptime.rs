@@ -60,6 +60,16 @@ impl LinearStepTime {
 impl StepTimeModel for LinearStepTime {
     #[inline]
     fn step_time(&self, b: &BatchShape) -> SimDuration {
+        // u64 picoseconds cover 213 days of one step; past that, u128.
+        let fast = self
+            .per_token_ps
+            .checked_mul(b.new_tokens)
+            .and_then(|x| x.checked_add(self.per_seq_ps.checked_mul(b.seqs)?))
+            .and_then(|x| x.checked_add(self.per_context_token_ps.checked_mul(b.context_tokens)?))
+            .and_then(|x| x.checked_add(self.fixed_ps));
+        if let Some(ps) = fast {
+            return SimDuration::from_nanos(ps.div_ceil(1000));
+        }
         let ps = u128::from(self.fixed_ps)
             + u128::from(self.per_token_ps) * u128::from(b.new_tokens)
             + u128::from(self.per_seq_ps) * u128::from(b.seqs)
