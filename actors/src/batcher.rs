@@ -16,23 +16,32 @@
 //! timer fires. The work per step is proportional to the batch, never to
 //! the tokens in it.
 //!
-//! Runs of identical decode steps are fast-forwarded: when every sequence
-//! in the batch is decoding (one token a step, each step producing a token)
-//! and nothing more can be admitted, the next steps keep the same batch
-//! until the first sequence finishes. The scheduler then plans up to that
-//! many steps at once (each with its own duration, as the context grows),
-//! allocates their blocks up front, and schedules one event at the end of
-//! the last. Every per-token figure is kept: each token's time is a step
-//! end, so first-token times, inter-token gaps (into the histogram, one
-//! entry per gap and count) and the last token come out as if each step had
-//! been an event. Anything that could change the batch (a new sequence, a
-//! cancelled reservation's blocks) cuts the run short at the end of the
-//! step in progress ([`Batcher::cut`]). A run also ends at the rank's next
-//! timeline sample, so sampled use stays at its interval. The one visible
-//! difference: the blocks of the whole run are reserved when it starts, so
-//! the pool shows them up to a run early.
+//! Decoding costs nothing per sequence per step. A sequence that has
+//! produced a token and goes on decoding joins the rank's *decoding set*:
+//! from then on it computes one token and produces one token every step, so
+//! its state is a function of the rank's step counter (tokens = tokens at
+//! joining + steps since), kept without touching it. The rank keeps the end
+//! time of every step since the oldest member joined, a heap of the steps at
+//! which members finish, and a heap of the steps at which a member's blocks
+//! change (once per block of tokens). A step costs O(1) plus the members that
+//! finish or need a block in it; first-token, last-token and every
+//! inter-token gap come out as if each step had been handled one by one
+//! (gaps go into the histogram once per step, counted over the members, and
+//! a finishing member's longest gap is read off the step log).
+//!
+//! Runs of steps in which nothing but decoding happens are planned as one
+//! event: up to the first member's last token, the rank's next timeline
+//! sample, or [`Batcher::max_run`] steps, with the blocks members need over
+//! the run taken when it starts. Anything that could change the batch (a new
+//! sequence, freed blocks) cuts the run at the end of the step in progress
+//! ([`Batcher::cut`]). The one visible difference from stepping one event at
+//! a time: blocks of a run are taken when it starts, so the pool shows them
+//! up to a run early. Steps that need more (a prefill chunk, an admission, a
+//! preemption) are planned one at a time, per sequence, with every member of
+//! the decoding set brought up to date first when a preemption may be needed.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 use sim_core::{SimDuration, SimTime};
 
@@ -67,12 +76,27 @@ pub struct Seq {
     last_token: Option<SimTime>,
     /// Tokens it computes in the current step.
     step_tokens: Tokens,
+    /// While it is in the decoding set: when it joined and its counts then.
+    lazy: Option<Lazy>,
+}
+
+/// A member of the decoding set: the step count when it joined, and its
+/// computed and generated tokens then.
+#[derive(Clone, Copy, Debug)]
+struct Lazy {
+    join: u64,
+    computed: Tokens,
+    generated: Tokens,
+    /// The first step whose gap (from the step before) is one of its
+    /// inter-token gaps: the step after joining, or the one after that when
+    /// it joined before its first token.
+    first_gap: u64,
 }
 
 impl Seq {
     /// A sequence for `req`, with `computed` tokens of KV already present in `alloc`.
     pub fn new(req: Box<Request>, alloc: Alloc, computed: Tokens, prefill_target: Tokens, looked_up: bool) -> Self {
-        Seq { req, alloc, computed, prefill_target, looked_up, last_token: None, step_tokens: Tokens::ZERO }
+        Seq { req, alloc, computed, prefill_target, looked_up, last_token: None, step_tokens: Tokens::ZERO, lazy: None }
     }
 
     /// Tokens it must have computed before its next output (or hand-off).
@@ -106,6 +130,8 @@ pub struct BatcherStats {
     pub tokens: u64,
     /// Output tokens generated.
     pub output_tokens: u64,
+    /// Step events (a fast-forwarded run of steps is one).
+    pub runs: u64,
 }
 
 /// The scheduler of one rank.
@@ -134,11 +160,35 @@ pub struct Batcher {
     /// Sequences that cannot fit in the pool even alone; the rank fails them
     /// (their blocks are still held, for the rank to release).
     pub stuck: Vec<Seq>,
-    /// End times of the steps planned in flight (more than one: a
-    /// fast-forwarded run of decode steps).
-    ends: Vec<SimTime>,
     /// Longest run of steps planned as one event.
     pub max_run: usize,
+    /// Use the decoding set (on by default). Off, every step handles every
+    /// sequence one by one: the reference the decoding set is tested against.
+    pub lazy_decoding: bool,
+    /// Steps completed.
+    step: u64,
+    /// End times of steps `log_base ..`: completed ones, then the `planned`
+    /// ones in flight.
+    ends: VecDeque<SimTime>,
+    log_base: u64,
+    planned: usize,
+    /// Members of the decoding set.
+    dec_count: u64,
+    /// Σ over members of (computed at joining − step at joining): a member's
+    /// context after step n is its term + n.
+    dec_ctx: i128,
+    /// Per slot, bumped when its sequence leaves the decoding set, so heap
+    /// entries of an earlier membership are skipped.
+    generation: Vec<u32>,
+    /// (step of its last token, slot, generation) per member.
+    finishes: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    /// (first step whose blocks it does not hold yet, slot, generation).
+    changes: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    /// Members that joined before their first token, in the run in flight.
+    fresh: Vec<u32>,
+    /// (step, gap before it) with gaps strictly decreasing: the longest gap
+    /// of any suffix of steps is the first entry inside it.
+    gaps: Vec<(u64, SimDuration)>,
 }
 
 /// The longest run of decode steps planned as one event.
@@ -173,9 +223,26 @@ impl Batcher {
             itl: crate::metrics::Histogram::default(),
             check_invariants: false,
             stuck: Vec::new(),
-            ends: Vec::new(),
             max_run: DEFAULT_MAX_RUN,
+            lazy_decoding: true,
+            step: 0,
+            ends: VecDeque::new(),
+            log_base: 0,
+            planned: 0,
+            dec_count: 0,
+            dec_ctx: 0,
+            generation: Vec::new(),
+            finishes: BinaryHeap::new(),
+            changes: BinaryHeap::new(),
+            fresh: Vec::new(),
+            gaps: Vec::new(),
         }
+        .with_step_zero()
+    }
+
+    fn with_step_zero(mut self) -> Self {
+        self.ends.push_back(SimTime::ZERO);
+        self
     }
 
     /// Adds a sequence at the back of the queue.
@@ -187,6 +254,7 @@ impl Batcher {
             }
             None => {
                 self.seqs.push(Some(seq));
+                self.generation.push(0);
                 (self.seqs.len() - 1) as u32
             }
         };
@@ -223,27 +291,90 @@ impl Batcher {
         self.waiting.push_front(slot);
     }
 
-    /// Plans the next step (or run of identical decode steps, ending at the
-    /// latest at `horizon`). Returns the time until the event that ends it,
-    /// or `None` if there is nothing to run (or a step is already in flight).
+    /// Plans the next step, or a run of steps of pure decoding ending at
+    /// the latest at `horizon`. Returns the time until the event that ends
+    /// it, or `None` if there is nothing to run (or a step is in flight).
     pub fn plan_step(&mut self, now: SimTime, horizon: SimTime) -> Option<SimDuration> {
         if self.stepping {
             return None;
         }
-        let mode = self.mode;
-        let mut budget = self.max_batched;
         let mut shape = BatchShape::default();
+        let mut budget = self.max_batched;
         self.batch.clear();
-        let mut preempted = false;
+        // The decoding set first, costing nothing per member; if it does not
+        // fit the budget, its blocks, or a sequence needs a preemption, fall
+        // back to planning every sequence one by one.
+        let mut lazy = false;
+        if self.lazy_decoding && self.dec_count <= budget && self.take_blocks(self.step + 1).is_ok() {
+            shape = BatchShape {
+                new_tokens: self.dec_count,
+                seqs: self.dec_count,
+                context_tokens: self.dec_context(self.step + 1),
+            };
+            budget -= self.dec_count;
+            lazy = self.fill(true, &mut shape, &mut budget).is_ok();
+        }
+        if !lazy {
+            self.materialize_all();
+            shape = BatchShape::default();
+            budget = self.max_batched;
+            self.batch.clear();
+            self.fill(false, &mut shape, &mut budget).expect("the per-sequence path preempts instead of failing");
+        }
+        if self.batch.is_empty() && self.dec_count == 0 {
+            return None;
+        }
+        self.stepping = true;
+        self.step_started = now;
+        let mut end = now + self.model.step_time(&shape);
+        self.ends.push_back(end);
+        let mut k = 1u64;
+        if self.batch.is_empty() {
+            // Pure decoding: the same batch until the first member finishes.
+            let last = self.next_finish().expect("members have finish steps");
+            let most = (last - self.step).min(self.max_run as u64);
+            while k < most && end < horizon {
+                shape.context_tokens += self.dec_count;
+                end += self.model.step_time(&shape);
+                self.ends.push_back(end);
+                k += 1;
+            }
+            if k > 1
+                && let Err(short) = self.take_blocks(self.step + k)
+            {
+                // Stop the run before the first step whose blocks are missing.
+                k = short - 1 - self.step;
+                self.ends.truncate(self.ends.len() - self.to_drop(k));
+            }
+        }
+        self.planned = k as usize;
+        Some(*self.ends.back().expect("planned") - now)
+    }
 
+    /// How many of the ends just pushed to drop to keep `k`.
+    fn to_drop(&self, k: u64) -> usize {
+        let pushed = self.ends.len() as u64 - (self.step - self.log_base) - 1;
+        (pushed - k) as usize
+    }
+
+    /// Fills the step with the running sequences outside the decoding set
+    /// and new admissions. With `lazy`, a sequence that cannot get its
+    /// blocks fails the plan (the caller falls back); without, it preempts.
+    fn fill(&mut self, lazy: bool, shape: &mut BatchShape, budget: &mut u64) -> Result<(), ()> {
+        let mode = self.mode;
+        let mut preempted = false;
         let mut i = 0;
-        while i < self.running.len() && budget > 0 {
+        while i < self.running.len() && *budget > 0 {
             let slot = self.running[i];
+            if self.seqs[slot as usize].as_ref().expect("live slot").lazy.is_some() {
+                i += 1; // a member of the decoding set, counted already
+                continue;
+            }
             let (from, k, checkpoints) = {
                 let checkpoints = self.checkpoints;
                 let seq = self.seq(slot);
                 let remaining = seq.goal(mode) - seq.computed;
-                let k = remaining.get().min(budget);
+                let k = remaining.get().min(*budget);
                 let to = seq.computed + Tokens::new(k);
                 (seq.computed, k, checkpoints && mode == Mode::PrefillOnly && to == seq.goal(mode))
             };
@@ -258,6 +389,9 @@ impl Batcher {
                 if pool.resize(&mut seq.alloc, from, to, checkpoints).is_ok() {
                     break true;
                 }
+                if lazy {
+                    return Err(());
+                }
                 let victim = *self.running.last().expect("running is not empty");
                 self.running.pop();
                 self.preempt(victim);
@@ -271,7 +405,7 @@ impl Batcher {
             }
             self.seq(slot).step_tokens = Tokens::new(k);
             self.batch.push(slot);
-            budget -= k;
+            *budget -= k;
             shape.new_tokens += k;
             shape.seqs += 1;
             shape.context_tokens += to.get();
@@ -284,15 +418,26 @@ impl Batcher {
         // preempted sequence needing a large recompute cannot stall requests
         // whose blocks are already reserved.
         let mut wi = 0;
-        while budget > 0 && self.running.len() < self.max_seqs && wi < self.waiting.len() {
+        while *budget > 0 && self.running.len() < self.max_seqs && wi < self.waiting.len() {
             if preempted && !self.batch.is_empty() {
                 break;
             }
             let slot = self.waiting[wi];
-            if self.admit(slot, budget, &mut shape) {
+            if self.admit(slot, *budget, shape) {
                 self.waiting.remove(wi);
                 self.running.push(slot);
-                budget -= self.seq(slot).step_tokens.get();
+                let seq = self.seq(slot);
+                *budget -= seq.step_tokens.get();
+                // A sequence whose first step is already a decode step (a
+                // handoff landed: one token left to compute) joins at once.
+                if lazy
+                    && mode == Mode::Generate
+                    && seq.step_tokens.get() == 1
+                    && seq.computed + seq.step_tokens == seq.goal(mode)
+                {
+                    self.batch.pop();
+                    self.join(slot, false);
+                }
                 continue;
             }
             // With nothing else holding blocks, it can never fit.
@@ -310,73 +455,137 @@ impl Batcher {
             wi += 1;
         }
 
-        if self.batch.is_empty() {
-            return None;
-        }
-        self.stepping = true;
-        self.step_started = now;
-        let dt = self.model.step_time(&shape);
-        self.ends.clear();
-        self.ends.push(now + dt);
-        if mode == Mode::Generate && !preempted && shape.new_tokens == shape.seqs {
-            self.fast_forward(shape, horizon);
-        }
-        Some(*self.ends.last().expect("one step") - now)
+        Ok(())
     }
 
-    /// Extends a step of pure decoding into a run of identical steps, up to
-    /// the first sequence's last token, `horizon` and [`Batcher::max_run`].
-    fn fast_forward(&mut self, mut shape: BatchShape, horizon: SimTime) {
-        let mode = self.mode;
-        let mut run = self.max_run;
-        for &slot in &self.batch {
-            let seq = self.seqs[slot as usize].as_ref().expect("live slot");
-            // Each step must produce a token: the step reaches the goal.
-            if seq.computed + seq.step_tokens != seq.goal(mode) {
-                return;
+    /// End time of step `n` (step 0 ends at time zero).
+    fn end(&self, n: u64) -> SimTime {
+        self.ends[(n - self.log_base) as usize]
+    }
+
+    /// Context after step `n` summed over the decoding set.
+    fn dec_context(&self, n: u64) -> u64 {
+        u64::try_from(self.dec_ctx + i128::from(self.dec_count) * i128::from(n)).expect("context is positive")
+    }
+
+    /// The step of the next member's last token.
+    fn next_finish(&mut self) -> Option<u64> {
+        while let Some(&Reverse((f, slot, g))) = self.finishes.peek() {
+            if self.generation[slot as usize] == g {
+                return Some(f);
             }
-            run = run.min((seq.req.output - seq.req.generated).get() as usize);
+            self.finishes.pop();
         }
-        let mut end = self.ends[0];
-        while self.ends.len() < run && end < horizon {
-            shape.context_tokens += shape.seqs;
-            end += self.model.step_time(&shape);
-            self.ends.push(end);
+        None
+    }
+
+    /// Gives every member the blocks of its step `e` if it has not got them
+    /// yet. On a shortfall, returns the first step whose blocks are missing
+    /// (members before it keep what they took).
+    fn take_blocks(&mut self, e: u64) -> Result<(), u64> {
+        while let Some(&Reverse((n, slot, g))) = self.changes.peek() {
+            if n > e {
+                break;
+            }
+            self.changes.pop();
+            if self.generation[slot as usize] != g {
+                continue;
+            }
+            let seq = self.seqs[slot as usize].as_mut().expect("member slot");
+            let l = seq.lazy.expect("member");
+            let to = l.computed + Tokens::new(e - l.join);
+            if self.pool.resize(&mut seq.alloc, to - Tokens::new(1), to, false).is_err() {
+                self.changes.push(Reverse((n, slot, g)));
+                return Err(n);
+            }
+            let next = Self::change_step(l, seq.alloc.stable_to());
+            self.changes.push(Reverse((next, slot, g)));
         }
-        let k = self.ends.len() as u64;
-        if k == 1 {
+        Ok(())
+    }
+
+    /// The first step at which a member needs blocks its allocation, held
+    /// the same up to `stable_to` tokens, does not have.
+    fn change_step(l: Lazy, stable_to: Tokens) -> u64 {
+        l.join.saturating_add(stable_to.get().saturating_sub(l.computed.get())).saturating_add(1)
+    }
+
+    /// Puts the running sequence `slot` into the decoding set: after it
+    /// produced a token (`has_token`), or before its first token when its
+    /// first step is a decode step.
+    fn join(&mut self, slot: u32, has_token: bool) {
+        let step = self.step;
+        let seq = self.seqs[slot as usize].as_mut().expect("live slot");
+        let first_gap = if has_token { step + 1 } else { step + 2 };
+        let l = Lazy { join: step, computed: seq.computed, generated: seq.req.generated, first_gap };
+        if !has_token {
+            self.fresh.push(slot);
+        }
+        seq.lazy = Some(l);
+        self.dec_count += 1;
+        self.dec_ctx += i128::from(l.computed.get()) - i128::from(step);
+        let g = self.generation[slot as usize];
+        let last = step + (seq.req.output - seq.req.generated).get();
+        self.finishes.push(Reverse((last, slot, g)));
+        let change =
+            if seq.alloc.stable_to() > l.computed { Self::change_step(l, seq.alloc.stable_to()) } else { step + 1 };
+        self.changes.push(Reverse((change, slot, g)));
+    }
+
+    /// Takes `slot` out of the decoding set, bringing its counts, its last
+    /// token and its longest gap up to the current step.
+    fn leave(&mut self, slot: u32) {
+        let step = self.step;
+        let seq = self.seqs[slot as usize].as_mut().expect("live slot");
+        let l = seq.lazy.take().expect("member");
+        let d = step - l.join;
+        seq.computed = l.computed + Tokens::new(d);
+        seq.req.generated = l.generated + Tokens::new(d);
+        if d > 0 {
+            let last = self.ends[(step - self.log_base) as usize];
+            seq.last_token = Some(last);
+            seq.req.t.last_token = Some(last);
+            // The longest gap among steps first_gap..=step.
+            let i = self.gaps.partition_point(|&(n, _)| n < l.first_gap);
+            if let Some(&(_, longest)) = self.gaps.get(i) {
+                seq.req.max_itl = seq.req.max_itl.max(longest);
+            }
+        }
+        self.dec_count -= 1;
+        self.dec_ctx -= i128::from(l.computed.get()) - i128::from(l.join);
+        self.generation[slot as usize] = self.generation[slot as usize].wrapping_add(1);
+    }
+
+    /// Brings every member of the decoding set up to date and empties it.
+    fn materialize_all(&mut self) {
+        if self.dec_count == 0 {
             return;
         }
-        // Take the blocks of the whole run now, or run one step.
-        for bi in 0..self.batch.len() {
-            let slot = self.batch[bi];
-            let seq = self.seqs[slot as usize].as_mut().expect("live slot");
-            let last = seq.computed + Tokens::new(k - 1);
-            if self.pool.resize(&mut seq.alloc, last, last + Tokens::new(1), false).is_err() {
-                for &undo in &self.batch[..bi] {
-                    let seq = self.seqs[undo as usize].as_mut().expect("live slot");
-                    let c = seq.computed;
-                    self.pool.resize(&mut seq.alloc, c, c + Tokens::new(1), false).expect("restores a held state");
-                }
-                self.ends.truncate(1);
-                return;
+        for i in 0..self.running.len() {
+            let slot = self.running[i];
+            if self.seqs[slot as usize].as_ref().is_some_and(|s| s.lazy.is_some()) {
+                self.leave(slot);
             }
         }
+        self.finishes.clear();
+        self.changes.clear();
     }
 
-    /// Something may change the batch at `now`: ends a fast-forwarded run at
-    /// the end of the step in progress. Returns the new end of the run, if
-    /// it moved (the rank reschedules its event).
+    /// Something may change the batch at `now`: ends a planned run at the end
+    /// of the step in progress. Returns the run's new end, if it moved (the
+    /// rank reschedules its event).
     pub fn cut(&mut self, now: SimTime) -> Option<SimTime> {
-        if !self.stepping || self.ends.len() < 2 {
+        if !self.stepping || self.planned < 2 {
             return None;
         }
-        let keep = self.ends.partition_point(|&e| e < now) + 1;
-        if keep >= self.ends.len() {
+        let first = self.ends.len() - self.planned;
+        let keep = self.ends.range(first..).take_while(|&&e| e < now).count() + 1;
+        if keep >= self.planned {
             return None;
         }
-        self.ends.truncate(keep);
-        self.ends.last().copied()
+        self.ends.truncate(first + keep);
+        self.planned = keep;
+        self.ends.back().copied()
     }
 
     /// Tries to give the waiting sequence `slot` its first chunk of this step.
@@ -423,39 +632,55 @@ impl Batcher {
     /// Requests in the step now in flight were first scheduled at `now` if
     /// they had no start yet; `started` picks the stamp to set.
     pub fn stamp_started(&mut self, now: SimTime, started: fn(&mut Request) -> &mut Option<SimTime>) {
-        for &slot in &self.batch {
+        for &slot in self.batch.iter().chain(&self.fresh) {
             let seq = self.seqs[slot as usize].as_mut().expect("live slot");
             started(&mut seq.req).get_or_insert(now);
         }
     }
 
-    /// Applies the step that just ended at `now`; appends the sequences that
-    /// finished (prefill done, or last output token) to `done`.
+    /// Applies the step (or run of steps) that just ended at `now`; appends
+    /// the sequences that finished (prefill done, or last output token) to
+    /// `done`.
     pub fn finish_step(&mut self, now: SimTime, done: &mut Vec<Finished>) {
         debug_assert!(self.stepping);
-        debug_assert_eq!(Some(&now), self.ends.last());
+        debug_assert_eq!(Some(&now), self.ends.back());
         self.stepping = false;
         let mode = self.mode;
-        let mut any_done = false;
-        // A run of k steps: every sequence decodes k tokens, one per step end.
-        let k = self.ends.len() as u64;
-        let first_end = self.ends[0];
-        let mut longest_gap = SimDuration::ZERO;
-        for w in self.ends.windows(2) {
-            let gap = w[1] - w[0];
-            longest_gap = longest_gap.max(gap);
-            self.itl.record_n(gap, self.batch.len() as u64);
-        }
+        let k = self.planned as u64;
+        self.planned = 0;
+        let before = self.step;
+        self.step += k;
         self.stats.steps += k;
+        self.stats.runs += 1;
         self.stats.busy += now - self.step_started;
+        // The decoding set: one token per member per step, one gap per step.
+        for n in before + 1..=self.step {
+            let gap = self.end(n) - self.end(n - 1);
+            // Members that joined before their first token have no gap at
+            // the run's first step.
+            let fresh = if n == before + 1 { self.fresh.len() as u64 } else { 0 };
+            self.itl.record_n(gap, self.dec_count - fresh);
+            while self.gaps.last().is_some_and(|&(_, g)| g <= gap) {
+                self.gaps.pop();
+            }
+            self.gaps.push((n, gap));
+        }
+        self.stats.output_tokens += self.dec_count * k;
+        self.stats.tokens += self.dec_count * k;
+        let first_end = self.end(before + 1);
+        for slot in self.fresh.drain(..) {
+            let seq = self.seqs[slot as usize].as_mut().expect("fresh members finish no earlier than here");
+            seq.req.t.first_token.get_or_insert(first_end);
+        }
+        // Everything else in the step, one by one (a step with any is a single step).
+        let mut any_done = false;
         for bi in 0..self.batch.len() {
             let slot = self.batch[bi];
             let pool = &mut self.pool;
             let seq = self.seqs[slot as usize].as_mut().expect("live slot");
             let from = seq.computed;
-            let computed_now = seq.step_tokens + Tokens::new(k - 1);
-            seq.computed += computed_now;
-            self.stats.tokens += computed_now.get();
+            seq.computed += seq.step_tokens;
+            self.stats.tokens += seq.step_tokens.get();
             pool.register(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, seq.computed);
             if seq.computed < seq.goal(mode) {
                 continue;
@@ -463,19 +688,18 @@ impl Batcher {
             let finished = match mode {
                 Mode::PrefillOnly => true,
                 Mode::Generate => {
-                    seq.req.generated += Tokens::new(k);
-                    self.stats.output_tokens += k;
+                    seq.req.generated += Tokens::new(1);
+                    self.stats.output_tokens += 1;
                     match seq.last_token {
                         None => {
-                            seq.req.t.first_token.get_or_insert(first_end);
+                            seq.req.t.first_token.get_or_insert(now);
                         }
                         Some(prev) => {
-                            let gap = first_end - prev;
+                            let gap = now - prev;
                             seq.req.max_itl = seq.req.max_itl.max(gap);
                             self.itl.record(gap);
                         }
                     }
-                    seq.req.max_itl = seq.req.max_itl.max(longest_gap);
                     seq.last_token = Some(now);
                     seq.req.t.last_token = Some(now);
                     seq.req.generated >= seq.req.output
@@ -486,12 +710,30 @@ impl Batcher {
                 let seq = self.seqs[slot as usize].take().expect("live slot");
                 self.free_slots.push(slot);
                 done.push(Finished { seq, last_step_from: from });
+            } else if self.lazy_decoding {
+                self.join(slot, true);
             }
+        }
+        // Members whose last token came out in this run.
+        while let Some(f) = self.next_finish() {
+            if f > self.step {
+                break;
+            }
+            let Reverse((_, slot, _)) = self.finishes.pop().expect("peeked");
+            self.leave(slot);
+            any_done = true;
+            let seq = self.seqs[slot as usize].take().expect("live slot");
+            self.free_slots.push(slot);
+            let from = seq.computed - Tokens::new(1);
+            done.push(Finished { seq, last_step_from: from });
         }
         if any_done {
             let seqs = &self.seqs;
             self.running.retain(|&s| seqs[s as usize].is_some());
         }
+        // Only the end of the last step is needed from here on.
+        self.ends.drain(..(self.step - self.log_base) as usize);
+        self.log_base = self.step;
         if self.check_invariants
             && let Err(e) = self.pool.check()
         {
@@ -501,6 +743,7 @@ impl Batcher {
 
     /// Removes every sequence, for the end-of-run accounting.
     pub fn drain(&mut self) -> Vec<Seq> {
+        self.materialize_all();
         self.waiting.clear();
         self.running.clear();
         self.batch.clear();

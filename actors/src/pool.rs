@@ -57,6 +57,11 @@ impl Alloc {
     pub fn private_blocks(&self) -> u64 {
         self.private
     }
+    /// For a decode-step state, the largest `to` whose decode step holds the
+    /// same blocks (zero for other states).
+    pub fn stable_to(&self) -> Tokens {
+        self.stable_to
+    }
     /// Whether it holds nothing.
     pub fn is_empty(&self) -> bool {
         self.private == 0 && self.shared == 0

@@ -58,6 +58,7 @@ pub struct Deployment {
     latency: SimDuration,
     hold: Option<SimDuration>,
     interval: SimDuration,
+    lazy_decoding: bool,
 }
 
 fn finite_nonneg(field: &str, v: f64) -> Result<f64, ConfigError> {
@@ -176,7 +177,15 @@ impl Deployment {
             latency,
             hold,
             interval: SimDuration::from_millis_f64(ms),
+            lazy_decoding: true,
         })
+    }
+
+    /// Turns the ranks' decoding sets off (on by default): every step then
+    /// handles every sequence one by one. Slower, and the reference that the
+    /// decoding set is checked against.
+    pub fn set_lazy_decoding(&mut self, on: bool) {
+        self.lazy_decoding = on;
     }
 
     /// The validated model.
@@ -205,6 +214,7 @@ impl Deployment {
         let checkpoints = mode == Mode::PrefillOnly && plan.rules.prefill_checkpoint_blocks();
         let mut b = Batcher::new(mode, s.max_num_batched_tokens, s.max_num_seqs, checkpoints, pool, model);
         b.check_invariants = self.spec.check_invariants;
+        b.lazy_decoding = self.lazy_decoding;
         b
     }
 }

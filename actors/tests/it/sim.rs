@@ -372,3 +372,37 @@ fn a_request_larger_than_the_pool_fails_instead_of_stalling() {
     assert_eq!(reason.to_string(), "prefill rank cannot fit the request: needs 63 blocks, pool has 10");
     assert_eq!(out.records[1].outcome, Outcome::Completed);
 }
+
+/// The decoding set and runs of steps must give, to the nanosecond, what
+/// handling every sequence at every step gives (pools large enough that
+/// taking a run's blocks early changes nothing; arrivals at random
+/// nanoseconds, so no arrival ties with a step end).
+#[test]
+fn the_decoding_set_matches_stepping_every_sequence() {
+    let mut requests = poisson(3, 300, 40.0);
+    for (i, r) in requests.iter_mut().enumerate() {
+        r.output = Tokens::new(1 + (i as u64 * 37) % 300);
+    }
+    let glm = glm_2p2d();
+    let mut agg = pd(role(2, 4_000, linear_step(6_000.0, 30.0, 0.001)), role(1, 1, linear_step(1.0, 1.0, 0.0)), 1.0);
+    agg.aggregated = agg.prefill.take();
+    agg.decode = None;
+    for (model, mut spec) in [(glm_spec(), glm), (glm_spec(), agg)] {
+        spec.timeline_interval_ms = 1_000.0;
+        let mut dep = Deployment::build(&model, &spec).unwrap();
+        let fast = sim::run(&dep, input(requests.clone())).unwrap();
+        dep.set_lazy_decoding(false);
+        let slow = sim::run(&dep, input(requests.clone())).unwrap();
+        assert_eq!(fast.summary.completed, 300);
+        assert_eq!(fast.records, slow.records);
+        assert_eq!(fast.digest, slow.digest);
+        assert_eq!(fast.summary.itl_ms, slow.summary.itl_ms);
+        let runs = |o: &SimOutput| o.ranks.iter().map(|r| (r.stats.steps, r.stats.runs)).collect::<Vec<_>>();
+        // Steps alike, far fewer events for them.
+        let (f, s) = (runs(&fast), runs(&slow));
+        assert_eq!(f.iter().map(|r| r.0).collect::<Vec<_>>(), s.iter().map(|r| r.0).collect::<Vec<_>>());
+        let (fast_runs, steps): (u64, u64) = f.iter().fold((0, 0), |a, r| (a.0 + r.1, a.1 + r.0));
+        assert!(fast_runs < steps, "{f:?}");
+        assert!(fast.events < slow.events);
+    }
+}
