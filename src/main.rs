@@ -1,1 +1,50 @@
-fn main() {}
+//! `pdsim`: the command line of the P/D serving simulator.
+//!
+//! Each verb is one module under `src/cmd/` with an `Args` struct (clap
+//! derive) and a `run(&Args) -> Result<(), CmdError>`; adding a verb is a
+//! variant of [`Command`] and one arm in [`dispatch`]. Errors print as one
+//! line, `pdsim: <problem>`, on stderr; the exit status is 0 on success, 2
+//! for bad input (a scenario, a trace or a flag), 1 for an internal error
+//! (a bug: a panic is caught and reported the same way, without a
+//! backtrace).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+/// Deterministic discrete-event simulator of prefill/decode disaggregated
+/// LLM serving.
+#[derive(Debug, Parser)]
+#[command(name = "pdsim", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The verbs.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check a scenario file and print its resolved form (includes and
+    /// defaults filled in) as TOML.
+    Validate(cmd::validate::Args),
+    /// Price the KV handoff of one prompt with a scenario's model and link.
+    Transfer(cmd::transfer::Args),
+}
+
+fn dispatch(command: &Command) -> Result<(), cmd::CmdError> {
+    match command {
+        Command::Validate(args) => cmd::validate::run(args),
+        Command::Transfer(args) => cmd::transfer::run(args),
+    }
+}
+
+fn main() -> ExitCode {
+    cmd::quiet_panics();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return cmd::usage_error(&e),
+    };
+    cmd::finish(std::panic::catch_unwind(|| dispatch(&cli.command)))
+}

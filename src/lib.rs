@@ -1,0 +1,21 @@
+//! The pdsim harness: scenario files, workloads and traces, and the pieces
+//! the `pdsim` command line is built from.
+//!
+//! - [`scenario`]: the TOML scenario format, includes, and [`scenario::load`],
+//!   which checks everything and reports the first problem as one line
+//!   naming the file, line and field.
+//! - [`workload`]: the `[workload]` table and the request streams it makes
+//!   (synthetic arrivals and lengths, shared-prefix groups).
+//! - [`trace`]: Mooncake, Azure and BurstGPT traces, streamed row by row.
+//!
+//! ```
+//! let scenario = pdsim::scenario::load_default().unwrap();
+//! let source = scenario.workload().source(scenario.seed(), None).unwrap();
+//! # let _ = source;
+//! ```
+#![warn(missing_docs)]
+
+pub mod check;
+pub mod scenario;
+pub mod trace;
+pub mod workload;

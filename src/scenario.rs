@@ -1,0 +1,933 @@
+//! Scenario files: the TOML format, includes, and the loader that checks
+//! everything and reports the first problem with its file, line and field.
+//!
+//! # Format
+//!
+//! ```toml
+//! name = "glm-5.3-flash-1p1d"        # optional
+//! description = "..."                # optional
+//! seed = 1                           # default 1
+//! include = ["models/glm-5.3-flash-tp4-fp8.toml"]   # or one string
+//!
+//! vllm_version = "0.32.0"            # every rank's, unless a role names its own
+//!
+//! [prefill]                          # and [decode]; or [aggregated] alone
+//! count = 1                          # ranks (default 1)
+//! tp = 4                             # informational (default 1)
+//! num_blocks = 3066                  # KV pool blocks (required)
+//! max_num_batched_tokens = 8192      # default 8192
+//! max_num_seqs = 256                 # default 256
+//! # block_size_tokens = 16           # linear models only
+//! # prefix_caching = true            # default true
+//! # vllm_version = "0.31.0"          # overrides the top-level one
+//! step_time = { kind = "linear", fixed_us = 4000, per_token_us = 40, per_seq_us = 0, per_context_token_us = 0.002 }
+//! # or { kind = "table", points = [[1, 5000], [8192, 330000]], per_context_token_us = 0 }
+//!
+//! [link]                             # all optional
+//! bandwidth_gb_s = 50.0              # default 50 (10^9 bytes/s)
+//! latency_us = 20.0                  # default 0
+//! sharing = "processor_sharing"      # or "fifo"
+//! topology = "per_pair"              # or "shared"
+//!
+//! [router]                           # round_robin | least_outstanding | kv_aware
+//! prefill_policy = "round_robin"
+//! decode_policy = "least_outstanding"
+//!
+//! [faults]
+//! decode_abort_probability = 0.0
+//! # source_hold_s = 480
+//!
+//! timeline_interval_ms = 100.0       # must come before the first [table]
+//! check_invariants = false
+//!
+//! [workload]                         # see crate::workload
+//! requests = 2000
+//! arrival = { kind = "poisson", rate_per_s = 4.0 }
+//! prompt_tokens = { kind = "lognormal", mean = 4000, std = 3000, max = 32000 }
+//! output_tokens = { kind = "lognormal", mean = 300, std = 200, max = 2000 }
+//!
+//! [slo]                              # optional bounds for goodput, ms
+//! ttft_ms = 2000
+//! tpot_ms = 50
+//! ```
+//!
+//! `[model]` is [`actors::model::ModelSpec`]; the deployment keys are the
+//! fields of [`actors::config::DeploymentSpec`] at top level, with its
+//! defaults; `[workload]` is [`WorkloadSpec`]; `[slo]` is
+//! [`actors::config::SloSpec`]. Unknown keys are refused everywhere.
+//!
+//! # Includes
+//!
+//! `include` names files relative to the including file; they are read the
+//! same way (and may include others). Override is **by top-level key**: a
+//! top-level key (a table such as `[model]` or `[prefill]`, or a value such
+//! as `seed`) present in the including file replaces the included one
+//! whole — tables are not merged field by field. Among several includes a
+//! later one replaces an earlier one. An include cycle is an error.
+//!
+//! # Errors
+//!
+//! Every error is one line, `file:line: field: problem`, e.g.
+//! `scenarios/x.toml:14: workload.arrival.rate_per_s: must be > 0, got -3`.
+//! The line is that of the field when the file has it, else of the nearest
+//! enclosing table; a field that no file has at all (a missing `[model]`)
+//! names the file only.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Component, Path, PathBuf};
+
+use actors::config::{DeploymentSpec, RoleSpec, SloSpec, StepTimeSpec};
+use actors::model::{GateError, Location, Model, ModelSpec, Role, check_pairing, check_rank};
+use actors::sim::{ConfigError, Deployment};
+use actors::units::Bandwidth;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue, ValueDeserializer};
+
+use crate::check::{Issue, at_least_one, non_negative, positive};
+use crate::trace::TraceReader;
+use crate::workload::WorkloadSpec;
+
+/// The top-level keys a scenario file may have.
+pub const TOP_LEVEL_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "seed",
+    "include",
+    "model",
+    "vllm_version",
+    "prefill",
+    "decode",
+    "aggregated",
+    "link",
+    "router",
+    "faults",
+    "timeline_interval_ms",
+    "check_invariants",
+    "workload",
+    "slo",
+];
+
+/// The deployment keys, passed to [`DeploymentSpec`].
+const DEPLOYMENT_KEYS: &[&str] = &[
+    "vllm_version",
+    "prefill",
+    "decode",
+    "aggregated",
+    "link",
+    "router",
+    "faults",
+    "timeline_interval_ms",
+    "check_invariants",
+];
+
+/// A scenario file refused: one line naming the file, the line (when the
+/// field is in a file), the field, and the problem.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ScenarioError {
+    file: String,
+    line: Option<usize>,
+    field: Option<String>,
+    message: String,
+}
+
+impl ScenarioError {
+    fn new(file: &str, line: Option<usize>, field: Option<&str>, message: impl Into<String>) -> Self {
+        let message: String = message.into();
+        // One line, whatever the source of the text.
+        let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
+        ScenarioError { file: file.to_owned(), line, field: field.map(str::to_owned), message }
+    }
+
+    /// The file, as the user named it (includes joined to the including
+    /// file's folder).
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+    /// The 1-based line, when the problem has a place in the file.
+    pub fn line(&self) -> Option<usize> {
+        self.line
+    }
+    /// The dotted field path (`workload.arrival.rate_per_s`), when there is
+    /// one.
+    pub fn field(&self) -> Option<&str> {
+        self.field.as_deref()
+    }
+    /// The problem, without the place.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        f.write_str(": ")?;
+        if let Some(field) = &self.field {
+            write!(f, "{field}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// A checked scenario: the resolved form of a file and its includes, every
+/// default filled in, and the validated model.
+///
+/// Every `Scenario` has passed every check [`load`] makes; it serializes
+/// (TOML, JSON) to its resolved form, which loads back to an equal scenario.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Scenario {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    seed: u64,
+    model: ModelSpec,
+    #[serde(flatten)]
+    deployment: DeploymentSpec,
+    workload: WorkloadSpec,
+    slo: SloSpec,
+    #[serde(skip)]
+    source: String,
+    #[serde(skip)]
+    validated: Model,
+}
+
+impl Scenario {
+    /// The scenario's name, if the file gave one.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+    /// The scenario's description, if the file gave one.
+    pub fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
+    /// The seed of every random stream (default 1).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+    /// Replaces the seed (`pdsim run --seed`); any seed is valid.
+    pub fn set_seed(&mut self, seed: u64) {
+        self.seed = seed;
+    }
+    /// The deployment: roles, link, router, faults, timeline interval.
+    pub fn deployment(&self) -> &DeploymentSpec {
+        &self.deployment
+    }
+    /// The model as the file gives it.
+    pub fn model_spec(&self) -> &ModelSpec {
+        &self.model
+    }
+    /// The validated model (it passed [`ModelSpec::validate`] for every role
+    /// present, and the version and pairing gates).
+    pub fn model(&self) -> &Model {
+        &self.validated
+    }
+    /// The workload; trace paths are resolved (joined to the folder of the
+    /// file that named them).
+    pub fn workload(&self) -> &WorkloadSpec {
+        &self.workload
+    }
+    /// The SLOs for goodput (every bound optional).
+    pub fn slo(&self) -> &SloSpec {
+        &self.slo
+    }
+    /// Where the scenario came from: the file as named, or a label for an
+    /// embedded or overridden scenario.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The vLLM version a rank of `role` runs: the role's own, else the
+    /// top-level one.
+    pub fn vllm_version(&self, role: Role) -> Option<&str> {
+        let spec = match role {
+            Role::Prefill => self.deployment.prefill.as_ref(),
+            Role::Decode => self.deployment.decode.as_ref(),
+            Role::Aggregated => self.deployment.aggregated.as_ref(),
+        };
+        spec.and_then(|r| r.vllm_version.as_deref()).or(self.deployment.vllm_version.as_deref())
+    }
+
+    /// The resolved scenario as TOML (what `pdsim validate` prints).
+    ///
+    /// # Errors
+    /// A seed above `i64::MAX` (TOML integers are signed 64-bit).
+    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
+        toml::to_string(self)
+    }
+
+    fn to_table(&self) -> Result<toml::Table, toml::ser::Error> {
+        toml::Table::try_from(self)
+    }
+
+    /// A copy with some fields replaced, checked again as a whole: each
+    /// override is a dotted path of table keys (`decode.count`,
+    /// `link.bandwidth_gb_s`, `workload.arrival.rate_per_s`, `seed`) and a
+    /// value. Missing tables on the way are created. This is how a sweep
+    /// makes its points.
+    ///
+    /// ```
+    /// let s = pdsim::scenario::load_default().unwrap();
+    /// let t = s.with_overrides(&[("decode.count", toml::Value::Integer(2))]).unwrap();
+    /// assert_eq!(t.deployment().decode.as_ref().unwrap().count, 2);
+    /// assert!(s.with_overrides(&[("decode.count", toml::Value::Integer(0))]).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// A path through a value that is not a table, or any check the result
+    /// fails; the error names the overrides in place of a file.
+    pub fn with_overrides(&self, overrides: &[(&str, toml::Value)]) -> Result<Scenario, ScenarioError> {
+        let described: Vec<String> = overrides.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+        let label = format!("{} with {}", self.source, described.join(", "));
+        let mut table =
+            self.to_table().map_err(|e| ScenarioError::new(&label, None, None, format!("cannot serialize: {e}")))?;
+        for (path, value) in overrides {
+            set_path(&mut table, path, value.clone()).map_err(|m| ScenarioError::new(&label, None, Some(path), m))?;
+        }
+        let text = toml::to_string(&table)
+            .map_err(|e| ScenarioError::new(&label, None, None, format!("cannot serialize: {e}")))?;
+        let files = Embedded(vec![(String::new(), text)]);
+        load_from(&files, Path::new(""), &label, false)
+    }
+}
+
+/// Sets the dotted `path` in `table` to `value`, creating tables on the way.
+fn set_path(table: &mut toml::Table, path: &str, value: toml::Value) -> Result<(), String> {
+    let mut keys = path.split('.').peekable();
+    let mut here = table;
+    while let Some(key) = keys.next() {
+        if key.is_empty() {
+            return Err("empty key in the override path".into());
+        }
+        if keys.peek().is_none() {
+            here.insert(key.to_owned(), value);
+            return Ok(());
+        }
+        let next = here.entry(key.to_owned()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        here = next.as_table_mut().ok_or_else(|| format!("`{key}` is not a table, so it has no fields"))?;
+    }
+    Ok(())
+}
+
+/// Loads, resolves and checks the scenario file at `path`.
+///
+/// # Errors
+/// The first problem found, as one line naming the file, line and field.
+pub fn load(path: impl AsRef<Path>) -> Result<Scenario, ScenarioError> {
+    let path = normalize(path.as_ref());
+    let label = path.display().to_string();
+    load_from(&Disk, &path, &label, true)
+}
+
+/// The scenario `pdsim` runs with no arguments: `scenarios/default.toml`,
+/// embedded in the binary with the files it includes.
+///
+/// # Errors
+/// None in a released binary (a test loads it); an error would be a bug.
+pub fn load_default() -> Result<Scenario, ScenarioError> {
+    let files = Embedded(EMBEDDED.iter().map(|(p, t)| ((*p).to_owned(), (*t).to_owned())).collect());
+    load_from(&files, Path::new(DEFAULT_SCENARIO), DEFAULT_SCENARIO_LABEL, true)
+}
+
+/// Path of the default scenario within the embedded files.
+const DEFAULT_SCENARIO: &str = "scenarios/default.toml";
+/// How the embedded default scenario names itself in errors and reports.
+pub const DEFAULT_SCENARIO_LABEL: &str = "scenarios/default.toml (embedded)";
+
+/// The default scenario and every file it includes.
+const EMBEDDED: &[(&str, &str)] = &[
+    ("scenarios/default.toml", include_str!("../scenarios/default.toml")),
+    ("scenarios/glm-5.3-flash-1p1d.toml", include_str!("../scenarios/glm-5.3-flash-1p1d.toml")),
+    ("scenarios/models/glm-5.3-flash-tp4-fp8.toml", include_str!("../scenarios/models/glm-5.3-flash-tp4-fp8.toml")),
+];
+
+/// Where scenario text comes from: the disk, or files held in memory.
+trait Files {
+    /// The text of `path`, or why it cannot be read.
+    fn read(&self, path: &Path) -> Result<String, String>;
+    /// A key equal for two paths to the same file (for cycle detection).
+    fn identity(&self, path: &Path) -> PathBuf;
+}
+
+struct Disk;
+
+impl Files for Disk {
+    fn read(&self, path: &Path) -> Result<String, String> {
+        std::fs::read_to_string(path).map_err(|e| e.to_string())
+    }
+    fn identity(&self, path: &Path) -> PathBuf {
+        std::fs::canonicalize(path).unwrap_or_else(|_| normalize(path))
+    }
+}
+
+struct Embedded(Vec<(String, String)>);
+
+impl Files for Embedded {
+    fn read(&self, path: &Path) -> Result<String, String> {
+        let want = normalize(path);
+        self.0
+            .iter()
+            .find(|(p, _)| Path::new(p) == want)
+            .map(|(_, t)| t.clone())
+            .ok_or_else(|| "not among the embedded files".to_owned())
+    }
+    fn identity(&self, path: &Path) -> PathBuf {
+        normalize(path)
+    }
+}
+
+/// `a/./b/../c` → `a/c`, lexically (a leading `..` stays).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) {
+                    out.pop();
+                } else {
+                    out.push("..");
+                }
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// One file read while resolving includes.
+struct SourceFile {
+    label: String,
+    dir: PathBuf,
+    text: String,
+    show_lines: bool,
+}
+
+impl SourceFile {
+    fn line_of(&self, offset: usize) -> Option<usize> {
+        if !self.show_lines {
+            return None;
+        }
+        let end = offset.min(self.text.len());
+        Some(self.text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1)
+    }
+
+    fn error(&self, span: Option<Range<usize>>, field: Option<&str>, message: impl Into<String>) -> ScenarioError {
+        let line = span.and_then(|s| self.line_of(s.start));
+        ScenarioError::new(&self.label, line, field, message)
+    }
+}
+
+fn load_from(files: &dyn Files, path: &Path, label: &str, show_lines: bool) -> Result<Scenario, ScenarioError> {
+    let mut sources = Vec::new();
+    let mut stack = Vec::new();
+    gather(files, path, label.to_owned(), show_lines, None, &mut stack, &mut sources)?;
+    let docs: Vec<Spanned<DeTable<'_>>> = sources
+        .iter()
+        .map(|s| DeTable::parse(&s.text).map_err(|e| s.error(e.span(), None, e.message())))
+        .collect::<Result<_, _>>()?;
+    let ctx = Ctx::new(&sources, &docs)?;
+    let mut scenario = ctx.build()?;
+    scenario.source = label.to_owned();
+    Ok(scenario)
+}
+
+/// Where an include was named: the including file, the span, and the field
+/// (`include[1]`).
+struct Site<'a> {
+    file: &'a SourceFile,
+    span: Range<usize>,
+    field: String,
+}
+
+/// Reads `path` and, first, every file it includes (depth first), pushing
+/// each onto `out` after its includes: later entries override earlier ones.
+fn gather(
+    files: &dyn Files,
+    path: &Path,
+    label: String,
+    show_lines: bool,
+    site: Option<Site<'_>>,
+    stack: &mut Vec<(PathBuf, String)>,
+    out: &mut Vec<SourceFile>,
+) -> Result<(), ScenarioError> {
+    let fail = |message: String| match &site {
+        Some(s) => s.file.error(Some(s.span.clone()), Some(&s.field), message),
+        None => ScenarioError::new(&label, None, None, message),
+    };
+    let id = files.identity(path);
+    if stack.iter().any(|(p, _)| *p == id) {
+        let chain: Vec<&str> = stack.iter().map(|(_, l)| l.as_str()).chain([label.as_str()]).collect();
+        return Err(fail(format!("include cycle: {}", chain.join(" -> "))));
+    }
+    let text = files.read(path).map_err(|e| fail(format!("cannot read {label}: {e}")))?;
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let file = SourceFile { label: label.clone(), dir, text, show_lines };
+    let includes = {
+        let doc = DeTable::parse(&file.text).map_err(|e| file.error(e.span(), None, e.message()))?;
+        include_list(&file, doc.get_ref())?
+    };
+    stack.push((id, label));
+    for (i, (rel, span)) in includes.into_iter().enumerate() {
+        let child = normalize(&file.dir.join(&rel));
+        let child_label = child.display().to_string();
+        let site = Site { file: &file, span, field: format!("include[{i}]") };
+        gather(files, &child, child_label, show_lines, Some(site), stack, out)?;
+    }
+    stack.pop();
+    out.push(file);
+    Ok(())
+}
+
+/// The `include` paths of a document, with their spans.
+fn include_list(file: &SourceFile, doc: &DeTable<'_>) -> Result<Vec<(String, Range<usize>)>, ScenarioError> {
+    let Some(value) = doc.get("include") else { return Ok(Vec::new()) };
+    let bad = |span| file.error(Some(span), Some("include"), "must be a path or an array of paths");
+    match value.get_ref() {
+        DeValue::String(s) => Ok(vec![(s.to_string(), value.span())]),
+        DeValue::Array(items) => items
+            .iter()
+            .map(|item| match item.get_ref() {
+                DeValue::String(s) => Ok((s.to_string(), item.span())),
+                _ => Err(bad(item.span())),
+            })
+            .collect(),
+        _ => Err(bad(value.span())),
+    }
+}
+
+/// One top-level key after includes: the file it comes from and its value.
+struct Entry<'a> {
+    file: &'a SourceFile,
+    key_span: Range<usize>,
+    value: &'a Spanned<DeValue<'a>>,
+}
+
+/// The merged top-level keys of a scenario, with their origins.
+struct Ctx<'a> {
+    root: &'a SourceFile,
+    entries: BTreeMap<&'a str, Entry<'a>>,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(sources: &'a [SourceFile], docs: &'a [Spanned<DeTable<'a>>]) -> Result<Self, ScenarioError> {
+        let mut entries = BTreeMap::new();
+        for (file, doc) in sources.iter().zip(docs) {
+            for (key, value) in doc.get_ref().iter() {
+                let name: &str = key.get_ref();
+                if !TOP_LEVEL_KEYS.contains(&name) {
+                    return Err(file.error(
+                        Some(key.span()),
+                        Some(name),
+                        format!("unknown field `{name}`, expected one of {}", quoted(TOP_LEVEL_KEYS)),
+                    ));
+                }
+                if name != "include" {
+                    entries.insert(name, Entry { file, key_span: key.span(), value });
+                }
+            }
+        }
+        let root = sources.last().expect("gather pushes the root file last");
+        Ok(Ctx { root, entries })
+    }
+
+    /// Deserializes the top-level `key`, if present, with errors placed at
+    /// the field toml points to.
+    fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, ScenarioError> {
+        let Some(entry) = self.entries.get(key) else { return Ok(None) };
+        let de = ValueDeserializer::from(entry.value.clone());
+        T::deserialize(de).map(Some).map_err(|e| {
+            let span = e.span().unwrap_or_else(|| entry.value.span());
+            let mut path = key.to_owned();
+            path_at(entry.value, span.start, &mut path);
+            entry.file.error(Some(span), Some(&path), e.message())
+        })
+    }
+
+    /// An error about the field at dotted `path`, placed at the deepest part
+    /// of the path some file has.
+    fn err(&self, path: &str, message: impl Into<String>) -> ScenarioError {
+        self.err_near(path, path, message)
+    }
+
+    /// An error about field `field`, placed at the deepest part of `near`
+    /// some file has.
+    fn err_near(&self, near: &str, field: &str, message: impl Into<String>) -> ScenarioError {
+        let segments = split_path(near);
+        let Some((Seg::Key(top), rest)) = segments.split_first() else {
+            return ScenarioError::new(&self.root.label, None, Some(field), message);
+        };
+        match self.entries.get(top.as_str()) {
+            None => ScenarioError::new(&self.root.label, None, Some(field), message),
+            Some(entry) => {
+                let span = if rest.is_empty() { entry.key_span.clone() } else { span_of(entry.value, rest) };
+                entry.file.error(Some(span), Some(field), message)
+            }
+        }
+    }
+
+    fn issue(&self, issue: Issue) -> ScenarioError {
+        self.err(&issue.path, issue.message)
+    }
+
+    fn build(&self) -> Result<Scenario, ScenarioError> {
+        let name: Option<String> = self.get("name")?;
+        let description: Option<String> = self.get("description")?;
+        let seed: u64 = self.get("seed")?.unwrap_or(1);
+        let model: Option<ModelSpec> = self.get("model")?;
+        let deployment = self.deployment()?;
+        let workload: Option<WorkloadSpec> = self.get("workload")?;
+        let slo: SloSpec = self.get("slo")?.unwrap_or_default();
+
+        let model = model.ok_or_else(|| {
+            self.err("model", "missing table [model] (kv_bytes_per_token, or [[model.cache_groups]])")
+        })?;
+        let mut workload = workload.ok_or_else(|| self.err("workload", "missing table [workload]"))?;
+
+        let roles = self.check_deployment(&deployment, &model)?;
+        let validated = self.check_model(&deployment, &model, &roles)?;
+        // actors' own check of what it will run; the checks above catch
+        // everything it does first, with the same paths, so this only
+        // guards against the two drifting apart.
+        Deployment::build(&model, &deployment).map_err(|e| match e {
+            ConfigError::Field { field, problem } => self.err(&field, problem),
+            ConfigError::Gate(g) => self.gate(&deployment, &g),
+        })?;
+        check_slo(&slo).map_err(|i| self.issue(i.under("slo")))?;
+        workload.check().map_err(|i| self.issue(i.under("workload")))?;
+
+        // Resolve the trace path against the file that named it, and check
+        // that the file opens and its header is right.
+        if let Some(trace) = &mut workload.trace {
+            let entry = &self.entries["workload"];
+            trace.path = normalize(&entry.file.dir.join(&trace.path));
+            TraceReader::open(trace, true).map_err(|e| self.err("workload.trace.path", e.0))?;
+        }
+
+        Ok(Scenario { name, description, seed, deployment, model, workload, slo, source: String::new(), validated })
+    }
+
+    /// The deployment keys through [`DeploymentSpec`]'s own deserializer
+    /// (its defaults), each key from the file that has it.
+    fn deployment(&self) -> Result<DeploymentSpec, ScenarioError> {
+        let mut spec: DeploymentSpec = DeploymentSpec::deserialize_default();
+        for key in DEPLOYMENT_KEYS {
+            match *key {
+                "vllm_version" => spec.vllm_version = self.get("vllm_version")?,
+                "prefill" => spec.prefill = self.get("prefill")?,
+                "decode" => spec.decode = self.get("decode")?,
+                "aggregated" => spec.aggregated = self.get("aggregated")?,
+                "link" => spec.link = self.get("link")?.unwrap_or(spec.link),
+                "router" => spec.router = self.get("router")?.unwrap_or(spec.router),
+                "faults" => spec.faults = self.get("faults")?.unwrap_or(spec.faults),
+                "timeline_interval_ms" => {
+                    spec.timeline_interval_ms = self.get("timeline_interval_ms")?.unwrap_or(spec.timeline_interval_ms)
+                }
+                "check_invariants" => {
+                    spec.check_invariants = self.get("check_invariants")?.unwrap_or(spec.check_invariants)
+                }
+                _ => unreachable!("DEPLOYMENT_KEYS lists only the keys above"),
+            }
+        }
+        Ok(spec)
+    }
+
+    /// The roles present, after checking their shape and every field.
+    fn check_deployment(&self, d: &DeploymentSpec, model: &ModelSpec) -> Result<Vec<Role>, ScenarioError> {
+        let roles: Vec<Role> = match (&d.prefill, &d.decode, &d.aggregated) {
+            (Some(_), Some(_), None) => vec![Role::Prefill, Role::Decode],
+            (None, None, Some(_)) => vec![Role::Aggregated],
+            (None, None, None) => {
+                return Err(self.err(
+                    "prefill",
+                    "missing table [prefill] (a disaggregated deployment needs [prefill] and [decode]; \
+                     an aggregated one, [aggregated])",
+                ));
+            }
+            (Some(_), None, None) => {
+                return Err(self.err_near(
+                    "prefill",
+                    "decode",
+                    "missing table [decode] (a disaggregated deployment needs prefill and decode ranks)",
+                ));
+            }
+            (None, Some(_), None) => {
+                return Err(self.err_near(
+                    "decode",
+                    "prefill",
+                    "missing table [prefill] (a disaggregated deployment needs prefill and decode ranks)",
+                ));
+            }
+            (_, _, Some(_)) => {
+                return Err(self.err(
+                    "aggregated",
+                    "cannot be combined with [prefill]/[decode] (a deployment is either disaggregated \
+                     or aggregated; write two scenarios to compare them)",
+                ));
+            }
+        };
+        let grouped = !model.cache_groups.is_empty();
+        for &role in &roles {
+            let spec = match role {
+                Role::Prefill => d.prefill.as_ref(),
+                Role::Decode => d.decode.as_ref(),
+                Role::Aggregated => d.aggregated.as_ref(),
+            };
+            if let Some(spec) = spec {
+                check_role(spec, grouped).map_err(|i| self.issue(i.under(role.as_str())))?;
+            }
+        }
+        let link = &d.link;
+        if Bandwidth::from_gb_per_s(link.bandwidth_gb_s).is_none() {
+            positive("link.bandwidth_gb_s", link.bandwidth_gb_s).map_err(|i| self.issue(i))?;
+            return Err(self.err(
+                "link.bandwidth_gb_s",
+                format!("{} GB/s does not fit in 64-bit bytes per second", link.bandwidth_gb_s),
+            ));
+        }
+        non_negative("link.latency_us", link.latency_us).map_err(|i| self.issue(i))?;
+        let p = d.faults.decode_abort_probability;
+        if !(0.0..=1.0).contains(&p) {
+            return Err(self.err("faults.decode_abort_probability", format!("must be in [0, 1], got {p}")));
+        }
+        if let Some(s) = d.faults.source_hold_s {
+            positive("faults.source_hold_s", s).map_err(|i| self.issue(i))?;
+        }
+        positive("timeline_interval_ms", d.timeline_interval_ms).map_err(|i| self.issue(i))?;
+        Ok(roles)
+    }
+
+    /// The model gates of actors for every role present: the model itself,
+    /// the rank's vLLM version, and the prefill/decode pairing.
+    fn check_model(&self, d: &DeploymentSpec, model: &ModelSpec, roles: &[Role]) -> Result<Model, ScenarioError> {
+        let mut validated: Vec<(Role, Model)> = Vec::new();
+        for &role in roles {
+            let m = model.validate(role).map_err(|e| self.gate(d, &e))?;
+            let role_spec = match role {
+                Role::Prefill => d.prefill.as_ref(),
+                Role::Decode => d.decode.as_ref(),
+                Role::Aggregated => d.aggregated.as_ref(),
+            };
+            let version = role_spec.and_then(|r| r.vllm_version.as_deref()).or(d.vllm_version.as_deref());
+            check_rank(role, &m, version).map_err(|e| self.gate(d, &e))?;
+            validated.push((role, m));
+        }
+        // One model per scenario, so the pairing always holds; checked anyway
+        // so that a future per-role model cannot skip it.
+        if let (Some((_, p)), Some((_, dm))) =
+            (validated.iter().find(|(r, _)| *r == Role::Prefill), validated.iter().find(|(r, _)| *r == Role::Decode))
+        {
+            check_pairing(p, dm).map_err(|e| self.gate(d, &e))?;
+        }
+        let (_, m) = validated.into_iter().next().expect("check_deployment found at least one role");
+        Ok(m)
+    }
+
+    /// A gate error of actors, placed at the field it names.
+    fn gate(&self, d: &DeploymentSpec, e: &GateError) -> ScenarioError {
+        let field = e.field();
+        let role = e.role.as_str();
+        let (path, message) = if field == "vllm_version" {
+            let role_has = match e.role {
+                Role::Prefill => d.prefill.as_ref(),
+                Role::Decode => d.decode.as_ref(),
+                Role::Aggregated => d.aggregated.as_ref(),
+            }
+            .is_some_and(|r| r.vllm_version.is_some());
+            let path = if role_has || d.vllm_version.is_none() { format!("{role}.vllm_version") } else { field.into() };
+            (path, format!("{role} rank: {}", e.problem))
+        } else {
+            match &e.location {
+                Location::Model => (format!("model.{field}"), format!("{role} rank: {}", e.problem)),
+                Location::Group { index, name } => (
+                    format!("model.cache_groups[{index}].{field}"),
+                    format!("{role} rank, group {name:?}: {}", e.problem),
+                ),
+            }
+        };
+        self.err(&path, message)
+    }
+}
+
+/// Deserializing a [`DeploymentSpec`] from an empty table gives actors'
+/// defaults for every optional field.
+trait DeserializeDefault {
+    fn deserialize_default() -> Self;
+}
+
+impl DeserializeDefault for DeploymentSpec {
+    fn deserialize_default() -> Self {
+        toml::from_str("").expect("every DeploymentSpec field has a default")
+    }
+}
+
+/// Checks one role's ranks; paths are relative to the role's table.
+fn check_role(r: &RoleSpec, grouped: bool) -> Result<(), Issue> {
+    at_least_one("count", u64::from(r.count))?;
+    at_least_one("tp", u64::from(r.tp))?;
+    at_least_one("num_blocks", r.num_blocks)?;
+    at_least_one("max_num_batched_tokens", r.max_num_batched_tokens)?;
+    at_least_one("max_num_seqs", u64::from(r.max_num_seqs))?;
+    if let Some(b) = r.block_size_tokens {
+        if grouped {
+            return Err(Issue::new(
+                "block_size_tokens",
+                "not allowed with a grouped model (its cache groups carry their block sizes)",
+            ));
+        }
+        at_least_one("block_size_tokens", b.get())?;
+    }
+    check_step_time(&r.step_time).map_err(|i| i.under("step_time"))
+}
+
+fn check_step_time(s: &StepTimeSpec) -> Result<(), Issue> {
+    match s {
+        StepTimeSpec::Linear { fixed_us, per_token_us, per_seq_us, per_context_token_us } => {
+            non_negative("fixed_us", *fixed_us)?;
+            non_negative("per_token_us", *per_token_us)?;
+            non_negative("per_seq_us", *per_seq_us)?;
+            non_negative("per_context_token_us", *per_context_token_us)
+        }
+        StepTimeSpec::Table { points, per_context_token_us } => {
+            if points.is_empty() {
+                return Err(Issue::new("points", "must have at least one [tokens, µs] point"));
+            }
+            for (i, [tokens, us]) in points.iter().enumerate() {
+                non_negative(&format!("points[{i}]"), *tokens)?;
+                non_negative(&format!("points[{i}]"), *us)?;
+                if i > 0 && *tokens <= points[i - 1][0] {
+                    return Err(Issue::new(
+                        format!("points[{i}]"),
+                        format!(
+                            "tokens {tokens} is not above the previous point's {} (points must be strictly \
+                             increasing in tokens)",
+                            points[i - 1][0]
+                        ),
+                    ));
+                }
+            }
+            non_negative("per_context_token_us", *per_context_token_us)
+        }
+    }
+}
+
+fn check_slo(s: &SloSpec) -> Result<(), Issue> {
+    for (name, v) in [("ttft_ms", s.ttft_ms), ("tpot_ms", s.tpot_ms), ("e2e_ms", s.e2e_ms)] {
+        if let Some(v) = v {
+            positive(name, v)?;
+        }
+    }
+    Ok(())
+}
+
+fn quoted(keys: &[&str]) -> String {
+    keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+}
+
+/// One step of a field path.
+#[derive(Debug, PartialEq, Eq)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// `model.cache_groups[2].page_bytes` → Key, Key, Index, Key.
+fn split_path(path: &str) -> Vec<Seg> {
+    let mut out = Vec::new();
+    for part in path.split('.') {
+        let (key, mut rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
+        if !key.is_empty() {
+            out.push(Seg::Key(key.to_owned()));
+        }
+        while let Some((idx, after)) = rest.split_once(']') {
+            if let Ok(i) = idx.parse() {
+                out.push(Seg::Index(i));
+            }
+            rest = after.strip_prefix('[').unwrap_or(after);
+        }
+    }
+    out
+}
+
+/// The span of the deepest part of `path` under `value` that exists (a
+/// key's span for a table entry, so that a `[table]` header points at its
+/// own line).
+fn span_of(value: &Spanned<DeValue<'_>>, path: &[Seg]) -> Range<usize> {
+    let Some((first, rest)) = path.split_first() else { return value.span() };
+    match (first, value.get_ref()) {
+        (Seg::Key(k), DeValue::Table(t)) => match t.get_key_value(k.as_str()) {
+            Some((key, v)) if rest.is_empty() => key.span().start..v.span().end.max(key.span().end),
+            Some((_, v)) => span_of(v, rest),
+            None => value.span(),
+        },
+        (Seg::Index(i), DeValue::Array(a)) => match a.get(*i) {
+            Some(v) => span_of(v, rest),
+            None => value.span(),
+        },
+        _ => value.span(),
+    }
+}
+
+/// Appends to `path` the keys (and indices) leading to the innermost value
+/// under `value` whose key or value holds `offset`.
+fn path_at(value: &Spanned<DeValue<'_>>, offset: usize, path: &mut String) {
+    match value.get_ref() {
+        DeValue::Table(t) => {
+            for (k, v) in t.iter() {
+                if k.span().contains(&offset) {
+                    path.push('.');
+                    path.push_str(k.get_ref());
+                    return;
+                }
+                if v.span().contains(&offset) {
+                    path.push('.');
+                    path.push_str(k.get_ref());
+                    path_at(v, offset, path);
+                    return;
+                }
+            }
+        }
+        DeValue::Array(a) => {
+            for (i, v) in a.iter().enumerate() {
+                if v.span().contains(&offset) {
+                    path.push_str(&format!("[{i}]"));
+                    path_at(v, offset, path);
+                    return;
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_split() {
+        assert_eq!(
+            split_path("model.cache_groups[2].page_bytes"),
+            vec![
+                Seg::Key("model".into()),
+                Seg::Key("cache_groups".into()),
+                Seg::Index(2),
+                Seg::Key("page_bytes".into())
+            ]
+        );
+        assert_eq!(split_path("a.points[1]"), vec![Seg::Key("a".into()), Seg::Key("points".into()), Seg::Index(1)]);
+    }
+
+    #[test]
+    fn normalize_paths() {
+        assert_eq!(normalize(Path::new("a/./b/../c.toml")), PathBuf::from("a/c.toml"));
+        assert_eq!(normalize(Path::new("../x/../y")), PathBuf::from("../y"));
+    }
+}

@@ -1,0 +1,594 @@
+//! Real request traces, streamed row by row.
+//!
+//! A [`TraceReader`] reads its file line by line through a `BufReader` and
+//! makes one request per data row when asked, so memory stays bounded by the
+//! one line it holds, whatever the trace's size. Three formats:
+//!
+//! - `mooncake` — JSON lines (Mooncake's FAST'25 traces):
+//!   `{"timestamp": ms, "input_length": N, "output_length": M, "hash_ids": [..]}`;
+//!   `hash_ids` are chained ids of 512-token prompt blocks and become the
+//!   request's [`PrefixIds`] (block_tokens 512), so prefix caching sees the
+//!   trace's real reuse. Other keys are ignored.
+//! - `azure` — Azure LLM inference CSV (2023):
+//!   `TIMESTAMP,ContextTokens,GeneratedTokens` with wall-clock timestamps like
+//!   `2023-11-16 18:17:03.9799600` (read exactly, to the nanosecond, as UTC).
+//! - `burstgpt` — BurstGPT CSV:
+//!   `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`,
+//!   `Timestamp` in seconds. A row with 0 response tokens is a failed request
+//!   in that dataset: it is skipped and counted (`skipped_failed`), never an
+//!   error.
+//!
+//! CSV columns are found by header name (case-insensitive), so their order
+//! may differ and extra columns are ignored; fields may be double-quoted.
+//!
+//! Arrivals: the first request arrives at 0 and each later one at
+//! `(t − t_first) × time_scale` (so `time_scale = 2.0` replays twice as slow,
+//! `0.5` twice as fast), computed in integer nanoseconds. Timestamps must not
+//! decrease (an error even with `skip_malformed`: sort the trace). A closed
+//! loop, or a workload that draws its own arrivals, ignores the timestamps.
+//!
+//! A malformed row (unparseable, a missing field, zero prompt tokens, zero
+//! output tokens outside BurstGPT) is an error naming the file and line —
+//! `traces/x.jsonl:17: malformed mooncake row: ...` — or, with
+//! `skip_malformed = true`, skipped and counted.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+
+use actors::units::Tokens;
+use actors::workload::{PrefixIds, RequestSource, RequestSpec, WorkloadError};
+use serde::{Deserialize, Serialize};
+use sim_core::SimTime;
+
+use crate::check::{Issue, at_least_one, positive};
+
+/// Tokens one Mooncake `hash_ids` entry covers.
+pub const MOONCAKE_BLOCK_TOKENS: u64 = 512;
+
+/// The `[workload.trace]` table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceSpec {
+    /// The file's format.
+    pub format: TraceFormat,
+    /// The file, relative to the scenario file that names it (the loader
+    /// resolves it; a resolved scenario holds the joined path).
+    pub path: PathBuf,
+    /// Multiplies every gap between arrivals: 2.0 replays twice as slow.
+    #[serde(default = "one")]
+    pub time_scale: f64,
+    /// Replay at most this many requests (skipped rows not counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// Skip and count malformed rows instead of stopping at the first.
+    #[serde(default)]
+    pub skip_malformed: bool,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// The trace formats pdsim reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceFormat {
+    /// Mooncake JSON lines.
+    Mooncake,
+    /// Azure LLM inference CSV.
+    Azure,
+    /// BurstGPT CSV.
+    Burstgpt,
+}
+
+impl TraceFormat {
+    /// The name scenario files use.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TraceFormat::Mooncake => "mooncake",
+            TraceFormat::Azure => "azure",
+            TraceFormat::Burstgpt => "burstgpt",
+        }
+    }
+}
+
+impl fmt::Display for TraceFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl TraceSpec {
+    /// Checks the fields (not the file); paths are relative to the table.
+    pub fn check(&self) -> Result<(), Issue> {
+        if self.path.as_os_str().is_empty() {
+            return Err(Issue::new("path", "must not be empty"));
+        }
+        positive("time_scale", self.time_scale)?;
+        if let Some(limit) = self.limit {
+            at_least_one("limit", limit)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a [`TraceReader`] has read so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TraceStats {
+    /// Data rows read (blank lines and the CSV header not counted).
+    pub rows_read: u64,
+    /// Requests made.
+    pub requests: u64,
+    /// Malformed rows skipped (`skip_malformed = true`).
+    pub skipped_malformed: u64,
+    /// Failed-request rows skipped (BurstGPT, 0 response tokens).
+    pub skipped_failed: u64,
+    /// The first skipped malformed row's error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_malformed: Option<String>,
+}
+
+/// Column positions of a CSV trace.
+#[derive(Clone, Copy, Debug)]
+struct Columns {
+    time: usize,
+    prompt: usize,
+    output: usize,
+    /// Fields a row needs: 1 + the largest index used.
+    needed: usize,
+}
+
+/// One data row, parsed.
+enum Row {
+    Request { time_ns: u64, time_text: String, prompt: u64, output: u64, ids: Vec<u64> },
+    Failed,
+}
+
+/// A streaming reader of one trace file; an
+/// [`actors::workload::RequestSource`].
+#[derive(Debug)]
+pub struct TraceReader {
+    path: String,
+    format: TraceFormat,
+    reader: BufReader<File>,
+    buf: Vec<u8>,
+    line: u64,
+    columns: Option<Columns>,
+    use_timestamps: bool,
+    time_scale: f64,
+    skip_malformed: bool,
+    limit: Option<u64>,
+    first_ns: Option<u64>,
+    prev: Option<(u64, String)>,
+    stats: TraceStats,
+}
+
+impl TraceReader {
+    /// Opens `spec.path` and, for a CSV format, reads and checks its header.
+    /// With `use_timestamps = false` every arrival is 0 and timestamps need
+    /// not be ordered (a closed loop, or arrivals drawn elsewhere); they must
+    /// still parse.
+    ///
+    /// # Errors
+    /// The file cannot be opened, is empty (CSV), or its header lacks a
+    /// column; the text names the file (and line).
+    pub fn open(spec: &TraceSpec, use_timestamps: bool) -> Result<TraceReader, WorkloadError> {
+        let path = spec.path.display().to_string();
+        let file = File::open(&spec.path).map_err(|e| WorkloadError(format!("cannot open {path}: {e}")))?;
+        let mut reader = TraceReader {
+            path,
+            format: spec.format,
+            reader: BufReader::new(file),
+            buf: Vec::new(),
+            line: 0,
+            columns: None,
+            use_timestamps,
+            time_scale: spec.time_scale,
+            skip_malformed: spec.skip_malformed,
+            limit: spec.limit,
+            first_ns: None,
+            prev: None,
+            stats: TraceStats::default(),
+        };
+        let wanted: Option<[&str; 3]> = match spec.format {
+            TraceFormat::Mooncake => None,
+            TraceFormat::Azure => Some(["TIMESTAMP", "ContextTokens", "GeneratedTokens"]),
+            TraceFormat::Burstgpt => Some(["Timestamp", "Request tokens", "Response tokens"]),
+        };
+        if let Some(wanted) = wanted {
+            reader.columns = Some(reader.read_header(wanted)?);
+        }
+        Ok(reader)
+    }
+
+    /// What has been read so far.
+    pub fn stats(&self) -> &TraceStats {
+        &self.stats
+    }
+
+    /// Reads every remaining row and returns the final stats: what
+    /// `pdsim validate` does to check a whole trace in bounded memory.
+    ///
+    /// # Errors
+    /// The first malformed row (unless skipped) or decreasing timestamp.
+    pub fn scan(mut self) -> Result<TraceStats, WorkloadError> {
+        while self.next_request()?.is_some() {}
+        Ok(self.stats)
+    }
+
+    /// The next non-blank line, without its line ending; `None` at the end.
+    fn next_line(&mut self) -> Result<Option<Result<String, String>>, WorkloadError> {
+        loop {
+            self.buf.clear();
+            let n = self
+                .reader
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| WorkloadError(format!("{}:{}: cannot read: {e}", self.path, self.line + 1)))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.line += 1;
+            let text = match std::str::from_utf8(&self.buf) {
+                Ok(t) => t,
+                Err(e) => return Ok(Some(Err(format!("not valid UTF-8 ({e})")))),
+            };
+            let text = text.trim_end_matches(['\n', '\r']);
+            if !text.trim().is_empty() {
+                return Ok(Some(Ok(text.to_owned())));
+            }
+        }
+    }
+
+    fn read_header(&mut self, wanted: [&str; 3]) -> Result<Columns, WorkloadError> {
+        let header = match self.next_line()? {
+            None => {
+                return Err(WorkloadError(format!(
+                    "{}: empty file, expected a {} header line ({})",
+                    self.path,
+                    self.format,
+                    wanted.join(",")
+                )));
+            }
+            Some(Err(problem)) => return Err(WorkloadError(format!("{}:{}: header: {problem}", self.path, self.line))),
+            Some(Ok(h)) => h,
+        };
+        let names =
+            split_csv(&header).map_err(|p| WorkloadError(format!("{}:{}: header: {p}", self.path, self.line)))?;
+        let find = |want: &str| names.iter().position(|n| n.trim().eq_ignore_ascii_case(want));
+        let mut idx = [0usize; 3];
+        for (slot, want) in idx.iter_mut().zip(wanted) {
+            *slot = find(want).ok_or_else(|| {
+                WorkloadError(format!(
+                    "{}:{}: {} header lacks column `{want}` (found: {})",
+                    self.path,
+                    self.line,
+                    self.format,
+                    names.join(",")
+                ))
+            })?;
+        }
+        Ok(Columns { time: idx[0], prompt: idx[1], output: idx[2], needed: idx.iter().max().map_or(0, |m| m + 1) })
+    }
+
+    fn parse_row(&self, text: &str) -> Result<Row, String> {
+        match (self.format, self.columns) {
+            (TraceFormat::Mooncake, _) => parse_mooncake(text),
+            (format, Some(cols)) => parse_csv_row(format, cols, text),
+            (format, None) => Err(format!("{format} trace read without its header")),
+        }
+    }
+
+    fn arrival(&mut self, time_ns: u64, time_text: String) -> Result<SimTime, WorkloadError> {
+        if !self.use_timestamps {
+            return Ok(SimTime::ZERO);
+        }
+        if let Some((prev, prev_text)) = &self.prev
+            && time_ns < *prev
+        {
+            return Err(WorkloadError(format!(
+                "{}:{}: timestamp {time_text} is earlier than the previous row's {prev_text}; \
+                 trace arrivals must not decrease (sort the trace by time)",
+                self.path, self.line
+            )));
+        }
+        let first = *self.first_ns.get_or_insert(time_ns);
+        self.prev = Some((time_ns, time_text));
+        let offset = time_ns - first;
+        let scaled = if self.time_scale == 1.0 {
+            offset
+        } else {
+            let x = (offset as f64 * self.time_scale).round();
+            if x >= u64::MAX as f64 { u64::MAX } else { x as u64 }
+        };
+        Ok(SimTime::from_nanos(scaled))
+    }
+}
+
+impl RequestSource for TraceReader {
+    fn next_request(&mut self) -> Result<Option<RequestSpec>, WorkloadError> {
+        loop {
+            if self.limit.is_some_and(|l| self.stats.requests >= l) {
+                return Ok(None);
+            }
+            let parsed = match self.next_line()? {
+                None => return Ok(None),
+                Some(Ok(text)) => {
+                    self.stats.rows_read += 1;
+                    self.parse_row(&text)
+                }
+                Some(Err(problem)) => {
+                    self.stats.rows_read += 1;
+                    Err(problem)
+                }
+            };
+            match parsed {
+                Ok(Row::Request { time_ns, time_text, prompt, output, ids }) => {
+                    let arrival = self.arrival(time_ns, time_text)?;
+                    self.stats.requests += 1;
+                    let prefix = if ids.is_empty() {
+                        PrefixIds::none()
+                    } else {
+                        PrefixIds { block_tokens: Tokens::new(MOONCAKE_BLOCK_TOKENS), ids }
+                    };
+                    return Ok(Some(RequestSpec {
+                        arrival,
+                        prompt: Tokens::new(prompt),
+                        output: Tokens::new(output),
+                        prefix,
+                    }));
+                }
+                Ok(Row::Failed) => self.stats.skipped_failed += 1,
+                Err(problem) => {
+                    let msg = format!("{}:{}: malformed {} row: {problem}", self.path, self.line, self.format);
+                    if !self.skip_malformed {
+                        return Err(WorkloadError(msg));
+                    }
+                    self.stats.skipped_malformed += 1;
+                    self.stats.first_malformed.get_or_insert(msg);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct MooncakeRow {
+    timestamp: serde_json::Number,
+    input_length: u64,
+    output_length: u64,
+    #[serde(default)]
+    hash_ids: Vec<u64>,
+}
+
+fn parse_mooncake(text: &str) -> Result<Row, String> {
+    let row: MooncakeRow = serde_json::from_str(text).map_err(|e| {
+        let msg = e.to_string();
+        let msg = msg.rfind(" at line ").map_or(msg.as_str(), |i| &msg[..i]).to_owned();
+        format!("{msg} (column {})", e.column())
+    })?;
+    let time_ns = number_ns(&row.timestamp, 1_000_000)
+        .ok_or_else(|| format!("timestamp: must be a non-negative number of ms, got {}", row.timestamp))?;
+    if row.input_length == 0 {
+        return Err("input_length: must be >= 1, got 0".into());
+    }
+    if row.output_length == 0 {
+        return Err("output_length: must be >= 1, got 0".into());
+    }
+    Ok(Row::Request {
+        time_ns,
+        time_text: format!("{} ms", row.timestamp),
+        prompt: row.input_length,
+        output: row.output_length,
+        ids: row.hash_ids,
+    })
+}
+
+/// A JSON number of `unit_ns`-nanosecond units as whole nanoseconds:
+/// integers exactly, fractions rounded; `None` if negative or too large.
+fn number_ns(n: &serde_json::Number, unit_ns: u64) -> Option<u64> {
+    if let Some(u) = n.as_u64() {
+        return u.checked_mul(unit_ns);
+    }
+    float_ns(n.as_f64()?, unit_ns)
+}
+
+fn float_ns(x: f64, unit_ns: u64) -> Option<u64> {
+    let ns = (x * unit_ns as f64).round();
+    if ns.is_finite() && ns >= 0.0 && ns < u64::MAX as f64 { Some(ns as u64) } else { None }
+}
+
+/// A non-negative decimal (`12`, `12.345`) of `unit_ns`-nanosecond units as
+/// whole nanoseconds, exactly when the digits allow (`5.000000001` s is
+/// 5,000,000,001 ns); other float forms (`1e3`) through `f64`.
+fn decimal_ns(s: &str, unit_ns: u64) -> Option<u64> {
+    let s = s.trim();
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    if !int.is_empty() && digits(int) && digits(frac) {
+        let whole = int.parse::<u64>().ok()?.checked_mul(unit_ns)?;
+        // Fractional digits beyond the nanosecond are truncated.
+        let mut part = 0u64;
+        let mut scale = unit_ns;
+        for b in frac.bytes() {
+            if scale < 10 {
+                break;
+            }
+            scale /= 10;
+            part += u64::from(b - b'0') * scale;
+        }
+        return whole.checked_add(part);
+    }
+    float_ns(s.parse::<f64>().ok()?, unit_ns)
+}
+
+fn parse_csv_row(format: TraceFormat, cols: Columns, text: &str) -> Result<Row, String> {
+    let fields = split_csv(text)?;
+    if fields.len() < cols.needed {
+        return Err(format!("expected at least {} fields, got {}", cols.needed, fields.len()));
+    }
+    let (time_name, prompt_name, output_name) = match format {
+        TraceFormat::Azure => ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+        _ => ("Timestamp", "Request tokens", "Response tokens"),
+    };
+    let time_text = fields[cols.time].trim();
+    let time_ns = match format {
+        TraceFormat::Azure => parse_wall_clock_ns(time_text),
+        _ => decimal_ns(time_text, 1_000_000_000),
+    }
+    .ok_or_else(|| format!("{time_name}: invalid timestamp `{time_text}`"))?;
+    let int = |name: &str, i: usize| {
+        let f = fields[i].trim();
+        f.parse::<u64>().map_err(|_| format!("{name}: invalid token count `{f}`"))
+    };
+    let prompt = int(prompt_name, cols.prompt)?;
+    let output = int(output_name, cols.output)?;
+    if prompt == 0 {
+        return Err(format!("{prompt_name}: must be >= 1, got 0"));
+    }
+    if output == 0 {
+        if format == TraceFormat::Burstgpt {
+            return Ok(Row::Failed);
+        }
+        return Err(format!("{output_name}: must be >= 1, got 0"));
+    }
+    Ok(Row::Request { time_ns, time_text: time_text.to_owned(), prompt, output, ids: Vec::new() })
+}
+
+/// Splits one CSV line: fields separated by commas, a field in double
+/// quotes may hold commas and `""` for a quote.
+fn split_csv(line: &str) -> Result<Vec<String>, String> {
+    let mut fields = Vec::new();
+    let mut chars = line.chars().peekable();
+    loop {
+        let mut field = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    None => return Err("unterminated quoted field".into()),
+                    Some('"') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        field.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => field.push(c),
+                }
+            }
+            match chars.next() {
+                None => {
+                    fields.push(field);
+                    return Ok(fields);
+                }
+                Some(',') => fields.push(field),
+                Some(c) => return Err(format!("unexpected `{c}` after a quoted field")),
+            }
+        } else {
+            loop {
+                match chars.next() {
+                    None => {
+                        fields.push(field);
+                        return Ok(fields);
+                    }
+                    Some(',') => break,
+                    Some(c) => field.push(c),
+                }
+            }
+            fields.push(field);
+        }
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.fffffffff]` (or with `T`), read as UTC, in
+/// nanoseconds since 1970-01-01; `None` if malformed or before 1970.
+///
+/// 1970-01-02 00:00:01.5 → 86,401,500,000,000 ns.
+pub fn parse_wall_clock_ns(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (date, time) = s.split_once([' ', 'T'])?;
+    let mut d = date.splitn(3, '-');
+    let year: i64 = parse_digits(d.next()?, 4)?;
+    let month: i64 = parse_digits(d.next()?, 2)?;
+    let day: i64 = parse_digits(d.next()?, 2)?;
+    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
+        return None;
+    }
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.splitn(3, ':');
+    let h: i64 = parse_digits(t.next()?, 2)?;
+    let m: i64 = parse_digits(t.next()?, 2)?;
+    let sec: i64 = parse_digits(t.next()?, 2)?;
+    if h > 23 || m > 59 || sec > 60 || frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    let secs = days.checked_mul(86_400)? + h * 3_600 + m * 60 + sec;
+    let secs = u64::try_from(secs).ok()?;
+    let frac_ns = if frac.is_empty() { 0 } else { frac.parse::<u64>().ok()? * 10u64.pow(9 - frac.len() as u32) };
+    secs.checked_mul(1_000_000_000)?.checked_add(frac_ns)
+}
+
+/// Exactly `len` ASCII digits as a number.
+fn parse_digits(s: &str, len: usize) -> Option<i64> {
+    if s.len() == len && s.bytes().all(|b| b.is_ascii_digit()) { s.parse().ok() } else { None }
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days from 1970-01-01 to the civil date (proleptic Gregorian; Howard
+/// Hinnant's `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wall_clock() {
+        assert_eq!(parse_wall_clock_ns("1970-01-01 00:00:00"), Some(0));
+        assert_eq!(parse_wall_clock_ns("1970-01-02 00:00:01.5"), Some(86_401_500_000_000));
+        // 2023-11-16 is day 19,677 since 1970 (53 years incl. 13 leap days
+        // = 19,358 days to 2023-01-01, + 319 days to Nov 16).
+        assert_eq!(
+            parse_wall_clock_ns("2023-11-16 18:17:03.9799600"),
+            Some((19_677 * 86_400 + 18 * 3_600 + 17 * 60 + 3) * 1_000_000_000 + 979_960_000)
+        );
+        assert_eq!(parse_wall_clock_ns("2024-02-29T00:00:00"), Some(19_782 * 86_400 * 1_000_000_000));
+        for bad in ["2023-02-29 00:00:00", "2023-11-16", "2023-13-01 00:00:00", "23-11-16 00:00:00", "x", ""] {
+            assert_eq!(parse_wall_clock_ns(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn decimals_are_exact() {
+        assert_eq!(decimal_ns("5", 1_000_000_000), Some(5_000_000_000));
+        assert_eq!(decimal_ns("5.000000001", 1_000_000_000), Some(5_000_000_001));
+        assert_eq!(decimal_ns("0.25", 1_000_000), Some(250_000));
+        assert_eq!(decimal_ns("1e3", 1_000_000), Some(1_000_000_000));
+        assert_eq!(decimal_ns("-1", 1_000_000), None);
+        assert_eq!(decimal_ns("abc", 1_000_000), None);
+    }
+
+    #[test]
+    fn csv_split() {
+        assert_eq!(split_csv("a,b,,c").unwrap(), ["a", "b", "", "c"]);
+        assert_eq!(split_csv(r#""x, y",2,"say ""hi""""#).unwrap(), ["x, y", "2", r#"say "hi""#]);
+        assert!(split_csv(r#""open,1"#).is_err());
+    }
+}

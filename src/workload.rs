@@ -1,0 +1,612 @@
+//! The `[workload]` table of a scenario and the request streams it makes.
+//!
+//! A workload is either **synthetic** (arrivals, prompt and output lengths
+//! drawn from distributions) or a **trace** replayed row by row
+//! ([`crate::trace`]). Either way [`WorkloadSpec::source`] gives a
+//! [`WorkloadSource`], an [`actors::workload::RequestSource`] that makes one
+//! request at a time, and [`WorkloadSpec::arrival_mode`] says whether
+//! requests enter at their arrival times (open loop) or at a fixed
+//! concurrency (closed loop).
+//!
+//! ```toml
+//! [workload]
+//! requests = 2000
+//! arrival = { kind = "poisson", rate_per_s = 4.0 }
+//! prompt_tokens = { kind = "lognormal", mean = 4000, std = 3000, max = 32000 }
+//! output_tokens = { kind = "uniform", min = 100, max = 500 }
+//! shared_prefix = { groups = 8, tokens = 1024 }
+//! ```
+//!
+//! # Determinism
+//!
+//! Every draw comes from a ChaCha stream of the scenario seed
+//! ([`sim_core::rng::stream_for`]); each quantity has its own stream
+//! (`workload/arrival`, `workload/prompt`, `workload/output`,
+//! `workload/prefix`), so changing the arrival rate leaves every prompt and
+//! output length as it was (common random numbers across sweep points). The
+//! distributions come from `rand_distr` built without `std_math`, so their
+//! `ln`/`exp` are the pure-Rust `libm` ones and give the same bits on every
+//! platform. Sampled gaps are rounded once to whole nanoseconds and added as
+//! integers; the first request arrives at time 0.
+
+use actors::units::Tokens;
+use actors::workload::{ArrivalMode, PrefixIds, RequestSource, RequestSpec, WorkloadError, mix};
+use rand::Rng;
+use rand_distr::{Distribution, Exp, Gamma, LogNormal, Normal};
+use serde::{Deserialize, Serialize};
+use sim_core::rng::{ActorRng, stream_for};
+use sim_core::{SimDuration, SimTime};
+
+use crate::check::{Issue, at_least_one, non_negative, positive};
+use crate::trace::{TraceReader, TraceSpec};
+
+/// Tokens one id of a synthetic shared prefix covers (vLLM's default block
+/// size; any pool block size works, see [`PrefixIds::key_through`]).
+pub const SHARED_PREFIX_BLOCK_TOKENS: u64 = 16;
+
+/// The `[workload]` table: what requests a run serves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// How many requests. Required for a synthetic workload; for a trace,
+    /// absent means every row (up to the trace's `limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    /// When requests enter. Required for a synthetic workload; a trace
+    /// defaults to its own timestamps (`kind = "trace"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival: Option<ArrivalSpec>,
+    /// Prompt lengths of a synthetic workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<LengthSpec>,
+    /// Output lengths of a synthetic workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<LengthSpec>,
+    /// Shared-prefix groups of a synthetic workload, for prefix caching.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_prefix: Option<SharedPrefixSpec>,
+    /// A trace to replay instead of drawing requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceSpec>,
+}
+
+/// When requests enter the system.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ArrivalSpec {
+    /// Exponential gaps at `rate_per_s` requests per second.
+    Poisson {
+        /// Mean requests per second.
+        rate_per_s: f64,
+    },
+    /// Gamma-distributed gaps with mean `1 / rate_per_s` and coefficient of
+    /// variation `cv` (1 is Poisson; above 1 is burstier).
+    Gamma {
+        /// Mean requests per second.
+        rate_per_s: f64,
+        /// Standard deviation of a gap over its mean.
+        cv: f64,
+    },
+    /// `concurrency` requests in flight: one enters whenever one leaves.
+    ClosedLoop {
+        /// Requests in flight.
+        concurrency: u32,
+    },
+    /// The trace's own timestamps (the default with a trace; refused
+    /// without one).
+    Trace,
+}
+
+/// A distribution of token counts. Samples are rounded to the nearest
+/// integer and clamped to at least 1 (and to `max` where given).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LengthSpec {
+    /// Always `value`.
+    Fixed {
+        /// The length, at least 1.
+        value: u64,
+    },
+    /// Uniform over the integers `min..=max`.
+    Uniform {
+        /// Smallest length, at least 1.
+        min: u64,
+        /// Largest length, at least `min`.
+        max: u64,
+    },
+    /// Normal with `mean` and `std` (of the token count).
+    Normal {
+        /// Mean, > 0.
+        mean: f64,
+        /// Standard deviation, >= 0.
+        std: f64,
+        /// Upper clamp.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max: Option<u64>,
+    },
+    /// Log-normal whose token count has mean `mean` and standard deviation
+    /// `std` (not those of the log): `σ² = ln(1 + std²/mean²)`,
+    /// `μ = ln(mean) − σ²/2`.
+    Lognormal {
+        /// Mean of the token count, > 0.
+        mean: f64,
+        /// Standard deviation of the token count, >= 0.
+        std: f64,
+        /// Upper clamp.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max: Option<u64>,
+    },
+    /// One of `values`, each equally likely.
+    Empirical {
+        /// The lengths to pick from, each at least 1.
+        values: Vec<u64>,
+    },
+}
+
+/// Shared-prefix groups: each request joins one of `groups` uniformly, and
+/// its first `tokens` prompt tokens (capped at its prompt) are the group's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedPrefixSpec {
+    /// Number of groups, at least 1.
+    pub groups: u64,
+    /// Tokens of the shared prefix, at least 1.
+    pub tokens: u64,
+}
+
+impl WorkloadSpec {
+    /// Checks every field; paths in the [`Issue`] are relative to the
+    /// `[workload]` table (`arrival.rate_per_s`).
+    pub fn check(&self) -> Result<(), Issue> {
+        if let Some(n) = self.requests {
+            at_least_one("requests", n)?;
+        }
+        match &self.trace {
+            None => {
+                if self.requests.is_none() {
+                    return Err(Issue::new("requests", "missing field (a synthetic workload needs a request count)"));
+                }
+                match &self.arrival {
+                    None => {
+                        return Err(Issue::new(
+                            "arrival",
+                            "missing field (poisson, gamma or closed_loop; or give a [workload.trace])",
+                        ));
+                    }
+                    Some(ArrivalSpec::Trace) => {
+                        return Err(Issue::new("arrival", "kind \"trace\" needs a [workload.trace] to replay"));
+                    }
+                    Some(a) => a.check().map_err(|i| i.under("arrival"))?,
+                }
+                let Some(prompt) = &self.prompt_tokens else {
+                    return Err(Issue::new("prompt_tokens", "missing field (a synthetic workload needs one)"));
+                };
+                prompt.check().map_err(|i| i.under("prompt_tokens"))?;
+                let Some(output) = &self.output_tokens else {
+                    return Err(Issue::new("output_tokens", "missing field (a synthetic workload needs one)"));
+                };
+                output.check().map_err(|i| i.under("output_tokens"))?;
+                if let Some(sp) = &self.shared_prefix {
+                    at_least_one("shared_prefix.groups", sp.groups)?;
+                    at_least_one("shared_prefix.tokens", sp.tokens)?;
+                }
+            }
+            Some(trace) => {
+                for (name, present) in [
+                    ("prompt_tokens", self.prompt_tokens.is_some()),
+                    ("output_tokens", self.output_tokens.is_some()),
+                    ("shared_prefix", self.shared_prefix.is_some()),
+                ] {
+                    if present {
+                        return Err(Issue::new(name, "not allowed with a trace (the trace gives every request)"));
+                    }
+                }
+                if let Some(a) = &self.arrival {
+                    a.check().map_err(|i| i.under("arrival"))?;
+                }
+                trace.check().map_err(|i| i.under("trace"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Open loop at the arrival times, or closed loop at a concurrency.
+    pub fn arrival_mode(&self) -> ArrivalMode {
+        match self.arrival {
+            Some(ArrivalSpec::ClosedLoop { concurrency }) => ArrivalMode::Closed { concurrency },
+            _ => ArrivalMode::Open,
+        }
+    }
+
+    /// The request count the file gives: `requests`, capped by a trace's
+    /// `limit`; `None` for a trace with neither (every row).
+    pub fn requests(&self) -> Option<u64> {
+        let limit = self.trace.as_ref().and_then(|t| t.limit);
+        match (self.requests, limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The request stream for `seed`: `requests` (when given) replaces the
+    /// file's `requests` (a trace's `limit` still caps it).
+    ///
+    /// # Errors
+    /// A trace that cannot be opened or whose header is wrong; the text
+    /// names the file (and line).
+    pub fn source(&self, seed: u64, requests: Option<u64>) -> Result<WorkloadSource, WorkloadError> {
+        let cap = match requests {
+            Some(n) => Some(self.trace.as_ref().and_then(|t| t.limit).map_or(n, |l| l.min(n))),
+            None => self.requests(),
+        };
+        let retime = match &self.arrival {
+            Some(a @ (ArrivalSpec::Poisson { .. } | ArrivalSpec::Gamma { .. })) => {
+                Some(ArrivalClock::new(a, stream_for(seed, "workload/arrival")))
+            }
+            _ => None,
+        };
+        let closed = matches!(self.arrival, Some(ArrivalSpec::ClosedLoop { .. }));
+        let inner = match &self.trace {
+            Some(trace) => {
+                // The trace's timestamps matter only when nothing replaces them.
+                let reader = TraceReader::open(trace, retime.is_none() && !closed)?;
+                Inner::Trace(Box::new(reader))
+            }
+            None => Inner::Synthetic(Box::new(SyntheticSource::new(self, seed)?)),
+        };
+        Ok(WorkloadSource { inner, retime, closed, cap, stats: SourceStats::default() })
+    }
+}
+
+impl ArrivalSpec {
+    fn check(&self) -> Result<(), Issue> {
+        match *self {
+            ArrivalSpec::Poisson { rate_per_s } => positive("rate_per_s", rate_per_s),
+            ArrivalSpec::Gamma { rate_per_s, cv } => {
+                positive("rate_per_s", rate_per_s)?;
+                positive("cv", cv)
+            }
+            ArrivalSpec::ClosedLoop { concurrency } => at_least_one("concurrency", u64::from(concurrency)),
+            ArrivalSpec::Trace => Ok(()),
+        }
+    }
+}
+
+impl LengthSpec {
+    /// Checks the parameters; paths are relative to the distribution.
+    pub fn check(&self) -> Result<(), Issue> {
+        match self {
+            LengthSpec::Fixed { value } => at_least_one("value", *value),
+            LengthSpec::Uniform { min, max } => {
+                at_least_one("min", *min)?;
+                if max < min {
+                    return Err(Issue::new("max", format!("must be >= min {min}, got {max}")));
+                }
+                Ok(())
+            }
+            LengthSpec::Normal { mean, std, max } | LengthSpec::Lognormal { mean, std, max } => {
+                positive("mean", *mean)?;
+                non_negative("std", *std)?;
+                if let Some(m) = max {
+                    at_least_one("max", *m)?;
+                }
+                Ok(())
+            }
+            LengthSpec::Empirical { values } => {
+                if values.is_empty() {
+                    return Err(Issue::new("values", "must not be empty"));
+                }
+                match values.iter().position(|&v| v == 0) {
+                    Some(i) => Err(Issue::new(format!("values[{i}]"), "must be >= 1, got 0")),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// The mean of the distribution before rounding and clamping (for
+    /// `uniform` and `empirical`, the exact mean of the samples).
+    pub fn mean(&self) -> f64 {
+        match self {
+            LengthSpec::Fixed { value } => *value as f64,
+            LengthSpec::Uniform { min, max } => (*min as f64 + *max as f64) / 2.0,
+            LengthSpec::Normal { mean, .. } | LengthSpec::Lognormal { mean, .. } => *mean,
+            LengthSpec::Empirical { values } => values.iter().map(|&v| v as f64).sum::<f64>() / values.len() as f64,
+        }
+    }
+
+    /// A sampler of this distribution; `None` when a parameter is out of
+    /// range (a checked spec always gives one).
+    pub fn sampler(&self) -> Option<LengthSampler> {
+        let s = match self {
+            LengthSpec::Fixed { value } => LengthSampler::Fixed(*value),
+            LengthSpec::Uniform { min, max } if min <= max => LengthSampler::Uniform(*min, *max),
+            LengthSpec::Uniform { .. } => return None,
+            LengthSpec::Normal { mean, std, max } => {
+                LengthSampler::Normal(Normal::new(*mean, *std).ok()?, max.unwrap_or(u64::MAX))
+            }
+            LengthSpec::Lognormal { mean, std, max } => {
+                if !(mean.is_finite() && *mean > 0.0) {
+                    return None;
+                }
+                let sigma2 = (1.0 + (std / mean) * (std / mean)).ln();
+                let mu = mean.ln() - sigma2 / 2.0;
+                LengthSampler::LogNormal(LogNormal::new(mu, sigma2.sqrt()).ok()?, max.unwrap_or(u64::MAX))
+            }
+            LengthSpec::Empirical { values } if !values.is_empty() => LengthSampler::Empirical(values.clone()),
+            LengthSpec::Empirical { .. } => return None,
+        };
+        Some(s)
+    }
+}
+
+/// Draws token counts from a [`LengthSpec`]: rounded, at least 1, at most
+/// the spec's `max`.
+#[derive(Clone, Debug)]
+pub enum LengthSampler {
+    /// Always this.
+    Fixed(u64),
+    /// Uniform over `min..=max`.
+    Uniform(u64, u64),
+    /// Normal, then clamped to `1..=max`.
+    Normal(Normal<f64>, u64),
+    /// Log-normal, then clamped to `1..=max`.
+    LogNormal(LogNormal<f64>, u64),
+    /// One of the values.
+    Empirical(Vec<u64>),
+}
+
+impl LengthSampler {
+    /// One token count.
+    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> Tokens {
+        let n = match self {
+            LengthSampler::Fixed(v) => *v,
+            LengthSampler::Uniform(lo, hi) => rng.random_range(*lo..=*hi),
+            LengthSampler::Normal(d, max) => round_clamp(d.sample(rng), *max),
+            LengthSampler::LogNormal(d, max) => round_clamp(d.sample(rng), *max),
+            LengthSampler::Empirical(values) => values[rng.random_range(0..values.len())],
+        };
+        Tokens::new(n.max(1))
+    }
+}
+
+/// Rounds `x` to the nearest integer in `1..=max` (NaN gives 1).
+fn round_clamp(x: f64, max: u64) -> u64 {
+    let r = x.round();
+    if r.is_nan() || r < 1.0 {
+        1
+    } else if r >= max as f64 {
+        max
+    } else {
+        r as u64
+    }
+}
+
+/// Open-loop arrival times from a Poisson or Gamma gap distribution: 0,
+/// then each time plus one sampled gap (rounded to whole nanoseconds).
+#[derive(Clone, Debug)]
+struct ArrivalClock {
+    gaps: Gaps,
+    rng: ActorRng,
+    next: Option<SimTime>,
+}
+
+#[derive(Clone, Debug)]
+enum Gaps {
+    Exp(Exp<f64>),
+    Gamma(Gamma<f64>),
+    Zero,
+}
+
+impl ArrivalClock {
+    fn new(spec: &ArrivalSpec, rng: ActorRng) -> Self {
+        let gaps = match *spec {
+            ArrivalSpec::Poisson { rate_per_s } => Exp::new(rate_per_s).map_or(Gaps::Zero, Gaps::Exp),
+            // Shape k = 1/cv², scale θ = 1/(rate·k): mean kθ = 1/rate, cv = 1/√k.
+            ArrivalSpec::Gamma { rate_per_s, cv } => {
+                let k = 1.0 / (cv * cv);
+                Gamma::new(k, 1.0 / (rate_per_s * k)).map_or(Gaps::Zero, Gaps::Gamma)
+            }
+            ArrivalSpec::ClosedLoop { .. } | ArrivalSpec::Trace => Gaps::Zero,
+        };
+        ArrivalClock { gaps, rng, next: None }
+    }
+
+    fn next_arrival(&mut self) -> SimTime {
+        let t = match self.next {
+            None => SimTime::ZERO,
+            Some(prev) => {
+                let secs = match &self.gaps {
+                    Gaps::Exp(d) => d.sample(&mut self.rng),
+                    Gaps::Gamma(d) => d.sample(&mut self.rng),
+                    Gaps::Zero => 0.0,
+                };
+                prev.saturating_add(SimDuration::from_secs_f64(secs))
+            }
+        };
+        self.next = Some(t);
+        t
+    }
+}
+
+/// Requests drawn from the distributions of a synthetic workload.
+#[derive(Clone, Debug)]
+struct SyntheticSource {
+    index: u64,
+    prompt: LengthSampler,
+    output: LengthSampler,
+    prompt_rng: ActorRng,
+    output_rng: ActorRng,
+    prefix: Option<(SharedPrefixSpec, ActorRng)>,
+}
+
+impl SyntheticSource {
+    fn new(spec: &WorkloadSpec, seed: u64) -> Result<Self, WorkloadError> {
+        let sampler = |name: &str, d: &Option<LengthSpec>| {
+            d.as_ref()
+                .and_then(LengthSpec::sampler)
+                .ok_or_else(|| WorkloadError(format!("workload.{name}: missing or out of range")))
+        };
+        Ok(SyntheticSource {
+            index: 0,
+            prompt: sampler("prompt_tokens", &spec.prompt_tokens)?,
+            output: sampler("output_tokens", &spec.output_tokens)?,
+            prompt_rng: stream_for(seed, "workload/prompt"),
+            output_rng: stream_for(seed, "workload/output"),
+            prefix: spec.shared_prefix.clone().map(|sp| (sp, stream_for(seed, "workload/prefix"))),
+        })
+    }
+
+    /// The next request, with arrival 0 (the caller sets it).
+    fn next(&mut self) -> RequestSpec {
+        let prompt = self.prompt.sample(&mut self.prompt_rng);
+        let output = self.output.sample(&mut self.output_rng);
+        let prefix = match &mut self.prefix {
+            Some((sp, rng)) => {
+                let group = rng.random_range(0..sp.groups);
+                shared_prefix_ids(group, sp.tokens, self.index, prompt)
+            }
+            None => PrefixIds::none(),
+        };
+        self.index += 1;
+        RequestSpec { arrival: SimTime::ZERO, prompt, output, prefix }
+    }
+}
+
+const GROUP_SALT: u64 = 0x5348_4152_4544_5052; // "SHAREDPR"
+const REQUEST_SALT: u64 = 0x554e_4951_5545_5251; // "UNIQUERQ"
+
+/// The chained ids of a synthetic prompt of `prompt` tokens, request
+/// `request`, in shared-prefix group `group` whose prefix is `shared`
+/// tokens long, in blocks of [`SHARED_PREFIX_BLOCK_TOKENS`].
+///
+/// Block `j` ends at token `e = min(16(j + 1), prompt)`. If `e` is within
+/// the shared prefix (`e ≤ min(shared, prompt)`), its id is
+/// `mix(mix(GROUP_SALT ^ group, j), e)`, equal for every request of the
+/// group; otherwise the block holds the request's own tokens and its id is
+/// `mix(mix(REQUEST_SALT ^ request, j), e)`. Mixing in `e` keeps a partial
+/// last block distinct from a full one, as [`PrefixIds`] requires.
+///
+/// ```
+/// use actors::units::Tokens;
+/// use pdsim::workload::shared_prefix_ids;
+/// let a = shared_prefix_ids(3, 40, 0, Tokens::new(100));
+/// let b = shared_prefix_ids(3, 40, 1, Tokens::new(100));
+/// // 40 shared tokens: blocks 0 and 1 (tokens 0..32) are the group's;
+/// // block 2 (tokens 32..48) straddles the end of the prefix.
+/// assert_eq!(a.ids[..2], b.ids[..2]);
+/// assert_ne!(a.ids[2], b.ids[2]);
+/// assert_eq!(a.ids.len(), 7);
+/// ```
+pub fn shared_prefix_ids(group: u64, shared: u64, request: u64, prompt: Tokens) -> PrefixIds {
+    let b = SHARED_PREFIX_BLOCK_TOKENS;
+    let n = prompt.get();
+    let shared = shared.min(n);
+    let blocks = n.div_ceil(b);
+    let ids = (0..blocks)
+        .map(|j| {
+            let end = ((j + 1) * b).min(n);
+            let base = if end <= shared { GROUP_SALT ^ group } else { REQUEST_SALT ^ request };
+            mix(mix(base, j), end)
+        })
+        .collect();
+    PrefixIds { block_tokens: Tokens::new(b), ids }
+}
+
+/// What a [`WorkloadSource`] has read and made so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SourceStats {
+    /// Requests handed out.
+    pub requests: u64,
+    /// Data rows of a trace read (blank lines and the header not counted).
+    pub rows_read: u64,
+    /// Malformed rows skipped under `skip_malformed = true`.
+    pub skipped_malformed: u64,
+    /// Rows of failed requests skipped (BurstGPT rows with 0 response
+    /// tokens).
+    pub skipped_failed: u64,
+    /// The first malformed row's error, when any was skipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_malformed: Option<String>,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Synthetic(Box<SyntheticSource>),
+    Trace(Box<TraceReader>),
+}
+
+/// The request stream of a workload: a synthetic source or a trace, with
+/// arrivals from the trace, from a Poisson/Gamma clock, or all 0 in a
+/// closed loop; stops after the request count.
+#[derive(Debug)]
+pub struct WorkloadSource {
+    inner: Inner,
+    retime: Option<ArrivalClock>,
+    closed: bool,
+    cap: Option<u64>,
+    stats: SourceStats,
+}
+
+impl WorkloadSource {
+    /// What the source has read and made so far (final once it returned
+    /// `None`).
+    pub fn stats(&self) -> SourceStats {
+        let mut s = self.stats.clone();
+        if let Inner::Trace(t) = &self.inner {
+            let ts = t.stats();
+            s.rows_read = ts.rows_read;
+            s.skipped_malformed = ts.skipped_malformed;
+            s.skipped_failed = ts.skipped_failed;
+            s.first_malformed = ts.first_malformed.clone();
+        }
+        s
+    }
+}
+
+impl RequestSource for WorkloadSource {
+    fn next_request(&mut self) -> Result<Option<RequestSpec>, WorkloadError> {
+        if self.cap.is_some_and(|cap| self.stats.requests >= cap) {
+            return Ok(None);
+        }
+        let next = match &mut self.inner {
+            Inner::Synthetic(s) => Some(s.next()),
+            Inner::Trace(t) => t.next_request()?,
+        };
+        let Some(mut req) = next else { return Ok(None) };
+        if self.closed {
+            req.arrival = SimTime::ZERO;
+        } else if let Some(clock) = &mut self.retime {
+            req.arrival = clock.next_arrival();
+        }
+        self.stats.requests += 1;
+        Ok(Some(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_clamp_bounds() {
+        assert_eq!(round_clamp(-5.0, 10), 1);
+        assert_eq!(round_clamp(f64::NAN, 10), 1);
+        assert_eq!(round_clamp(4.5, 10), 5);
+        assert_eq!(round_clamp(1e30, 10), 10);
+        assert_eq!(round_clamp(1e30, u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn shared_prefix_partial_last_block_keeps_its_length() {
+        // Two prompts of one group shorter than the prefix: equal ids up to
+        // the last full block, different ids for partial last blocks of
+        // different lengths.
+        let a = shared_prefix_ids(0, 1000, 0, Tokens::new(20));
+        let b = shared_prefix_ids(0, 1000, 1, Tokens::new(24));
+        let c = shared_prefix_ids(0, 1000, 2, Tokens::new(20));
+        assert_eq!(a.ids[0], b.ids[0]);
+        assert_ne!(a.ids[1], b.ids[1]);
+        assert_eq!(a, c);
+    }
+}

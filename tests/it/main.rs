@@ -1,0 +1,10 @@
+//! Integration tests of the pdsim harness, in one test binary so that the
+//! suite links once: scenario files, workloads, trace readers, and the
+//! `validate` and `transfer` verbs run as a user runs them.
+
+mod cli_transfer;
+mod cli_validate;
+mod common;
+mod scenario;
+mod traces;
+mod workload;

@@ -1,0 +1,151 @@
+//! The scenario loader as a library: includes and their override rule,
+//! resolution of trace paths, the embedded default, overrides for sweeps,
+//! and the parts of an error.
+
+use actors::config::Policy;
+use actors::model::Role;
+use pdsim::scenario::{self, DEFAULT_SCENARIO_LABEL};
+use pdsim::workload::ArrivalSpec;
+
+use crate::common::{base_scenario, base_with_line, fixture, scenario_file, scratch};
+
+#[test]
+fn default_is_embedded_and_equals_the_file() {
+    let embedded = scenario::load_default().unwrap();
+    let file = scenario::load(scenario_file("default.toml")).unwrap();
+    assert_eq!(embedded.source(), DEFAULT_SCENARIO_LABEL);
+    assert_eq!(embedded.to_toml().unwrap(), file.to_toml().unwrap());
+    assert_eq!(embedded.name(), Some("default"));
+    // default.toml → glm-5.3-flash-1p1d.toml → the model fragment.
+    assert_eq!(embedded.model().name(), Some("glm-5.3-flash-like-tp4-fp8"));
+    assert_eq!(embedded.workload().requests(), Some(2000));
+    assert!(embedded.model().is_mamba_type());
+    assert_eq!(embedded.vllm_version(Role::Decode), Some("0.32.0"));
+}
+
+#[test]
+fn an_including_file_replaces_whole_top_level_tables() {
+    // Include the 1P1D scenario and replace [decode] only: the new [decode]
+    // has no max_num_seqs, so it gets the default (256) even though the
+    // included one set it too; [prefill] and the rest are inherited.
+    let path = scenario_file("glm-5.3-flash-1p1d.toml");
+    let text = format!(
+        "include = [{:?}]\nseed = 7\n\n[decode]\ncount = 3\nnum_blocks = 500\nmax_num_batched_tokens = 1024\n\
+         step_time = {{ kind = \"linear\", fixed_us = 1.0 }}\n",
+        path.to_str().unwrap()
+    );
+    let s = scenario::load(scratch("override-decode.toml", &text)).unwrap();
+    let d = s.deployment();
+    assert_eq!(s.seed(), 7);
+    assert_eq!(d.decode.as_ref().unwrap().count, 3);
+    assert_eq!(d.decode.as_ref().unwrap().num_blocks, 500);
+    assert_eq!(d.decode.as_ref().unwrap().max_num_seqs, 256);
+    assert_eq!(d.decode.as_ref().unwrap().tp, 1, "tp = 4 of the included [decode] is not merged");
+    assert_eq!(d.prefill.as_ref().unwrap().num_blocks, 3066);
+    assert_eq!(s.name(), Some("glm-5.3-flash-1p1d"));
+}
+
+#[test]
+fn a_later_include_replaces_an_earlier_one() {
+    let a = scratch("inc-a.toml", "seed = 11\n[router]\nprefill_policy = \"kv_aware\"\n");
+    let b = scratch("inc-b.toml", "seed = 22\n");
+    let text = base_with_line(
+        2,
+        &format!(
+            "include = [{:?}, {:?}, {:?}]",
+            scenario_file("models/glm-5.3-flash-tp4-fp8.toml").to_str().unwrap(),
+            a.to_str().unwrap(),
+            b.to_str().unwrap()
+        ),
+    );
+    let s = scenario::load(scratch("inc-both.toml", &text)).unwrap();
+    assert_eq!(s.seed(), 22);
+    assert_eq!(s.deployment().router.prefill_policy, Policy::KvAware);
+}
+
+#[test]
+fn a_single_include_may_be_a_string() {
+    let text = base_with_line(
+        2,
+        &format!("include = {:?}", scenario_file("models/glm-5.3-flash-tp4-fp8.toml").to_str().unwrap()),
+    );
+    assert!(scenario::load(scratch("inc-string.toml", &text)).is_ok());
+}
+
+#[test]
+fn trace_paths_resolve_against_the_file_that_names_them() {
+    let s = scenario::load(fixture("trace-mooncake-skip.toml")).unwrap();
+    let trace = s.workload().trace.as_ref().unwrap();
+    assert!(trace.path.ends_with("tests/fixtures/traces/mooncake-truncated.jsonl"), "{}", trace.path.display());
+    assert!(trace.path.is_file());
+    // A trace workload with no arrival replays its timestamps.
+    assert_eq!(s.workload().arrival, None);
+    assert_eq!(s.workload().requests(), None);
+}
+
+#[test]
+fn missing_trace_file_is_an_error_at_the_path_field() {
+    let text = base_scenario().replace(
+        "requests = 10\narrival = { kind = \"poisson\", rate_per_s = 4.0 }\nprompt_tokens = { kind = \"fixed\", value = 100 }\noutput_tokens = { kind = \"fixed\", value = 10 }\n",
+        "trace = { format = \"azure\", path = \"no-such-trace.csv\" }\n",
+    );
+    let err = scenario::load(scratch("missing-trace.toml", &text)).unwrap_err();
+    assert_eq!(err.line(), Some(14));
+    assert_eq!(err.field(), Some("workload.trace.path"));
+    assert!(err.message().contains("cannot open"), "{err}");
+    assert!(err.message().contains("no-such-trace.csv"), "{err}");
+    // A header without the needed column.
+    let text = base_scenario().replace(
+        "requests = 10\narrival = { kind = \"poisson\", rate_per_s = 4.0 }\nprompt_tokens = { kind = \"fixed\", value = 100 }\noutput_tokens = { kind = \"fixed\", value = 10 }\n",
+        &format!("trace = {{ format = \"azure\", path = {:?} }}\n", fixture("traces/azure-noheader.csv").to_str().unwrap()),
+    );
+    let err = scenario::load(scratch("bad-header.toml", &text)).unwrap_err();
+    assert!(err.message().contains("azure-noheader.csv:1: azure header lacks column `ContextTokens`"), "{err}");
+}
+
+#[test]
+fn error_parts_are_available() {
+    let path = scratch("parts.toml", &base_with_line(15, "arrival = { kind = \"gamma\", rate_per_s = 2.0, cv = -1 }"));
+    let err = scenario::load(&path).unwrap_err();
+    assert_eq!(err.file(), path.to_str().unwrap());
+    assert_eq!(err.line(), Some(15));
+    assert_eq!(err.field(), Some("workload.arrival.cv"));
+    assert_eq!(err.message(), "must be > 0, got -1");
+    assert_eq!(err.to_string(), format!("{}:15: workload.arrival.cv: must be > 0, got -1", path.display()));
+}
+
+#[test]
+fn overrides_make_sweep_points() {
+    let s = scenario::load(scenario_file("glm-5.3-flash-1p1d.toml")).unwrap();
+    let t = s
+        .with_overrides(&[
+            ("decode.count", toml::Value::Integer(3)),
+            ("link.bandwidth_gb_s", toml::Value::Float(25.0)),
+            ("workload.arrival.rate_per_s", toml::Value::Float(6.5)),
+            ("seed", toml::Value::Integer(9)),
+        ])
+        .unwrap();
+    assert_eq!(t.deployment().decode.as_ref().unwrap().count, 3);
+    assert_eq!(t.deployment().link.bandwidth_gb_s, 25.0);
+    assert_eq!(t.workload().arrival, Some(ArrivalSpec::Poisson { rate_per_s: 6.5 }));
+    assert_eq!(t.seed(), 9);
+    assert_eq!(t.model(), s.model());
+    // Every check runs again; the error names the overrides.
+    let err = s.with_overrides(&[("link.bandwidth_gb_s", toml::Value::Float(-1.0))]).unwrap_err();
+    assert_eq!(err.field(), Some("link.bandwidth_gb_s"));
+    assert!(err.file().contains("with link.bandwidth_gb_s = -1.0"), "{err}");
+    let err = s.with_overrides(&[("seed.x", toml::Value::Integer(1))]).unwrap_err();
+    assert!(err.message().contains("not a table"), "{err}");
+    let err = s.with_overrides(&[("decode.cuont", toml::Value::Integer(1))]).unwrap_err();
+    assert!(err.message().contains("unknown field `cuont`"), "{err}");
+}
+
+#[test]
+fn resolved_scenarios_serialize_to_json() {
+    let s = scenario::load(scenario_file("mamba2-hybrid-1p1d.toml")).unwrap();
+    let v = serde_json::to_value(&s).unwrap();
+    assert_eq!(v["prefill"]["num_blocks"], 4623);
+    assert_eq!(v["model"]["cache_groups"].as_array().unwrap().len(), 7);
+    assert_eq!(v["workload"]["arrival"]["kind"], "poisson");
+    assert_eq!(v["seed"], 1);
+}

@@ -1,0 +1,155 @@
+//! Trace readers on small fixtures: Mooncake, Azure and BurstGPT, with
+//! time_scale, limit and skip_malformed.
+
+use std::path::PathBuf;
+
+use actors::workload::{RequestSource, RequestSpec};
+use pdsim::trace::{TraceFormat, TraceReader, TraceSpec};
+
+use crate::common::fixture;
+
+fn spec(format: TraceFormat, file: &str) -> TraceSpec {
+    TraceSpec { format, path: fixture(file), time_scale: 1.0, limit: None, skip_malformed: false }
+}
+
+fn read_all(spec: &TraceSpec) -> Vec<RequestSpec> {
+    let mut r = TraceReader::open(spec, true).unwrap();
+    let mut out = Vec::new();
+    while let Some(req) = r.next_request().unwrap() {
+        out.push(req);
+    }
+    out
+}
+
+fn arrivals_ms(reqs: &[RequestSpec]) -> Vec<f64> {
+    reqs.iter().map(|r| r.arrival.as_nanos() as f64 / 1e6).collect()
+}
+
+#[test]
+fn mooncake_rows_become_requests_with_prefix_ids() {
+    let reqs = read_all(&spec(TraceFormat::Mooncake, "traces/mooncake.jsonl"));
+    assert_eq!(reqs.len(), 5, "the blank line is not a row");
+    assert_eq!(arrivals_ms(&reqs), [0.0, 1000.0, 1000.0, 2500.0, 4000.0]);
+    assert_eq!(reqs[2].prompt.get(), 1500);
+    assert_eq!(reqs[2].output.get(), 300);
+    assert_eq!(reqs[2].prefix.block_tokens.get(), 512);
+    assert_eq!(reqs[2].prefix.ids, [0, 1, 3]);
+    // Requests 0 and 2 share their first two 512-token blocks.
+    assert_eq!(reqs[0].prefix.ids[..2], reqs[2].prefix.ids[..2]);
+}
+
+#[test]
+fn time_scale_stretches_and_shrinks_gaps() {
+    let mut s = spec(TraceFormat::Mooncake, "traces/mooncake.jsonl");
+    s.time_scale = 2.0;
+    assert_eq!(arrivals_ms(&read_all(&s)), [0.0, 2000.0, 2000.0, 5000.0, 8000.0]);
+    s.time_scale = 0.5;
+    assert_eq!(arrivals_ms(&read_all(&s)), [0.0, 500.0, 500.0, 1250.0, 2000.0]);
+}
+
+#[test]
+fn limit_stops_early() {
+    let mut s = spec(TraceFormat::Mooncake, "traces/mooncake.jsonl");
+    s.limit = Some(2);
+    let mut r = TraceReader::open(&s, true).unwrap();
+    assert!(r.next_request().unwrap().is_some());
+    assert!(r.next_request().unwrap().is_some());
+    assert!(r.next_request().unwrap().is_none());
+    assert_eq!(r.stats().rows_read, 2, "the reader stops reading at the limit");
+}
+
+#[test]
+fn malformed_row_is_an_error_with_its_line_or_skipped_and_counted() {
+    let s = spec(TraceFormat::Mooncake, "traces/mooncake-truncated.jsonl");
+    let mut r = TraceReader::open(&s, true).unwrap();
+    assert!(r.next_request().unwrap().is_some());
+    assert!(r.next_request().unwrap().is_some());
+    let err = r.next_request().unwrap_err().0;
+    let want = format!("{}:3: malformed mooncake row: ", s.path.display());
+    assert!(err.starts_with(&want), "{err}");
+    assert!(err.contains("EOF while parsing"), "{err}");
+
+    let mut s = s;
+    s.skip_malformed = true;
+    let stats = TraceReader::open(&s, true).unwrap().scan().unwrap();
+    assert_eq!(stats.requests, 3);
+    assert_eq!(stats.rows_read, 4);
+    assert_eq!(stats.skipped_malformed, 1);
+    assert!(stats.first_malformed.unwrap().contains("mooncake-truncated.jsonl:3:"));
+}
+
+#[test]
+fn decreasing_timestamps_are_refused_unless_ignored() {
+    let s = spec(TraceFormat::Mooncake, "traces/mooncake-decreasing.jsonl");
+    let err = TraceReader::open(&s, true).unwrap().scan().unwrap_err().0;
+    assert!(
+        err.contains("mooncake-decreasing.jsonl:3: timestamp 2000 ms is earlier than the previous row's 3000 ms"),
+        "{err}"
+    );
+    // A closed loop ignores timestamps: every arrival is 0.
+    let mut r = TraceReader::open(&s, false).unwrap();
+    let mut n = 0;
+    while let Some(req) = r.next_request().unwrap() {
+        assert_eq!(req.arrival.as_nanos(), 0);
+        n += 1;
+    }
+    assert_eq!(n, 3);
+}
+
+#[test]
+fn azure_wall_clock_timestamps_to_the_nanosecond() {
+    let reqs = read_all(&spec(TraceFormat::Azure, "traces/azure.csv"));
+    // 23:59:59.5 → 23:59:59.53125 → 00:00:00.25 (next day) → 00:00:02.0000001
+    let ns: Vec<u64> = reqs.iter().map(|r| r.arrival.as_nanos()).collect();
+    assert_eq!(ns, [0, 31_250_000, 750_000_000, 2_500_000_100]);
+    assert_eq!(reqs[0].prompt.get(), 4808);
+    assert_eq!(reqs[3].output.get(), 251);
+    assert!(reqs.iter().all(|r| r.prefix.ids.is_empty()));
+}
+
+#[test]
+fn azure_bad_rows() {
+    let s = spec(TraceFormat::Azure, "traces/azure-bad.csv");
+    let err = TraceReader::open(&s, true).unwrap().scan().unwrap_err().0;
+    assert!(err.ends_with("azure-bad.csv:4: malformed azure row: ContextTokens: invalid token count `abc`"), "{err}");
+    let mut s = s;
+    s.skip_malformed = true;
+    let stats = TraceReader::open(&s, true).unwrap().scan().unwrap();
+    // Line 4 (not a number) and line 5 (2 fields) are skipped.
+    assert_eq!((stats.requests, stats.skipped_malformed, stats.rows_read), (3, 2, 5));
+    let err = TraceReader::open(&spec(TraceFormat::Azure, "traces/azure-noheader.csv"), true).unwrap_err().0;
+    assert!(err.contains("azure-noheader.csv:1: azure header lacks column `ContextTokens`"), "{err}");
+}
+
+#[test]
+fn burstgpt_skips_failed_requests() {
+    let s = spec(TraceFormat::Burstgpt, "traces/burstgpt.csv");
+    let mut r = TraceReader::open(&s, true).unwrap();
+    let mut reqs = Vec::new();
+    while let Some(req) = r.next_request().unwrap() {
+        reqs.push(req);
+    }
+    // Row 2 (0 response tokens) is a failed request: skipped and counted.
+    assert_eq!(reqs.len(), 4);
+    assert_eq!(r.stats().skipped_failed, 1);
+    assert_eq!(r.stats().skipped_malformed, 0);
+    // Timestamps in seconds from the first row (5 s): 0, 113, 135, 135.5.
+    assert_eq!(arrivals_ms(&reqs), [0.0, 113_000.0, 135_000.0, 135_500.0]);
+    assert_eq!(reqs[1].prompt.get(), 417);
+    assert_eq!(reqs[1].output.get(), 276);
+    // A quoted model name with a comma is one field.
+    assert_eq!(reqs[3].prompt.get(), 12);
+}
+
+#[test]
+fn missing_file_names_the_path() {
+    let s = TraceSpec {
+        format: TraceFormat::Mooncake,
+        path: PathBuf::from("no/such/trace.jsonl"),
+        time_scale: 1.0,
+        limit: None,
+        skip_malformed: false,
+    };
+    let err = TraceReader::open(&s, true).unwrap_err().0;
+    assert!(err.starts_with("cannot open no/such/trace.jsonl: "), "{err}");
+}
