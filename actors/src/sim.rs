@@ -338,14 +338,42 @@ pub struct Built<'d> {
     until: Option<SimTime>,
 }
 
+/// How far a run has got, for progress displays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// The simulated clock.
+    pub now: SimTime,
+    /// Requests that entered.
+    pub issued: u64,
+    /// Requests that completed or failed.
+    pub finished: u64,
+}
+
 impl Built<'_> {
     /// Runs to the end (or the time limit) and collects the output.
-    pub fn run(mut self) -> Result<SimOutput, SimError> {
-        let summary = match self.until {
-            Some(t) => self.sim.run_until(t),
-            None => self.sim.run(),
-        };
-        collect(self.dep, self.sim, self.router, self.ranks, self.links, summary.final_time, &self.slo)
+    pub fn run(self) -> Result<SimOutput, SimError> {
+        self.run_in_slices(SimDuration::MAX, |_| {})
+    }
+
+    /// Runs in slices of `slice` simulated time, calling `on_slice` after
+    /// each (the results are the same whatever the slice).
+    pub fn run_in_slices(
+        mut self,
+        slice: SimDuration,
+        mut on_slice: impl FnMut(Progress),
+    ) -> Result<SimOutput, SimError> {
+        let until = self.until.unwrap_or(SimTime::MAX);
+        loop {
+            let limit = self.sim.now().saturating_add(slice).min(until);
+            let summary = self.sim.run_until(limit);
+            let r = self.sim.actor::<Router>(self.router).expect("router");
+            on_slice(Progress { now: self.sim.now(), issued: r.issued(), finished: r.records.len() as u64 });
+            if summary.stop_reason != sim_core::StopReason::TimeLimit || limit == until {
+                break;
+            }
+        }
+        let end = if self.until.is_some() { self.sim.now() } else { self.sim.last_delivery() };
+        collect(self.dep, self.sim, self.router, self.ranks, self.links, end, &self.slo)
     }
 }
 

@@ -327,6 +327,7 @@ pub struct Simulation<M: 'static, O = NoObserver> {
     observer: O,
     delivered: u64,
     undelivered: u64,
+    last_delivery: SimTime,
 }
 
 impl<M: 'static> Simulation<M, NoObserver> {
@@ -354,6 +355,7 @@ impl<M: 'static, O: Observer<M>> Simulation<M, O> {
             observer,
             delivered: 0,
             undelivered: 0,
+            last_delivery: SimTime::ZERO,
         }
     }
 
@@ -414,6 +416,12 @@ impl<M: 'static, O: Observer<M>> Simulation<M, O> {
         self.core.live
     }
 
+    /// When the last event was delivered (the clock may have moved past it
+    /// to a `run_until` limit).
+    pub fn last_delivery(&self) -> SimTime {
+        self.last_delivery
+    }
+
     /// Events delivered since the simulation was made.
     pub fn events_delivered(&self) -> u64 {
         self.delivered
@@ -453,6 +461,7 @@ impl<M: 'static, O: Observer<M>> Simulation<M, O> {
                 slot.body = Some(body);
             }
             self.delivered += 1;
+            self.last_delivery = self.core.now;
             return true;
         }
     }
