@@ -363,7 +363,9 @@ impl Batcher {
     fn fill(&mut self, lazy: bool, shape: &mut BatchShape, budget: &mut u64) -> Result<(), ()> {
         let mode = self.mode;
         let mut preempted = false;
-        let mut i = 0;
+        // With every running sequence in the decoding set there is nothing
+        // to visit here.
+        let mut i = if self.running.len() as u64 == self.dec_count { self.running.len() } else { 0 };
         while i < self.running.len() && *budget > 0 {
             let slot = self.running[i];
             if self.seqs[slot as usize].as_ref().expect("live slot").lazy.is_some() {

@@ -29,6 +29,10 @@ use crate::rules;
 use crate::units::{Blocks, Tokens};
 use crate::workload::PrefixIds;
 
+/// Most cache groups a model may have (a pool keeps per-group counts in
+/// fixed arrays on its hot path).
+pub const MAX_GROUPS: usize = 16;
+
 /// One request's holding in a pool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Alloc {
@@ -214,16 +218,23 @@ impl KvPool {
             (alloc.from, alloc.to) = (from, to);
             return Ok(());
         }
-        let need = self.private_need(from, to, checkpoints, alloc.shared);
+        // Per group, what the new state holds and the change from the old.
+        let mut all = 0u64;
+        let mut deltas = [0i64; MAX_GROUPS];
+        for (i, g) in self.groups.iter().enumerate() {
+            let new = Self::group_blocks(g, from, to, checkpoints);
+            let old = Self::group_blocks(g, alloc.from, alloc.to, alloc.checkpoints);
+            all += new;
+            deltas[i] = new as i64 - old as i64;
+        }
+        let need = all - u64::from(alloc.shared) * self.fa_groups;
         if need > alloc.private {
             self.take(need - alloc.private)?;
         } else {
             self.free += alloc.private - need;
         }
-        for (i, g) in self.groups.iter().enumerate() {
-            let old = Self::group_blocks(g, alloc.from, alloc.to, alloc.checkpoints);
-            let new = Self::group_blocks(g, from, to, checkpoints);
-            self.group_used[i] = self.group_used[i] + new - old;
+        for (used, d) in self.group_used.iter_mut().zip(deltas) {
+            *used = used.checked_add_signed(d).expect("a group's count stays >= 0");
         }
         self.private = self.private + need - alloc.private;
         (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (from, to, checkpoints, need);

@@ -352,8 +352,8 @@ impl DecodeRank {
             let hit = pool.lookup(&req.prefix, prompt, prompt.saturating_sub(Tokens::new(1)));
             let k = pool.hit_tokens(hit);
             let payload =
-                rules::payload(&self.model, prompt, k).expect("the prompt is >= 1 token and the hit below it");
-            let t = payload.transferred_tokens();
+                rules::handoff_size(&self.model, prompt, k).expect("the prompt is >= 1 token and the hit below it");
+            let t = payload.transferred_tokens;
             let mut alloc = Alloc::default();
             if pool.pin(&mut alloc, &req.prefix, prompt, hit).is_err() {
                 break;
@@ -367,16 +367,16 @@ impl DecodeRank {
             req.t.reserved = Some(now);
             req.decode_hit = k;
             req.transferred_tokens = t;
-            req.transfer_bytes = payload.bytes();
+            req.transfer_bytes = payload.bytes;
             req.t.transfer_started = Some(now);
-            if payload.moves_nothing() {
+            if payload.moves_nothing {
                 // A full hit: nothing to read, only the notification.
                 req.t.transfer_done = Some(now);
                 ctx.send(self.source_of(&req), Msg::ReleaseSource(req.id)).expect("prefill ranks outlive the run");
                 self.start_decode(req, alloc, ctx);
             } else {
                 let link = self.links[req.prefill_rank.expect("a handoff names its prefill rank") as usize];
-                let msg = Msg::StartTransfer { id: req.id, bytes: payload.bytes(), reply_to: ctx.me() };
+                let msg = Msg::StartTransfer { id: req.id, bytes: payload.bytes, reply_to: ctx.me() };
                 ctx.send(link, msg).expect("links outlive the run");
                 self.transferring.insert(req.id, InTransfer { req, alloc });
             }

@@ -201,6 +201,13 @@ impl Router {
 
     /// Reads the first request; returns when the first `Arrival` should fire.
     pub fn prime(&mut self) -> Result<Option<SimTime>, WorkloadError> {
+        let expected = match (self.source.remaining_hint(), self.limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        // Up front, so that the records never move while they grow (capped:
+        // a hint is not a promise).
+        self.records.reserve(expected.unwrap_or(0).min(1 << 20) as usize);
         self.next = self.pull()?;
         Ok(self.next.as_ref().map(|s| match self.arrivals {
             ArrivalMode::Open => s.arrival,

@@ -395,6 +395,73 @@ pub fn payload(model: &Model, prompt_tokens: Tokens, decode_cached_tokens: Token
     }
 }
 
+/// What a handoff moves, in brief: T, the bytes, and whether nothing moves.
+/// The same numbers as [`payload`], without the per-group breakdown (and
+/// without allocating), for a simulation that prices every request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandoffSize {
+    /// T, the prompt tokens the prefill handed off.
+    pub transferred_tokens: Tokens,
+    /// All bytes that move.
+    pub bytes: Bytes,
+    /// Whether nothing moves (a full decode hit on a grouped model, or a
+    /// linear hit of the whole prompt), as [`Payload::moves_nothing`].
+    pub moves_nothing: bool,
+}
+
+/// [`payload`]'s T, bytes and "moves nothing", with the same errors.
+pub fn handoff_size(
+    model: &Model,
+    prompt_tokens: Tokens,
+    decode_cached_tokens: Tokens,
+) -> Result<HandoffSize, RuleError> {
+    if prompt_tokens.is_zero() {
+        return Err(RuleError::EmptyPrompt);
+    }
+    if decode_cached_tokens > prompt_tokens {
+        return Err(RuleError::HitExceedsPrompt { cached: decode_cached_tokens.get(), prompt: prompt_tokens.get() });
+    }
+    match model {
+        Model::Linear(m) => {
+            let p = linear_payload(m, prompt_tokens, decode_cached_tokens)?;
+            Ok(HandoffSize {
+                transferred_tokens: p.transferred_tokens,
+                bytes: p.bytes,
+                moves_nothing: p.bytes.is_zero(),
+            })
+        }
+        Model::Grouped(m) => {
+            let t = transferred_tokens(model, prompt_tokens);
+            let (_, hit_tokens, full_hit) = decode_hit(m, t, decode_cached_tokens);
+            let mut total = Bytes::ZERO;
+            if !full_hit {
+                for g in m.groups() {
+                    let bytes = moved_blocks(g, t, hit_tokens)
+                        .checked_bytes(g.transfer_bytes_per_block())
+                        .and_then(|b| total.checked_add(b))
+                        .ok_or(RuleError::Overflow { prompt: prompt_tokens.get() })?;
+                    total = bytes;
+                }
+            }
+            Ok(HandoffSize { transferred_tokens: t, bytes: total, moves_nothing: total.is_zero() })
+        }
+    }
+}
+
+/// The decode hit of a grouped handoff of T tokens: whole full-attention
+/// blocks (capped at T's), the tokens they cover, and whether they are all
+/// of T's blocks.
+fn decode_hit(m: &GroupedModel, t: Tokens, k: Tokens) -> (Blocks, Tokens, bool) {
+    match m.full_attention_block_size() {
+        Some(b) => {
+            let all = full_attention_blocks(t, b);
+            let h = k.blocks_floor(b).min(all);
+            (h, h.tokens(b), h == all)
+        }
+        None => (Blocks::ZERO, Tokens::ZERO, false),
+    }
+}
+
 fn linear_payload(m: &LinearModel, n: Tokens, k: Tokens) -> Result<TokenPayload, RuleError> {
     let tokens = n - k;
     let bytes = tokens.checked_bytes(m.kv_bytes_per_token()).ok_or(RuleError::Overflow { prompt: n.get() })?;
@@ -404,14 +471,7 @@ fn linear_payload(m: &LinearModel, n: Tokens, k: Tokens) -> Result<TokenPayload,
 fn grouped_payload(m: &GroupedModel, n: Tokens, t: Tokens, k: Tokens) -> Result<BlockPayload, RuleError> {
     let overflow = RuleError::Overflow { prompt: n.get() };
     // Decode hit in whole full-attention blocks, and in tokens.
-    let (hit_blocks, hit_tokens, full_hit) = match m.full_attention_block_size() {
-        Some(b) => {
-            let all = full_attention_blocks(t, b);
-            let h = k.blocks_floor(b).min(all);
-            (h, h.tokens(b), h == all)
-        }
-        None => (Blocks::ZERO, Tokens::ZERO, false),
-    };
+    let (hit_blocks, hit_tokens, full_hit) = decode_hit(m, t, k);
     let mut groups = Vec::with_capacity(m.groups().len());
     let mut total = Bytes::ZERO;
     let mut fixed = Bytes::ZERO;

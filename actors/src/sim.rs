@@ -111,6 +111,15 @@ impl Deployment {
                 return Err(field_err(format!("{name}.max_num_seqs"), "must be at least 1"));
             }
             steptime::build(&rs.step_time).map_err(|e| field_err(format!("{name}.{}", e.field), e.problem))?;
+            if let Model::Grouped(g) = &m
+                && g.groups().len() > crate::pool::MAX_GROUPS
+            {
+                let n = g.groups().len();
+                return Err(field_err(
+                    "model.cache_groups",
+                    format!("{n} groups; pdsim supports at most {}", crate::pool::MAX_GROUPS),
+                ));
+            }
             let groups = match &m {
                 Model::Grouped(g) => {
                     if rs.block_size_tokens.is_some() {
@@ -528,7 +537,7 @@ fn collect(
         req.fail(FailReason::Unfinished, final_time);
         records.push(*req);
     }
-    records.sort_by_key(|r| r.id);
+    order_by_id(&mut records);
     if records.len() as u64 != issued {
         violations.push(format!("{issued} requests entered, {} accounted for", records.len()));
     }
@@ -549,14 +558,31 @@ fn collect(
     Ok(SimOutput { records, summary, ranks: reports, links: link_reports, events, final_time, violations, digest })
 }
 
-/// FNV-1a over every request's outcome, counts and times.
+/// Sorts records by id. Ids are 0..n in arrival order, so each record is
+/// swapped straight to its place (records are large; this moves each at
+/// most once); anything else falls back to a sort.
+fn order_by_id(records: &mut [Request]) {
+    let n = records.len() as u64;
+    let mut seen = vec![false; records.len()];
+    if !records.iter().all(|r| r.id < n && !std::mem::replace(&mut seen[r.id as usize], true)) {
+        records.sort_by_key(|r| r.id);
+        return;
+    }
+    for i in 0..records.len() {
+        while records[i].id != i as u64 {
+            let j = records[i].id as usize;
+            records.swap(i, j);
+        }
+    }
+}
+
+/// A 64-bit digest of every request's outcome, counts and times: each
+/// value is folded in as a whole word (multiply-rotate, then a final
+/// splitmix64 mix), so equal records give equal digests on every machine.
 pub fn digest(records: &[Request]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut put = |w: u64| {
-        for b in w.to_le_bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
     };
     let t = |x: Option<SimTime>| x.map_or(u64::MAX, SimTime::as_nanos);
     for r in records {
@@ -589,5 +615,5 @@ pub fn digest(records: &[Request]) -> u64 {
             put(t(x));
         }
     }
-    h
+    crate::workload::mix(h, records.len() as u64)
 }

@@ -76,11 +76,20 @@ pub trait RequestSource {
     /// The next request, or `None` when the workload is exhausted. For an
     /// open loop, arrivals must not decrease.
     fn next_request(&mut self) -> Result<Option<RequestSpec>, WorkloadError>;
+
+    /// How many requests remain, if known (to size the records up front).
+    fn remaining_hint(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<I: Iterator<Item = RequestSpec>> RequestSource for I {
     fn next_request(&mut self) -> Result<Option<RequestSpec>, WorkloadError> {
         Ok(self.next())
+    }
+
+    fn remaining_hint(&self) -> Option<u64> {
+        self.size_hint().1.map(|n| n as u64)
     }
 }
 

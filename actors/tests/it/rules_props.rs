@@ -2,8 +2,8 @@
 
 use actors::model::{CacheGroupKind, CacheGroupSpec, Model};
 use actors::rules::{
-    Payload, blocks_for_step, blocks_held, in_window_blocks, payload, prefill_clip_blocks, skipped_blocks,
-    source_release, transferred_tokens,
+    Payload, blocks_for_step, blocks_held, handoff_size, in_window_blocks, payload, prefill_clip_blocks,
+    skipped_blocks, source_release, transferred_tokens,
 };
 use actors::units::{Blocks, Bytes, Tokens};
 use proptest::prelude::*;
@@ -121,6 +121,16 @@ proptest! {
         let a = payload(&m, Tokens::new(n), Tokens::ZERO).unwrap().bytes();
         let b = payload(&m, Tokens::new(n + 1), Tokens::ZERO).unwrap().bytes();
         prop_assert!(b >= a);
+    }
+
+    #[test]
+    fn the_brief_handoff_size_agrees_with_the_payload(m in grouped_model(), n in 1u64..20_000, k in 0u64..20_000) {
+        let (n, k) = (Tokens::new(n), Tokens::new(k.min(n)));
+        let full = payload(&m, n, k).unwrap();
+        let brief = handoff_size(&m, n, k).unwrap();
+        prop_assert_eq!(brief.bytes, full.bytes());
+        prop_assert_eq!(brief.transferred_tokens, full.transferred_tokens());
+        prop_assert_eq!(brief.moves_nothing, full.moves_nothing());
     }
 
     #[test]
