@@ -384,8 +384,12 @@ impl DecodeRank {
     }
 
     /// The KV is here: queue the request to compute its last prompt token.
-    fn start_decode(&mut self, req: Box<Request>, alloc: Alloc, ctx: &mut Context<'_, Msg>) {
+    fn start_decode(&mut self, req: Box<Request>, mut alloc: Alloc, ctx: &mut Context<'_, Msg>) {
         self.core.cut(ctx);
+        // The received blocks go into the decode rank's prefix cache, as vLLM
+        // caches them when the transfer completes.
+        let t = req.transferred_tokens;
+        self.core.batcher.pool.register(&mut alloc, &req.prefix, req.prompt, t);
         // vLLM computes the last prompt token on the decode side: never
         // computed by a Mamba-type prefill, recomputed for its logits otherwise.
         let computed = req.prompt.saturating_sub(Tokens::new(1));

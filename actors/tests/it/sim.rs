@@ -406,3 +406,141 @@ fn the_decoding_set_matches_stepping_every_sequence() {
         assert!(fast.events < slow.events);
     }
 }
+
+/// Prefix ids of 16-token blocks: `shared` ids from `group`, then ids unique to `me`.
+fn ids(group: u64, shared: usize, me: u64, total: usize) -> PrefixIds {
+    let ids = (0..total)
+        .map(|j| if j < shared { 1_000 * group + j as u64 } else { 1_000_000 * (me + 1) + j as u64 })
+        .collect();
+    PrefixIds { block_tokens: Tokens::new(16), ids }
+}
+
+fn prefixed(at_ns: u64, prompt: u64, output: u64, prefix: PrefixIds) -> RequestSpec {
+    RequestSpec { prefix, ..req(at_ns, prompt, output) }
+}
+
+#[test]
+fn prefix_hits_shrink_the_prefill_and_the_transfer() {
+    // Linear model, B = 16, 2,048 bytes a token. A: 160 tokens (10 blocks).
+    // B, after A is done, shares A's first 8 blocks (128 tokens).
+    let model = linear_spec(2_048);
+    let mut spec =
+        pd(role(1, 1_000, linear_step(1_000.0, 10.0, 0.0)), role(1, 1_000, linear_step(1_000.0, 0.0, 0.0)), 1.0);
+    spec.vllm_version = None;
+    let a = prefixed(0, 160, 4, ids(7, 10, 0, 10));
+    let b = prefixed(1_000_000_000, 160, 4, ids(7, 8, 1, 10));
+    let out = run(&model, &spec, vec![a, b]);
+    let (a, b) = (&out.records[0], &out.records[1]);
+    assert_eq!((a.prefill_hit, a.decode_hit), (Tokens::ZERO, Tokens::ZERO));
+    assert_eq!(a.transfer_bytes, Bytes::new(160 * 2_048));
+    // B's prefill finds 8 blocks and computes 32 tokens: 1,000 + 10 × 32 µs.
+    assert_eq!(b.prefill_hit, Tokens::new(128));
+    assert_eq!(b.t.prefill_done.unwrap() - b.t.prefill_started.unwrap(), SimDuration::from_micros(1_320));
+    // Its decode rank cached A's transferred blocks: only 160 − 128 tokens move.
+    assert_eq!(b.decode_hit, Tokens::new(128));
+    assert_eq!(b.transfer_bytes, Bytes::new(32 * 2_048));
+    assert_eq!(out.summary.prefill_hit_tokens, 128);
+    assert_eq!(out.summary.decode_hit_tokens, 128);
+}
+
+#[test]
+fn a_full_decode_hit_moves_nothing() {
+    // A Mamba-type model: FA B = 16 plus one Mamba state. N = 161, so T = 160
+    // = 10 whole blocks, and a repeat of the prompt finds all 10 cached on
+    // the decode rank (the cache never covers the last prompt token, 161):
+    // vLLM then reads nothing, not even the state.
+    use super::model_fixtures::{fa, spec as model_spec, state};
+    let model = model_spec(vec![fa("fa", 16, 4_096), state("mamba", 16, 4_096, 1_000, true)]);
+    let spec = pd(role(1, 1_000, linear_step(1_000.0, 10.0, 0.0)), role(1, 1_000, linear_step(1_000.0, 0.0, 0.0)), 1.0);
+    let same = || ids(3, 11, 0, 11);
+    let out = run(&model, &spec, vec![prefixed(0, 161, 2, same()), prefixed(1_000_000_000, 161, 2, same())]);
+    let (a, b) = (&out.records[0], &out.records[1]);
+    assert_eq!(a.transfer_bytes, Bytes::new(10 * 4_096 + 1_000));
+    assert_eq!(b.decode_hit, Tokens::new(160));
+    assert_eq!(b.transfer_bytes, Bytes::ZERO);
+    assert_eq!(b.t.transfer_started, b.t.transfer_done);
+    assert_eq!(b.outcome, Outcome::Completed);
+    let p = out.ranks.iter().find(|k| k.role == Role::Prefill).unwrap();
+    assert_eq!(p.sources.unwrap().released, 2);
+    assert_eq!(out.links[0].stats.transfers, 1, "the full hit never reached the link");
+}
+
+#[test]
+fn kv_aware_routing_keeps_a_prefix_group_on_one_rank() {
+    // Two prefill ranks; requests alternate between two prefix groups that
+    // share 480 of 512 tokens. Round robin sends each group to both ranks
+    // (and keeps missing); KV-aware sends each group where it was cached.
+    use actors::config::Policy;
+    let model = linear_spec(2_048);
+    let requests: Vec<RequestSpec> = (0..12u64)
+        .map(|i| {
+            let group = [0, 0, 1, 1][(i % 4) as usize];
+            prefixed(i * 100_000_000, 512, 2, ids(group, 30, i, 32))
+        })
+        .collect();
+    let mut hits = Vec::new();
+    for policy in [Policy::RoundRobin, Policy::KvAware] {
+        let mut spec =
+            pd(role(2, 1_000, linear_step(1_000.0, 10.0, 0.0)), role(1, 1_000, linear_step(1_000.0, 0.0, 0.0)), 10.0);
+        spec.vllm_version = None;
+        spec.router.prefill_policy = policy;
+        let out = run(&model, &spec, requests.clone());
+        hits.push(out.summary.prefill_hit_tokens);
+    }
+    // KV-aware: every request after its group's first hits 30 blocks = 480
+    // tokens: 10 × 480. Round robin: the first request of each (group, rank)
+    // pair misses: 4 misses, 8 hits.
+    assert_eq!(hits, [8 * 480, 10 * 480]);
+}
+
+mod conservation {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// Random small deployments under pressure (small pools, faults,
+        /// short holds): every request ends completed or failed with a
+        /// reason, no source is left held, pools balance after every step
+        /// (check_invariants), and links deliver what they were given.
+        #[test]
+        fn every_request_is_accounted_for(
+            p_count in 1u32..3, d_count in 1u32..3, p_blocks in 40u64..200, d_blocks in 40u64..200,
+            n in 1usize..40, seed in 0u64..1_000, abort in prop_oneof![Just(0.0), Just(0.2)],
+            hold in prop_oneof![Just(None), Just(Some(0.05))], fifo in any::<bool>(),
+        ) {
+            let model = linear_spec(1_024);
+            let mut spec = pd(
+                role(p_count, p_blocks, linear_step(1_000.0, 5.0, 0.0)),
+                role(d_count, d_blocks, linear_step(2_000.0, 1.0, 0.001)),
+                5.0,
+            );
+            spec.vllm_version = None;
+            spec.faults.decode_abort_probability = abort;
+            spec.faults.source_hold_s = hold;
+            if fifo {
+                spec.link.sharing = Sharing::Fifo;
+                spec.link.topology = LinkTopology::Shared;
+            }
+            let mut rng = sim_core::rng::stream_for(seed, "prop");
+            let requests: Vec<RequestSpec> = (0..n as u64)
+                .map(|i| req(i * rng.random_range(0..20_000_000), rng.random_range(1..1_500), rng.random_range(1..200)))
+                .collect::<Vec<_>>();
+            let mut requests = requests;
+            requests.sort_by_key(|r| r.arrival);
+            let dep = Deployment::build(&model, &spec).unwrap();
+            let out = sim::run(&dep, input(requests)).unwrap();
+            prop_assert_eq!(out.violations.clone(), Vec::<String>::new());
+            prop_assert_eq!(out.records.len(), n);
+            prop_assert_eq!(out.summary.completed + out.summary.failed, n as u64);
+            for r in &out.records {
+                prop_assert!(r.outcome != Outcome::InFlight);
+                if r.outcome == Outcome::Completed {
+                    prop_assert_eq!(r.generated, r.output);
+                    prop_assert!(r.t.first_token.unwrap() <= r.t.finished.unwrap());
+                }
+            }
+        }
+    }
+}
