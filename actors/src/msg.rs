@@ -49,6 +49,6 @@ pub enum Msg {
     LinkWake,
     /// Link timer: transfer `id` has waited out the latency and reaches the wire.
     WireReady(ReqId),
-    /// Prefill rank timer: the hold of request `id`'s source ran out.
-    HoldExpired(ReqId),
+    /// Prefill rank timer: the oldest held source's hold may have run out.
+    HoldCheck,
 }

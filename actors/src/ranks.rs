@@ -168,7 +168,6 @@ struct Held {
     prefix: PrefixIds,
     prompt: Tokens,
     since: SimTime,
-    timer: EventId,
 }
 
 /// Counters of a prefill rank's sources.
@@ -195,6 +194,11 @@ pub struct PrefillRank {
     model: Model,
     hold: SimDuration,
     held: FxHashMap<ReqId, Held>,
+    /// Sources in the order they were held, so in the order they expire
+    /// (every hold is as long); released ones are skipped when they come up.
+    expiry: VecDeque<(SimTime, ReqId)>,
+    /// The one timer for the oldest source's expiry.
+    hold_timer: Option<EventId>,
     /// Source counters.
     pub sources: SourceStats,
 }
@@ -202,7 +206,15 @@ pub struct PrefillRank {
 impl PrefillRank {
     /// A prefill rank holding sources for at most `hold`.
     pub fn new(core: RankCore, model: Model, hold: SimDuration) -> Self {
-        PrefillRank { core, model, hold, held: FxHashMap::default(), sources: SourceStats::default() }
+        PrefillRank {
+            core,
+            model,
+            hold,
+            held: FxHashMap::default(),
+            expiry: VecDeque::new(),
+            hold_timer: None,
+            sources: SourceStats::default(),
+        }
     }
 
     /// Sources held now.
@@ -212,9 +224,39 @@ impl PrefillRank {
 
     fn drop_source(&mut self, id: ReqId, ctx: &mut Context<'_, Msg>) -> Option<Held> {
         let mut h = self.held.remove(&id)?;
-        ctx.cancel(h.timer);
         self.core.batcher.pool.release(&mut h.alloc, &h.prefix, h.prompt);
+        if self.held.is_empty() {
+            // Nothing left to expire: the timer would only keep the run alive.
+            self.expiry.clear();
+            if let Some(t) = self.hold_timer.take() {
+                ctx.cancel(t);
+            }
+        }
         Some(h)
+    }
+
+    /// Expires every source held past its hold, then arms the timer for the
+    /// oldest one left. One timer per rank instead of one per source: a
+    /// released source costs nothing here until its entry comes up.
+    fn check_holds(&mut self, ctx: &mut Context<'_, Msg>) {
+        let now = ctx.now();
+        while let Some(&(at, id)) = self.expiry.front() {
+            if !self.held.contains_key(&id) {
+                self.expiry.pop_front();
+                continue;
+            }
+            if at > now {
+                self.hold_timer = Some(ctx.schedule(at - now, Msg::HoldCheck));
+                return;
+            }
+            self.expiry.pop_front();
+            let mut h = self.held.remove(&id).expect("checked above");
+            self.core.batcher.pool.release(&mut h.alloc, &h.prefix, h.prompt);
+            self.sources.expired += 1;
+            let reason = FailReason::SourceHoldExpired { held: now - h.since };
+            ctx.send(self.core.router, Msg::SourceExpired(id, reason)).expect("the router outlives the run");
+        }
+        self.hold_timer = None;
     }
 
     fn on_finished(&mut self, f: Finished, ctx: &mut Context<'_, Msg>) {
@@ -231,9 +273,12 @@ impl PrefillRank {
             .expect("releasing blocks needs no free blocks");
         req.t.prefill_done = Some(now);
         req.transferred_tokens = computed;
-        let timer = ctx.schedule(self.hold, Msg::HoldExpired(req.id));
         let prefix = if req.prefix.ids.is_empty() { PrefixIds::none() } else { req.prefix.clone() };
-        self.held.insert(req.id, Held { alloc, prefix, prompt: req.prompt, since: now, timer });
+        self.held.insert(req.id, Held { alloc, prefix, prompt: req.prompt, since: now });
+        self.expiry.push_back((now.saturating_add(self.hold), req.id));
+        if self.hold_timer.is_none() {
+            self.check_holds(ctx);
+        }
         self.sources.held += 1;
         ctx.send(self.core.router, Msg::SourceHeld(req)).expect("the router outlives the run");
     }
@@ -260,13 +305,7 @@ impl Actor<Msg> for PrefillRank {
                 Some(_) => self.sources.cancelled += 1,
                 None => self.sources.stale += 1,
             },
-            Msg::HoldExpired(id) => {
-                let mut h = self.held.remove(&id).expect("a hold timer is cancelled with its source");
-                self.core.batcher.pool.release(&mut h.alloc, &h.prefix, h.prompt);
-                self.sources.expired += 1;
-                let reason = FailReason::SourceHoldExpired { held: now - h.since };
-                ctx.send(self.core.router, Msg::SourceExpired(id, reason)).expect("the router outlives the run");
-            }
+            Msg::HoldCheck => self.check_holds(ctx),
             Msg::StepDone => {
                 self.core.step_timer = None;
                 let mut done = std::mem::take(&mut self.core.finished);
