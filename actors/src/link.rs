@@ -110,6 +110,11 @@ impl NixlLink {
         self.active.len() + self.queue.len() + self.in_latency.len()
     }
 
+    /// Bytes of the transfers started and not yet completed.
+    pub fn bytes_in_flight(&self) -> u64 {
+        self.active.values().chain(&self.queue).chain(self.in_latency.values()).map(|t| t.bytes.get()).sum()
+    }
+
     /// Brings the virtual clock to `now`.
     fn advance(&mut self, now: SimTime) {
         let dt = u128::from((now - self.last_update).as_nanos());

@@ -222,6 +222,17 @@ impl PrefillRank {
         self.held.len()
     }
 
+    /// Frees every held source (end-of-run accounting); returns how many.
+    pub fn release_all_sources(&mut self) -> usize {
+        let mut ids: Vec<ReqId> = self.held.keys().copied().collect();
+        ids.sort_unstable();
+        for id in &ids {
+            let mut h = self.held.remove(id).expect("listed");
+            self.core.batcher.pool.release(&mut h.alloc, &h.prefix, h.prompt);
+        }
+        ids.len()
+    }
+
     fn drop_source(&mut self, id: ReqId, ctx: &mut Context<'_, Msg>) -> Option<Held> {
         let mut h = self.held.remove(&id)?;
         self.core.batcher.pool.release(&mut h.alloc, &h.prefix, h.prompt);

@@ -381,8 +381,9 @@ impl Built<'_> {
                 break;
             }
         }
-        let end = if self.until.is_some() { self.sim.now() } else { self.sim.last_delivery() };
-        collect(self.dep, self.sim, self.router, self.ranks, self.links, end, &self.slo)
+        let cut_short = self.sim.pending() > 0;
+        let end = if cut_short { self.sim.now() } else { self.sim.last_delivery() };
+        collect(self.dep, self.sim, self.router, self.ranks, self.links, end, cut_short, &self.slo)
     }
 }
 
@@ -474,6 +475,7 @@ fn collect(
     ranks: Vec<RankId>,
     links: Vec<(String, ActorId)>,
     final_time: SimTime,
+    cut_short: bool,
     slo: &SloSpec,
 ) -> Result<SimOutput, SimError> {
     let events = sim.events_delivered();
@@ -492,8 +494,11 @@ fn collect(
         let (core, sources, waited, name_role) = match rank {
             RankId::Prefill(id) => {
                 let pr = sim.actor_mut::<PrefillRank>(id).expect("prefill rank");
-                if pr.held_sources() > 0 {
-                    violations.push(format!("prefill{}: {} sources still held", pr.core.index, pr.held_sources()));
+                // A run stopped at a time limit leaves sources held for
+                // requests in flight; a run that ended by itself must not.
+                let held = pr.release_all_sources();
+                if held > 0 && !cut_short {
+                    violations.push(format!("prefill{}: {held} sources still held", pr.core.index));
                 }
                 let s = pr.sources;
                 (&mut pr.core, Some(s), 0, Role::Prefill)
@@ -546,12 +551,15 @@ fn collect(
     for (name, id) in links {
         let l = sim.actor_mut::<NixlLink>(id).expect("link");
         sent += l.stats.bytes_started;
-        received += l.stats.bytes_completed;
+        // Transfers cut off by a time limit count as neither lost nor received.
+        received += l.stats.bytes_completed + l.bytes_in_flight();
         link_reports.push(LinkReport { name, stats: l.stats, timeline: std::mem::take(&mut l.timeline) });
     }
     let priced: u64 = records.iter().map(|r| r.transfer_bytes.get()).sum();
-    if sent != received || (sent != priced && final_time != SimTime::MAX) {
-        violations.push(format!("links sent {sent} bytes and delivered {received}; requests were priced {priced}"));
+    if sent != received || sent != priced {
+        violations.push(format!(
+            "links were given {sent} bytes and delivered or hold {received}; requests were priced {priced}"
+        ));
     }
     let summary = metrics::summarise(&records, &itl, slo);
     let digest = digest(&records);

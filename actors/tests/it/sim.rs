@@ -493,6 +493,21 @@ fn kv_aware_routing_keeps_a_prefix_group_on_one_rank() {
     assert_eq!(hits, [8 * 480, 10 * 480]);
 }
 
+#[test]
+fn a_time_limit_ends_the_run_with_every_request_accounted_for() {
+    let spec = glm_2p2d();
+    let dep = Deployment::build(&glm_spec(), &spec).unwrap();
+    let mut run_input = input(poisson(5, 200, 20.0));
+    run_input.until = Some(SimTime::from_nanos(4_000_000_000));
+    let out = sim::run(&dep, run_input).unwrap();
+    assert_eq!(out.violations, Vec::<String>::new());
+    assert_eq!(out.final_time, SimTime::from_nanos(4_000_000_000));
+    let unfinished = out.summary.failure_reasons.get("still in flight when the simulation ended").copied().unwrap_or(0);
+    assert!(unfinished > 0, "{:?}", out.summary.failure_reasons);
+    assert_eq!(out.summary.completed + out.summary.failed, out.records.len() as u64);
+    assert!(out.records.len() < 200, "requests arriving after the limit never entered");
+}
+
 mod conservation {
     use super::*;
     use proptest::prelude::*;
