@@ -383,7 +383,7 @@ impl Built<'_> {
         }
         let cut_short = self.sim.pending() > 0;
         let end = if cut_short { self.sim.now() } else { self.sim.last_delivery() };
-        collect(self.dep, self.sim, self.router, self.ranks, self.links, end, cut_short, &self.slo)
+        collect(self, end, cut_short)
     }
 }
 
@@ -468,16 +468,9 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
     Ok(Built { dep, sim, router, ranks, links: link_ids, slo: input.slo, until: input.until })
 }
 
-fn collect(
-    dep: &Deployment,
-    mut sim: Simulation<Msg>,
-    router: ActorId,
-    ranks: Vec<RankId>,
-    links: Vec<(String, ActorId)>,
-    final_time: SimTime,
-    cut_short: bool,
-    slo: &SloSpec,
-) -> Result<SimOutput, SimError> {
+fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<SimOutput, SimError> {
+    let Built { dep, mut sim, router, ranks, links, slo, .. } = built;
+    let slo = &slo;
     let events = sim.events_delivered();
     let r = sim.actor_mut::<Router>(router).expect("router");
     if let Some(e) = r.error.take() {
