@@ -142,7 +142,7 @@ impl Stat {
         if values.is_empty() {
             return Stat::default();
         }
-        values.sort_by(f64::total_cmp);
+        values.sort_unstable_by(f64::total_cmp);
         let n = values.len();
         let pct = |q: f64| {
             let pos = q * (n - 1) as f64;
