@@ -7,6 +7,11 @@
 //! - [`workload`]: the `[workload]` table and the request streams it makes
 //!   (synthetic arrivals and lengths, shared-prefix groups).
 //! - [`trace`]: Mooncake, Azure and BurstGPT traces, streamed row by row.
+//! - [`runner`]: one seeded simulation of a scenario, and many at once on
+//!   worker threads with their results in a fixed order.
+//! - [`report`]: the files of `pdsim run` (`report.json`, `requests.csv`,
+//!   `timeline.csv`, `trace.json`).
+//! - [`sweep`]: sweep files (a base scenario, axes, seeds) and their points.
 //!
 //! ```
 //! let scenario = pdsim::scenario::load_default().unwrap();
@@ -16,6 +21,9 @@
 #![warn(missing_docs)]
 
 pub mod check;
+pub mod report;
+pub mod runner;
 pub mod scenario;
+pub mod sweep;
 pub mod trace;
 pub mod workload;

@@ -19,13 +19,22 @@ mod cmd;
 #[derive(Debug, Parser)]
 #[command(name = "pdsim", version, about, long_about = None)]
 struct Cli {
+    /// With no verb, `pdsim` runs the embedded default scenario
+    /// (scenarios/default.toml) into out/default and prints the summary,
+    /// as `pdsim run` does.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 /// The verbs.
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Simulate a scenario (default: the embedded default scenario) and
+    /// write report.json, requests.csv, timeline.csv and trace.json.
+    Run(cmd::run::Args),
+    /// Run every point of a sweep file (axes x seeds) in parallel and write
+    /// one row per point to sweep.csv.
+    Sweep(cmd::sweep::Args),
     /// Check a scenario file and print its resolved form (includes and
     /// defaults filled in) as TOML.
     Validate(cmd::validate::Args),
@@ -33,8 +42,11 @@ enum Command {
     Transfer(cmd::transfer::Args),
 }
 
-fn dispatch(command: &Command) -> Result<(), cmd::CmdError> {
+fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
+    let Some(command) = command else { return cmd::run::run(&cmd::run::Args::default()) };
     match command {
+        Command::Run(args) => cmd::run::run(args),
+        Command::Sweep(args) => cmd::sweep::run(args),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Transfer(args) => cmd::transfer::run(args),
     }
@@ -46,5 +58,5 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return cmd::usage_error(&e),
     };
-    cmd::finish(std::panic::catch_unwind(|| dispatch(&cli.command)))
+    cmd::finish(std::panic::catch_unwind(|| dispatch(cli.command.as_ref())))
 }

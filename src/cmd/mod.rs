@@ -1,12 +1,20 @@
 //! The verbs of `pdsim`, one module each, and what they share: the error
 //! type with its exit status, and writing to stdout.
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::Path;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use actors::workload::WorkloadError;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pdsim::runner::RunError;
 use pdsim::scenario::ScenarioError;
+use pdsim::sweep::SweepError;
 
+pub mod run;
+pub mod sweep;
 pub mod transfer;
 pub mod validate;
 
@@ -26,6 +34,21 @@ impl From<ScenarioError> for CmdError {
     }
 }
 
+impl From<RunError> for CmdError {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::BadInput(m) => CmdError::BadInput(m),
+            RunError::Internal(m) => CmdError::Internal(m),
+        }
+    }
+}
+
+impl From<SweepError> for CmdError {
+    fn from(e: SweepError) -> Self {
+        CmdError::BadInput(e.0)
+    }
+}
+
 impl From<WorkloadError> for CmdError {
     fn from(e: WorkloadError) -> Self {
         CmdError::BadInput(e.0)
@@ -40,6 +63,115 @@ pub fn emit(text: &str) -> Result<(), CmdError> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(CmdError::Internal(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+/// Parses a count flag that must be at least 1 (`--requests`,
+/// `--replicas`, `--jobs`).
+pub fn count_at_least_one(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1, got 0".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("expected a whole number >= 1, got {s:?}")),
+    }
+}
+
+/// Creates `dir` and its parents.
+pub fn create_dir(dir: &Path) -> Result<(), CmdError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| CmdError::Internal(format!("cannot create the output folder {}: {e}", dir.display())))
+}
+
+/// Writes the file `path` through `write`, buffered; an I/O error names the
+/// file.
+pub fn write_file(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<(), CmdError> {
+    let fail = |e: std::io::Error| CmdError::Internal(format!("cannot write {}: {e}", path.display()));
+    let file = File::create(path).map_err(fail)?;
+    let mut w = BufWriter::new(file);
+    write(&mut w).map_err(fail)?;
+    w.flush().map_err(fail)
+}
+
+/// A CSV file written a line at a time and flushed after each, so that an
+/// interrupted run leaves the lines done so far.
+pub struct CsvFile {
+    path: std::path::PathBuf,
+    w: BufWriter<File>,
+}
+
+impl CsvFile {
+    /// Creates (or truncates) `path`.
+    pub fn create(path: &Path) -> Result<Self, CmdError> {
+        let file =
+            File::create(path).map_err(|e| CmdError::Internal(format!("cannot write {}: {e}", path.display())))?;
+        Ok(CsvFile { path: path.to_owned(), w: BufWriter::new(file) })
+    }
+
+    /// Writes `line` and a newline, and flushes.
+    pub fn line(&mut self, line: &str) -> Result<(), CmdError> {
+        let w = &mut self.w;
+        w.write_all(line.as_bytes())
+            .and_then(|()| w.write_all(b"\n"))
+            .and_then(|()| w.flush())
+            .map_err(|e| CmdError::Internal(format!("cannot write {}: {e}", self.path.display())))
+    }
+}
+
+/// A progress bar on stderr that appears only when stderr is a terminal,
+/// the command is not quiet, and the work has lasted over a second.
+pub struct ProgressGate {
+    start: Instant,
+    enabled: bool,
+    total: Option<u64>,
+    unit: &'static str,
+    bar: Option<ProgressBar>,
+}
+
+impl ProgressGate {
+    /// A gate for `total` items (unknown: a counter with a spinner) of
+    /// `unit` (`requests`, `points`).
+    pub fn new(quiet: bool, total: Option<u64>, unit: &'static str) -> Self {
+        let enabled = !quiet && std::io::stderr().is_terminal();
+        ProgressGate { start: Instant::now(), enabled, total, unit, bar: None }
+    }
+
+    /// Moves the bar to `done` items, with a message after it.
+    pub fn update(&mut self, done: u64, message: impl FnOnce() -> String) {
+        if !self.enabled {
+            return;
+        }
+        if self.bar.is_none() {
+            if self.start.elapsed() < Duration::from_secs(1) {
+                return;
+            }
+            let template = match self.total {
+                Some(_) => {
+                    format!("{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} {} (eta {{eta}}) {{msg}}", self.unit)
+                }
+                None => format!("{{spinner}} {{elapsed_precise}} {{pos}} {} {{msg}}", self.unit),
+            };
+            let style = ProgressStyle::with_template(&template)
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> ");
+            let bar = ProgressBar::with_draw_target(self.total, ProgressDrawTarget::stderr())
+                .with_style(style)
+                .with_elapsed(self.start.elapsed());
+            self.bar = Some(bar);
+        }
+        if let Some(bar) = &self.bar {
+            bar.set_message(message());
+            bar.set_position(done);
+        }
+    }
+
+    /// Removes the bar, if it was shown.
+    pub fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
     }
 }
 

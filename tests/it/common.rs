@@ -103,3 +103,82 @@ pub fn outcome(out: &Output) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A fresh, empty folder `name` in this test run's scratch folder. Names
+/// must be unique across tests.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pdsim-it-dirs").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs the built `pdsim` with `args` in the folder `cwd`.
+pub fn pdsim_in(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pdsim")).args(args).current_dir(cwd).output().unwrap()
+}
+
+/// Parses CSV text (RFC 4180 quoting) into rows of fields.
+pub fn parse_csv(text: &str) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    let mut row = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut field)),
+            (false, '\n') => {
+                row.push(std::mem::take(&mut field));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, c) => field.push(c),
+        }
+    }
+    if !field.is_empty() || !row.is_empty() {
+        row.push(field);
+        rows.push(row);
+    }
+    rows
+}
+
+/// A parsed CSV file: its header and rows, with cells looked up by column
+/// name.
+pub struct Csv {
+    /// The header.
+    pub header: Vec<String>,
+    /// The data rows.
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Csv {
+    /// Reads and parses `path`; the first row is the header.
+    pub fn read(path: &Path) -> Csv {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut rows = parse_csv(&text);
+        assert!(!rows.is_empty(), "{} is empty", path.display());
+        let header = rows.remove(0);
+        for (i, r) in rows.iter().enumerate() {
+            assert_eq!(r.len(), header.len(), "{} row {}: {r:?}", path.display(), i + 1);
+        }
+        Csv { header, rows }
+    }
+
+    /// The index of column `name`.
+    pub fn col(&self, name: &str) -> usize {
+        self.header.iter().position(|h| h == name).unwrap_or_else(|| panic!("no column {name} in {:?}", self.header))
+    }
+
+    /// Every cell of column `name`.
+    pub fn column(&self, name: &str) -> Vec<&str> {
+        let i = self.col(name);
+        self.rows.iter().map(|r| r[i].as_str()).collect()
+    }
+}

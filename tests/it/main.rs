@@ -1,7 +1,9 @@
 //! Integration tests of the pdsim harness, in one test binary so that the
 //! suite links once: scenario files, workloads, trace readers, and the
-//! `validate` and `transfer` verbs run as a user runs them.
+//! `validate`, `transfer`, `run` and `sweep` verbs run as a user runs them.
 
+mod cli_run;
+mod cli_sweep;
 mod cli_transfer;
 mod cli_validate;
 mod common;

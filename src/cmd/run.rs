@@ -1,0 +1,326 @@
+//! `pdsim run [SCENARIO]`: simulate a scenario and write its reports; also
+//! what `pdsim` with no arguments does (the embedded default scenario).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use actors::metrics::{Stat, Summary};
+use pdsim::report::{self, digest_hex};
+use pdsim::runner::{self, Run, default_jobs, ordered_parallel};
+use pdsim::scenario::{self, DEFAULT_SCENARIO_LABEL, Scenario};
+
+use super::{CmdError, CsvFile, ProgressGate, create_dir, emit, write_file};
+
+/// Arguments of `pdsim run`.
+#[derive(Debug, Default, clap::Args)]
+pub struct Args {
+    /// The scenario file (default: the embedded default scenario,
+    /// scenarios/default.toml).
+    pub scenario: Option<PathBuf>,
+    /// Seed of every random stream (default: the scenario's `seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Serve this many requests instead of the scenario's count (a trace's
+    /// `limit` still caps it).
+    #[arg(long, value_name = "N", value_parser = super::count_at_least_one)]
+    pub requests: Option<u64>,
+    /// Folder for the report files (default: out/<scenario name, or the
+    /// file's stem>); created if missing, files in it replaced.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print nothing but errors.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Run R replicas with seeds S, S+1, …, S+R−1 in parallel, replica k
+    /// (from 0, seed S+k) into DIR/replica-<k>/, and one row per replica in
+    /// DIR/replicas.csv.
+    #[arg(long, value_name = "R", value_parser = super::count_at_least_one)]
+    pub replicas: Option<u64>,
+    /// Worker threads for --replicas (default: the available parallelism).
+    #[arg(long, short, value_name = "J", value_parser = super::count_at_least_one, requires = "replicas")]
+    pub jobs: Option<u64>,
+}
+
+/// The files of one run, in the order they are written.
+pub const FILES: &[&str] = &["report.json", "requests.csv", "timeline.csv", "trace.json"];
+
+/// Loads the scenario (or the embedded default) with the label reports
+/// name it by.
+fn load(args: &Args) -> Result<(Scenario, String), CmdError> {
+    match &args.scenario {
+        Some(path) => Ok((scenario::load(path)?, path.display().to_string())),
+        None => Ok((scenario::load_default()?, DEFAULT_SCENARIO_LABEL.to_owned())),
+    }
+}
+
+/// `out/<scenario name>`, or `out/<file stem>` for a scenario with no name.
+fn default_out(scenario: &Scenario, args: &Args) -> PathBuf {
+    let name = scenario
+        .name()
+        .map(str::to_owned)
+        .or_else(|| args.scenario.as_ref().and_then(|p| p.file_stem()).map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "default".to_owned());
+    Path::new("out").join(name)
+}
+
+/// Runs the scenario (or replicas of it), writes the files, prints the
+/// summary.
+pub fn run(args: &Args) -> Result<(), CmdError> {
+    let (mut scenario, label) = load(args)?;
+    let seed = args.seed.unwrap_or(scenario.seed());
+    scenario.set_seed(seed);
+    let dir = args.out.clone().unwrap_or_else(|| default_out(&scenario, args));
+    match args.replicas {
+        None => single(args, &scenario, &label, &dir),
+        Some(r) => replicas(args, &scenario, &label, &dir, r),
+    }
+}
+
+fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(), CmdError> {
+    let total = args.requests.or(scenario.workload().requests());
+    let mut progress = ProgressGate::new(args.quiet, total, "requests");
+    let result = runner::simulate(scenario, scenario.seed(), args.requests, |p| {
+        progress.update(p.finished, || format!("simulated {:.0} s", p.now.as_secs_f64()));
+    });
+    progress.finish();
+    let run = result?;
+    write_run(scenario, label, &run, dir)?;
+    check_violations(&run)?;
+    if !args.quiet {
+        emit(&human_summary(scenario, label, &run, dir))?;
+    }
+    Ok(())
+}
+
+/// Writes the four files of `run` into `dir`, each on its own thread (the
+/// timeline and the trace of a long run are tens of MB).
+pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path) -> Result<(), CmdError> {
+    create_dir(dir)?;
+    let out = &run.output;
+    let disaggregated = scenario.deployment().prefill.is_some();
+    let topology = scenario.deployment().link.topology;
+    let rep = report::report(scenario, label, run);
+    std::thread::scope(|scope| {
+        let timeline = scope
+            .spawn(|| write_file(&dir.join("timeline.csv"), |w| report::write_timeline_csv(w, &out.ranks, &out.links)));
+        let trace = scope.spawn(|| {
+            write_file(&dir.join("trace.json"), |w| report::write_trace_json(w, label, run, topology, disaggregated))
+        });
+        write_file(&dir.join("report.json"), |w| report::write_report(w, &rep))?;
+        write_file(&dir.join("requests.csv"), |w| report::write_requests_csv(w, &out.records, disaggregated))?;
+        let join = |h: std::thread::ScopedJoinHandle<'_, Result<(), CmdError>>| {
+            h.join().unwrap_or_else(|_| Err(CmdError::Internal("a report writer panicked".into())))
+        };
+        join(timeline)?;
+        join(trace)
+    })
+}
+
+/// A run whose conservation checks failed is a bug in pdsim: exit 1, after
+/// the files are written (they help find it).
+fn check_violations(run: &Run) -> Result<(), CmdError> {
+    let v = &run.output.violations;
+    if v.is_empty() {
+        Ok(())
+    } else {
+        Err(CmdError::Internal(format!(
+            "seed {}: the simulation broke {} conservation check(s): {} (this is a bug in pdsim)",
+            run.seed,
+            v.len(),
+            v.join("; ")
+        )))
+    }
+}
+
+fn stat_cols(s: &Stat) -> String {
+    if s.count == 0 { "-".to_owned() } else { format!("{:>10.2} {:>10.2} {:>10.2}", s.mean, s.median, s.p99) }
+}
+
+fn rate(count: f64, wall: Duration) -> f64 {
+    let secs = wall.as_secs_f64();
+    if secs > 0.0 { count / secs } else { f64::INFINITY }
+}
+
+/// The printed summary of one run.
+pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path) -> String {
+    let s: &Summary = &run.output.summary;
+    let out = &run.output;
+    let mut t = String::new();
+    let name = scenario.name().unwrap_or("unnamed");
+    let _ = writeln!(t, "pdsim {}: {name} ({label}), seed {}", report::PDSIM_VERSION, run.seed);
+    let _ = writeln!(t, "requests     {} entered, {} completed, {} failed", s.requests, s.completed, s.failed);
+    for (reason, n) in &s.failure_reasons {
+        let _ = writeln!(t, "  failed     {n} x {reason}");
+    }
+    let _ = writeln!(
+        t,
+        "throughput   {:.2} req/s, {:.1} output tok/s, {:.1} total tok/s over {:.1} s",
+        s.request_throughput, s.output_token_throughput, s.total_token_throughput, s.duration_s
+    );
+    let slo = scenario.slo();
+    if slo.ttft_ms.is_some() || slo.tpot_ms.is_some() || slo.e2e_ms.is_some() {
+        let _ = writeln!(t, "goodput      {:.2} req/s, SLO attainment {:.1}%", s.goodput, 100.0 * s.slo_attainment);
+    }
+    let _ = writeln!(t, "{:<11}{:>10} {:>10} {:>10}", "latency ms", "mean", "median", "p99");
+    for (what, stat) in [
+        ("TTFT", &s.ttft_ms),
+        ("TPOT", &s.tpot_ms),
+        ("ITL", &s.itl_ms),
+        ("E2E", &s.e2e_ms),
+        ("prefill q", &s.prefill_queue_ms),
+        ("decode q", &s.decode_queue_ms),
+    ] {
+        let _ = writeln!(t, "  {what:<9}{}", stat_cols(stat));
+    }
+    if !out.links.is_empty() {
+        let transfers: u64 = out.links.iter().map(|l| l.stats.transfers).sum();
+        let _ = writeln!(
+            t,
+            "transfers    {transfers} over {} link(s), {:.2} GB; wait mean {:.3} ms p99 {:.3} ms; time mean {:.3} ms p99 {:.3} ms",
+            out.links.len(),
+            s.transfer_bytes as f64 / 1e9,
+            s.transfer_wait_ms.mean,
+            s.transfer_wait_ms.p99,
+            s.transfer_time_ms.mean,
+            s.transfer_time_ms.p99
+        );
+    }
+    let _ = writeln!(
+        t,
+        "cache        {} preemptions; prefix hits {} prefill-side + {} decode-side tokens",
+        s.preemptions, s.prefill_hit_tokens, s.decode_hit_tokens
+    );
+    let peak = out
+        .ranks
+        .iter()
+        .map(|r| format!("{} {:.0}%", r.name, 100.0 * r.peak_used_blocks as f64 / r.num_blocks.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let _ = writeln!(t, "peak KV      {peak}");
+    let _ = writeln!(
+        t,
+        "simulated    {:.1} s in {:.2} s wall: {:.0} requests/s, {:.0}x real time, {} events; digest {}",
+        out.final_time.as_secs_f64(),
+        run.wall.as_secs_f64(),
+        rate(s.requests as f64, run.wall),
+        rate(out.final_time.as_secs_f64(), run.wall),
+        out.events,
+        digest_hex(out.digest)
+    );
+    let _ = writeln!(t, "wrote        {}/{{{}}}", dir.display(), FILES.join(", "));
+    t
+}
+
+/// The columns of `replicas.csv`.
+pub const REPLICA_COLUMNS: &[&str] = &[
+    "replica",
+    "seed",
+    "requests",
+    "completed",
+    "failed",
+    "request_throughput",
+    "output_token_throughput",
+    "goodput",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "itl_p99_ms",
+    "e2e_p99_ms",
+    "digest",
+];
+
+/// One row of `replicas.csv` (no newline); rates and milliseconds with six
+/// decimals.
+fn replica_row(k: u64, run: &Run) -> String {
+    let s = &run.output.summary;
+    let f6 = |x: f64| format!("{x:.6}");
+    let cells = [
+        k.to_string(),
+        run.seed.to_string(),
+        s.requests.to_string(),
+        s.completed.to_string(),
+        s.failed.to_string(),
+        f6(s.request_throughput),
+        f6(s.output_token_throughput),
+        f6(s.goodput),
+        f6(s.ttft_ms.median),
+        f6(s.ttft_ms.p99),
+        f6(s.tpot_ms.median),
+        f6(s.tpot_ms.p99),
+        f6(s.itl_ms.p99),
+        f6(s.e2e_ms.p99),
+        digest_hex(run.output.digest),
+    ];
+    cells.join(",")
+}
+
+fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u64) -> Result<(), CmdError> {
+    let start = Instant::now();
+    create_dir(dir)?;
+    let seed = scenario.seed();
+    let jobs = args.jobs.map_or_else(default_jobs, |j| usize::try_from(j).unwrap_or(usize::MAX));
+    let n = usize::try_from(count).map_err(|_| CmdError::BadInput(format!("--replicas {count}: too many")))?;
+    // Every seed must fit before anything runs.
+    let seeds: Vec<u64> = (0..count)
+        .map(|k| seed.checked_add(k))
+        .collect::<Option<_>>()
+        .ok_or_else(|| CmdError::BadInput(format!("--seed {seed} --replicas {count}: the seeds pass 2^64 - 1")))?;
+    let csv_path = dir.join("replicas.csv");
+    let mut csv = CsvFile::create(&csv_path)?;
+    csv.line(&REPLICA_COLUMNS.join(","))?;
+    let mut lines = Vec::new();
+    let mut progress = ProgressGate::new(args.quiet, Some(count), "replicas");
+    let result = ordered_parallel(
+        n,
+        jobs,
+        |k| -> Result<(String, String), CmdError> {
+            let mut scenario = scenario.clone();
+            scenario.set_seed(seeds[k]);
+            let run = runner::simulate(&scenario, seeds[k], args.requests, |_| {})?;
+            let sub = dir.join(format!("replica-{k}"));
+            write_run(&scenario, label, &run, &sub)?;
+            check_violations(&run)?;
+            let s = &run.output.summary;
+            let line = format!(
+                "  replica-{k:<3} seed {:<6} {:>6} completed {:>4} failed  {:>8.2} req/s  TTFT p50 {:>9.2} p99 {:>9.2} ms  TPOT p50 {:>7.2} p99 {:>7.2} ms  {}",
+                run.seed,
+                s.completed,
+                s.failed,
+                s.request_throughput,
+                s.ttft_ms.median,
+                s.ttft_ms.p99,
+                s.tpot_ms.median,
+                s.tpot_ms.p99,
+                digest_hex(run.output.digest)
+            );
+            Ok((replica_row(k as u64, &run), line))
+        },
+        |k, (row, line)| {
+            csv.line(&row)?;
+            lines.push(line);
+            progress.update(k as u64 + 1, String::new);
+            Ok(())
+        },
+    );
+    progress.finish();
+    result?;
+    if !args.quiet {
+        let mut t = String::new();
+        let name = scenario.name().unwrap_or("unnamed");
+        let _ = writeln!(
+            t,
+            "pdsim {}: {name} ({label}), {count} replicas, seeds {seed}..={}, {jobs} jobs",
+            report::PDSIM_VERSION,
+            seeds[n - 1],
+        );
+        for l in &lines {
+            let _ = writeln!(t, "{l}");
+        }
+        let _ = writeln!(t, "wall time    {:.2} s", start.elapsed().as_secs_f64());
+        let _ = writeln!(t, "wrote        {} and {}/replica-<k>/", csv_path.display(), dir.display());
+        emit(&t)?;
+    }
+    Ok(())
+}

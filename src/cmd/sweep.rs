@@ -1,0 +1,188 @@
+//! `pdsim sweep SWEEP.toml`: run every point of a sweep (or one shard of
+//! them) on worker threads and write one row per point to a CSV file, in
+//! point order whatever the number of threads.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use actors::metrics::Summary;
+use pdsim::report::{csv_field, digest_hex};
+use pdsim::runner::{self, default_jobs, ordered_parallel};
+use pdsim::sweep::{Shard, Sweep, value_text};
+
+use super::{CmdError, CsvFile, ProgressGate, create_dir, emit};
+
+/// Arguments of `pdsim sweep`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The sweep file (a base scenario, seeds, and axes).
+    pub sweep: PathBuf,
+    /// Worker threads (default: the available parallelism). The output does
+    /// not depend on it.
+    #[arg(long, short, value_name = "J", value_parser = super::count_at_least_one)]
+    pub jobs: Option<u64>,
+    /// Run only shard K of N (1-based): the points whose index i has
+    /// i mod N = K − 1. Writes DIR/sweep.shard-K-of-N.csv, with the header
+    /// in shard 1 only, so that `cat DIR/sweep.shard-*-of-N.csv` is the
+    /// whole sweep (rows grouped by shard; sort on `point` for point order).
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<Shard>,
+    /// Serve this many requests at every point, replacing the sweep file's
+    /// `requests` (for a quick trial of a big sweep).
+    #[arg(long, value_name = "N", value_parser = super::count_at_least_one)]
+    pub requests: Option<u64>,
+    /// Output folder (default: out/<sweep file stem>).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print nothing but errors.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// The metric columns of `sweep.csv`, after `point`, the axes and `seed`.
+pub const METRIC_COLUMNS: &[&str] = &[
+    "requests",
+    "completed",
+    "failed",
+    "request_throughput",
+    "output_token_throughput",
+    "goodput",
+    "slo_attainment",
+    "ttft_mean_ms",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_mean_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "itl_p99_ms",
+    "e2e_mean_ms",
+    "e2e_p99_ms",
+    "transfer_wait_mean_ms",
+    "transfer_time_mean_ms",
+    "preemptions",
+    "digest",
+];
+
+/// The CSV file name: `sweep.csv`, or `sweep.shard-K-of-N.csv` with K
+/// zero-padded to the width of N (so the files sort in shard order).
+pub fn file_name(shard: Option<Shard>) -> String {
+    match shard {
+        None => "sweep.csv".to_owned(),
+        Some(Shard { k, n }) => {
+            let width = n.to_string().len();
+            format!("sweep.shard-{k:0width$}-of-{n}.csv")
+        }
+    }
+}
+
+/// Rates, fractions and milliseconds with six decimals (the statistics
+/// come from nanoseconds, so more digits would be rounding noise).
+fn f6(x: f64) -> String {
+    format!("{x:.6}")
+}
+
+fn metrics_cells(s: &Summary, digest: u64) -> String {
+    let cells = [
+        s.requests.to_string(),
+        s.completed.to_string(),
+        s.failed.to_string(),
+        f6(s.request_throughput),
+        f6(s.output_token_throughput),
+        f6(s.goodput),
+        f6(s.slo_attainment),
+        f6(s.ttft_ms.mean),
+        f6(s.ttft_ms.median),
+        f6(s.ttft_ms.p99),
+        f6(s.tpot_ms.mean),
+        f6(s.tpot_ms.median),
+        f6(s.tpot_ms.p99),
+        f6(s.itl_ms.p99),
+        f6(s.e2e_ms.mean),
+        f6(s.e2e_ms.p99),
+        f6(s.transfer_wait_ms.mean),
+        f6(s.transfer_time_ms.mean),
+        s.preemptions.to_string(),
+        digest_hex(digest),
+    ];
+    cells.join(",")
+}
+
+/// Loads the sweep, checks every point, runs this shard's points and
+/// writes their rows.
+pub fn run(args: &Args) -> Result<(), CmdError> {
+    let start = Instant::now();
+    let sweep = Sweep::load(&args.sweep)?;
+    // Every point is checked, whatever the shard, so that every shard of a
+    // bad sweep fails the same way before anything runs.
+    let points = sweep.points()?;
+    let requests = args.requests.or(sweep.requests);
+    let mine: Vec<usize> = (0..points.len()).filter(|&i| args.shard.is_none_or(|s| s.owns(i))).collect();
+    let dir = args.out.clone().unwrap_or_else(|| {
+        let stem = args.sweep.file_stem().map_or_else(|| "sweep".into(), |s| s.to_string_lossy().into_owned());
+        Path::new("out").join(stem)
+    });
+    create_dir(&dir)?;
+    let path = dir.join(file_name(args.shard));
+    let mut csv = CsvFile::create(&path)?;
+    if args.shard.is_none_or(|s| s.k == 1) {
+        let mut header = vec!["point".to_owned()];
+        header.extend(sweep.axes.iter().map(|a| csv_field(&a.path)));
+        header.push("seed".to_owned());
+        header.extend(METRIC_COLUMNS.iter().map(|c| (*c).to_owned()));
+        csv.line(&header.join(","))?;
+    }
+    let jobs = args.jobs.map_or_else(default_jobs, |j| usize::try_from(j).unwrap_or(usize::MAX));
+    let mut progress = ProgressGate::new(args.quiet, Some(mine.len() as u64), "points");
+    let mut done = 0u64;
+    let result = ordered_parallel(
+        mine.len(),
+        jobs,
+        |i| -> Result<String, CmdError> {
+            let p = &points[mine[i]];
+            let run = runner::simulate(&p.scenario, p.seed, requests, |_| {})?;
+            if !run.output.violations.is_empty() {
+                return Err(CmdError::Internal(format!(
+                    "{}: point {}: the simulation broke conservation checks: {} (this is a bug in pdsim)",
+                    sweep.file,
+                    p.index,
+                    run.output.violations.join("; ")
+                )));
+            }
+            let mut row = p.index.to_string();
+            for v in &p.values {
+                row.push(',');
+                row.push_str(&csv_field(&value_text(v)));
+            }
+            let _ = write!(row, ",{},{}", p.seed, metrics_cells(&run.output.summary, run.output.digest));
+            Ok(row)
+        },
+        |_, row| {
+            csv.line(&row)?;
+            done += 1;
+            progress.update(done, String::new);
+            Ok(())
+        },
+    );
+    progress.finish();
+    result?;
+    if !args.quiet {
+        let mut t = String::new();
+        let shard = args.shard.map(|s| format!(" (shard {s}: {} of them)", mine.len())).unwrap_or_default();
+        let _ = writeln!(
+            t,
+            "pdsim {}: sweep {} of {}: {} points{shard}, {} axes x {} seed(s), {} jobs",
+            pdsim::report::PDSIM_VERSION,
+            sweep.file,
+            sweep.scenario_path.display(),
+            points.len(),
+            sweep.axes.len(),
+            sweep.seeds.len(),
+            jobs.min(mine.len().max(1))
+        );
+        let _ = writeln!(t, "wall time    {:.2} s", start.elapsed().as_secs_f64());
+        let _ = writeln!(t, "wrote        {}", path.display());
+        emit(&t)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,679 @@
+//! The files `pdsim run` writes: `report.json`, `requests.csv`,
+//! `timeline.csv` and `trace.json`, and the formatting they share.
+//!
+//! Every file is a function of the scenario, the seed and the request count
+//! only (no wall-clock time, no host names, maps in a fixed order), so that
+//! the same run gives byte-identical files on every machine.
+//!
+//! Times are simulated. In the CSV files they are milliseconds with six
+//! decimals, i.e. exact nanoseconds written as a decimal; in the report
+//! they are the summary statistics of [`actors::metrics::Summary`]
+//! (milliseconds, `f64`). `trace.json` uses microseconds, as the Chrome
+//! trace-event format does.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use actors::config::LinkTopology;
+use actors::metrics::{Metric, Summary};
+use actors::model::Role;
+use actors::request::{Outcome, Request};
+use actors::sim::{LinkReport, RankReport};
+use serde::Serialize;
+use serde_json::{Value, json};
+use sim_core::{SimDuration, SimTime};
+
+use crate::runner::Run;
+use crate::scenario::Scenario;
+use crate::workload::SourceStats;
+
+/// The version written into `report.json`.
+pub const PDSIM_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// `ns` nanoseconds as milliseconds with six decimals, exactly.
+pub fn ms6(ns: u64) -> String {
+    let mut s = String::with_capacity(24);
+    push_fixed(&mut s, ns, 6);
+    s
+}
+
+/// `ns` nanoseconds as microseconds with three decimals, exactly.
+fn us3(ns: u64) -> String {
+    let mut s = String::with_capacity(24);
+    push_fixed(&mut s, ns, 3);
+    s
+}
+
+/// Appends `v` in decimal (the report files write millions of numbers;
+/// `core::fmt` is the bulk of their cost).
+fn push_u64(out: &mut String, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
+}
+
+/// Appends `v / 10^decimals` with exactly `decimals` (at most 19) decimals.
+fn push_fixed(out: &mut String, v: u64, decimals: u32) {
+    let scale = 10u64.pow(decimals);
+    push_u64(out, v / scale);
+    out.push('.');
+    let mut frac = v % scale;
+    let mut buf = [b'0'; 19];
+    let n = decimals as usize;
+    for slot in buf[..n].iter_mut().rev() {
+        *slot = b'0' + (frac % 10) as u8;
+        frac /= 10;
+    }
+    out.push_str(std::str::from_utf8(&buf[..n]).expect("ASCII digits"));
+}
+
+/// A CSV field: quoted (quotes doubled) when it holds a comma, a quote or a
+/// line break.
+pub fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
+}
+
+/// The digest of the per-request outcomes as 16 hex digits.
+pub fn digest_hex(digest: u64) -> String {
+    format!("{digest:016x}")
+}
+
+/// A rank's name for a request's rank index, or `None`.
+fn rank_name(role: Role, index: Option<u32>) -> Option<String> {
+    index.map(|i| format!("{}{i}", role.as_str()))
+}
+
+/// `outcome` column: `completed`, `failed` or `in_flight`.
+pub fn outcome_name(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Completed => "completed",
+        Outcome::Failed(_) => "failed",
+        Outcome::InFlight => "in_flight",
+    }
+}
+
+/// The name of the link a request's transfer used (`link-p{i}-d{j}` per
+/// pair, `link` shared), if it had both ranks.
+pub fn link_name(topology: LinkTopology, r: &Request) -> Option<String> {
+    let (p, d) = (r.prefill_rank?, r.decode_rank?);
+    Some(match topology {
+        LinkTopology::PerPair => format!("link-p{p}-d{d}"),
+        LinkTopology::Shared => "link".to_owned(),
+    })
+}
+
+/// The timeline metric's column name; group metrics use the rank's group
+/// names (`kv_used_blocks[full attention]`).
+pub fn metric_name(metric: Metric, groups: &[String]) -> String {
+    match metric {
+        Metric::KvUsed => "kv_used_blocks".into(),
+        Metric::KvGroupUsed(i) => match groups.get(usize::from(i)) {
+            Some(g) => format!("kv_used_blocks[{g}]"),
+            None => format!("kv_used_blocks[{i}]"),
+        },
+        Metric::KvFree => "kv_free_blocks".into(),
+        Metric::KvCachedFree => "kv_cached_free_blocks".into(),
+        Metric::Waiting => "waiting".into(),
+        Metric::Running => "running".into(),
+        Metric::HeldSources => "held_sources".into(),
+        Metric::PendingReservations => "pending_reservations".into(),
+        Metric::Transferring => "transferring".into(),
+        Metric::ActiveTransfers => "active_transfers".into(),
+        Metric::QueuedTransfers => "queued_transfers".into(),
+        Metric::BytesInFlight => "bytes_in_flight".into(),
+    }
+}
+
+fn fraction(part: u64, whole: u64) -> f64 {
+    if whole == 0 { 0.0 } else { part as f64 / whole as f64 }
+}
+
+/// One rank in `report.json`.
+#[derive(Debug, Serialize)]
+pub struct RankSummary {
+    /// `prefill0`, `decode1`, `aggregated0`.
+    pub name: String,
+    /// `prefill`, `decode` or `aggregated`.
+    pub role: Role,
+    /// Scheduler steps run.
+    pub steps: u64,
+    /// Step events (a fast-forwarded run of identical steps is one).
+    pub step_runs: u64,
+    /// Simulated seconds spent in steps.
+    pub busy_s: f64,
+    /// `busy_s` over the run's simulated time.
+    pub busy_fraction: f64,
+    /// Tokens computed (prefill and decode).
+    pub tokens: u64,
+    /// Output tokens generated.
+    pub output_tokens: u64,
+    /// Preemptions (recompute).
+    pub preemptions: u64,
+    /// Blocks in the KV pool.
+    pub num_blocks: u64,
+    /// Most blocks in use at once.
+    pub peak_used_blocks: u64,
+    /// `peak_used_blocks / num_blocks`.
+    pub peak_used_fraction: f64,
+    /// Cached (free) blocks evicted to make room.
+    pub evicted_blocks: u64,
+    /// The pool's cache groups, in the order of `kv_used_blocks[...]`.
+    pub groups: Vec<String>,
+    /// Handoff commands the rank refused, as text.
+    pub refusals: Vec<String>,
+    /// Prefill ranks: sources held, released, cancelled, expired, stale.
+    pub sources: Option<BTreeMap<&'static str, u64>>,
+    /// Decode ranks: reservations that waited for free blocks.
+    pub reservations_waited: u64,
+}
+
+impl RankSummary {
+    fn of(r: &RankReport, run_ns: u64) -> Self {
+        let s = &r.stats;
+        RankSummary {
+            name: r.name.clone(),
+            role: r.role,
+            steps: s.steps,
+            step_runs: s.runs,
+            busy_s: s.busy.as_secs_f64(),
+            busy_fraction: fraction(s.busy.as_nanos(), run_ns),
+            tokens: s.tokens,
+            output_tokens: s.output_tokens,
+            preemptions: s.preemptions,
+            num_blocks: r.num_blocks,
+            peak_used_blocks: r.peak_used_blocks,
+            peak_used_fraction: fraction(r.peak_used_blocks, r.num_blocks),
+            evicted_blocks: r.evicted_blocks,
+            groups: r.groups.clone(),
+            refusals: r.refusals.clone(),
+            sources: r.sources.map(|s| {
+                BTreeMap::from([
+                    ("held", s.held),
+                    ("released", s.released),
+                    ("cancelled", s.cancelled),
+                    ("expired", s.expired),
+                    ("stale", s.stale),
+                ])
+            }),
+            reservations_waited: r.reservations_waited,
+        }
+    }
+}
+
+/// One link in `report.json`.
+#[derive(Debug, Serialize)]
+pub struct LinkSummary {
+    /// `link-p0-d1`, or `link` when shared.
+    pub name: String,
+    /// Transfers started.
+    pub transfers: u64,
+    /// Bytes of the transfers started.
+    pub bytes_started: u64,
+    /// Bytes of the transfers completed.
+    pub bytes_completed: u64,
+    /// Simulated seconds with at least one transfer moving bytes.
+    pub busy_s: f64,
+    /// `busy_s` over the run's simulated time.
+    pub busy_fraction: f64,
+    /// Mean rate over the busy time, GB/s (10^9 bytes/s).
+    pub mean_busy_gb_s: f64,
+    /// Most transfers moving bytes at once.
+    pub peak_active_transfers: u64,
+    /// Most bytes in flight at a timeline sample.
+    pub peak_sampled_bytes_in_flight: u64,
+    /// Messages the link does not handle (a wiring bug if not 0).
+    pub unexpected_messages: u64,
+}
+
+impl LinkSummary {
+    fn of(l: &LinkReport, run_ns: u64) -> Self {
+        let s = &l.stats;
+        let busy = s.busy.as_secs_f64();
+        LinkSummary {
+            name: l.name.clone(),
+            transfers: s.transfers,
+            bytes_started: s.bytes_started,
+            bytes_completed: s.bytes_completed,
+            busy_s: busy,
+            busy_fraction: fraction(s.busy.as_nanos(), run_ns),
+            mean_busy_gb_s: if busy > 0.0 { s.bytes_completed as f64 / busy / 1e9 } else { 0.0 },
+            peak_active_transfers: s.peak_active,
+            peak_sampled_bytes_in_flight: l
+                .timeline
+                .samples
+                .iter()
+                .filter(|s| s.metric == Metric::BytesInFlight)
+                .map(|s| s.value)
+                .max()
+                .unwrap_or(0),
+            unexpected_messages: s.unexpected,
+        }
+    }
+}
+
+/// Where the scenario came from, in `report.json`.
+#[derive(Debug, Serialize)]
+pub struct ScenarioInfo<'a> {
+    /// The file as named on the command line, or the embedded default's
+    /// label.
+    pub label: &'a str,
+    /// The scenario's `name`, if any.
+    pub name: Option<&'a str>,
+    /// The scenario's `description`, if any.
+    pub description: Option<&'a str>,
+    /// The resolved scenario (includes and defaults filled in) with the
+    /// run's seed and request count: a scenario file that reproduces the run.
+    pub resolved: Value,
+}
+
+/// The contents of `report.json`.
+#[derive(Debug, Serialize)]
+pub struct Report<'a> {
+    /// The pdsim that wrote it.
+    pub pdsim_version: &'static str,
+    /// The scenario.
+    pub scenario: ScenarioInfo<'a>,
+    /// The seed of every random stream.
+    pub seed: u64,
+    /// `--requests`, if given.
+    pub requests_override: Option<u64>,
+    /// What the workload read and made.
+    pub workload: &'a SourceStats,
+    /// SPEC §7 metrics.
+    pub summary: &'a Summary,
+    /// Every rank, prefill (or aggregated) ranks first.
+    pub ranks: Vec<RankSummary>,
+    /// Every link.
+    pub links: Vec<LinkSummary>,
+    /// Engine events delivered.
+    pub events: u64,
+    /// Simulated time of the last event, ns (exact) and s.
+    pub final_time_ns: u64,
+    /// Simulated time of the last event, s.
+    pub final_time_s: f64,
+    /// FNV-1a digest of every request's outcome, counts and times, hex.
+    pub digest: String,
+    /// Broken conservation invariants (empty unless pdsim has a bug).
+    pub violations: &'a [String],
+}
+
+/// The resolved scenario as JSON, with `seed` and (when given) the request
+/// count of the run written in.
+pub fn resolved_scenario(scenario: &Scenario, seed: u64, requests: Option<u64>) -> Value {
+    let mut v = serde_json::to_value(scenario).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut v {
+        m.insert("seed".into(), json!(seed));
+        if let (Some(n), Some(Value::Object(w))) = (requests, m.get_mut("workload")) {
+            w.insert("requests".into(), json!(n));
+        }
+    }
+    v
+}
+
+/// Builds the report of `run` of `scenario`, named `label`.
+pub fn report<'a>(scenario: &'a Scenario, label: &'a str, run: &'a Run) -> Report<'a> {
+    let out = &run.output;
+    let run_ns = out.final_time.as_nanos();
+    Report {
+        pdsim_version: PDSIM_VERSION,
+        scenario: ScenarioInfo {
+            label,
+            name: scenario.name(),
+            description: scenario.description(),
+            resolved: resolved_scenario(scenario, run.seed, run.requests),
+        },
+        seed: run.seed,
+        requests_override: run.requests,
+        workload: &run.workload,
+        summary: &out.summary,
+        ranks: out.ranks.iter().map(|r| RankSummary::of(r, run_ns)).collect(),
+        links: out.links.iter().map(|l| LinkSummary::of(l, run_ns)).collect(),
+        events: out.events,
+        final_time_ns: run_ns,
+        final_time_s: out.final_time.as_secs_f64(),
+        digest: digest_hex(out.digest),
+        violations: &out.violations,
+    }
+}
+
+/// Writes `report.json` (pretty-printed, ending with a newline).
+///
+/// # Errors
+/// Writing fails.
+pub fn write_report(w: &mut impl Write, report: &Report<'_>) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *w, report)?;
+    w.write_all(b"\n")
+}
+
+/// The columns of `requests.csv`.
+pub const REQUEST_COLUMNS: &[&str] = &[
+    "id",
+    "outcome",
+    "fail_reason",
+    "prompt_tokens",
+    "output_tokens",
+    "generated_tokens",
+    "prefill_rank",
+    "decode_rank",
+    "transferred_tokens",
+    "transfer_bytes",
+    "prefill_hit_tokens",
+    "decode_hit_tokens",
+    "preemptions",
+    "arrival_ms",
+    "prefill_queued_ms",
+    "prefill_started_ms",
+    "prefill_done_ms",
+    "reserve_requested_ms",
+    "reserved_ms",
+    "transfer_started_ms",
+    "transfer_done_ms",
+    "decode_started_ms",
+    "first_token_ms",
+    "last_token_ms",
+    "finished_ms",
+    "prefill_queue_ms",
+    "prefill_time_ms",
+    "transfer_wait_ms",
+    "transfer_time_ms",
+    "decode_queue_ms",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "max_itl_ms",
+];
+
+/// Writes `requests.csv`: one row per request, by id. Times in ms with six
+/// decimals; a stage never reached is an empty cell. The derived spans are
+/// those of the summary: prefill queue from arrival to the first prefill
+/// step, prefill time to the end of the prefill, transfer wait to the start
+/// of the transfer (routing and reservation), transfer time on the link,
+/// decode queue from the end of the transfer to the first decode step.
+///
+/// # Errors
+/// Writing fails.
+pub fn write_requests_csv(w: &mut impl Write, records: &[Request], disaggregated: bool) -> io::Result<()> {
+    writeln!(w, "{}", REQUEST_COLUMNS.join(","))?;
+    let first_role = if disaggregated { Role::Prefill } else { Role::Aggregated };
+    let t = |x: Option<SimTime>| x.map(|t| ms6(t.as_nanos())).unwrap_or_default();
+    let d = |x: Option<SimDuration>| x.map(|d| ms6(d.as_nanos())).unwrap_or_default();
+    let span = |a: Option<SimTime>, b: Option<SimTime>| d(a.zip(b).map(|(a, b)| b.saturating_since(a)));
+    let mut line = String::new();
+    for r in records {
+        let s = &r.t;
+        let reason = match r.outcome {
+            Outcome::Failed(why) => csv_field(&why.to_string()),
+            _ => String::new(),
+        };
+        line.clear();
+        let _ = write!(
+            line,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},",
+            r.id,
+            outcome_name(&r.outcome),
+            reason,
+            r.prompt.get(),
+            r.output.get(),
+            r.generated.get(),
+            rank_name(first_role, r.prefill_rank).unwrap_or_default(),
+            rank_name(Role::Decode, r.decode_rank).unwrap_or_default(),
+            r.transferred_tokens.get(),
+            r.transfer_bytes.get(),
+            r.prefill_hit.get(),
+            r.decode_hit.get(),
+            r.preemptions,
+        );
+        let stamps = [
+            Some(s.arrival),
+            s.prefill_queued,
+            s.prefill_started,
+            s.prefill_done,
+            s.reserve_requested,
+            s.reserved,
+            s.transfer_started,
+            s.transfer_done,
+            s.decode_started,
+            s.first_token,
+            s.last_token,
+            s.finished,
+        ];
+        for x in stamps {
+            line.push_str(&t(x));
+            line.push(',');
+        }
+        let queued = s.prefill_queued.map(|_| s.arrival);
+        let spans = [
+            span(queued, s.prefill_started),
+            span(s.prefill_started, s.prefill_done),
+            span(s.prefill_done, s.transfer_started),
+            span(s.transfer_started, s.transfer_done),
+            span(s.transfer_done, s.decode_started),
+            d(r.ttft()),
+            d(r.tpot()),
+            d(r.e2e()),
+            if r.generated.get() >= 2 { ms6(r.max_itl.as_nanos()) } else { String::new() },
+        ];
+        line.push_str(&spans.join(","));
+        line.push('\n');
+        w.write_all(line.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Writes `timeline.csv` in long format, `time_ms,entity,metric,value`:
+/// every sample of every rank and link, ordered by time, then entity (ranks
+/// in report order, then links), then the order the entity recorded them.
+///
+/// # Errors
+/// Writing fails.
+pub fn write_timeline_csv(w: &mut impl Write, ranks: &[RankReport], links: &[LinkReport]) -> io::Result<()> {
+    writeln!(w, "time_ms,entity,metric,value")?;
+    let no_groups: &[String] = &[];
+    let entities: Vec<(&str, &[String], &actors::metrics::Timeline)> = ranks
+        .iter()
+        .map(|r| (r.name.as_str(), r.groups.as_slice(), &r.timeline))
+        .chain(links.iter().map(|l| (l.name.as_str(), no_groups, &l.timeline)))
+        .collect();
+    // (time, entity, position in the entity's samples): a total order.
+    let mut rows: Vec<(u64, usize, usize)> = Vec::new();
+    for (e, (_, _, tl)) in entities.iter().enumerate() {
+        rows.extend(tl.samples.iter().enumerate().map(|(i, s)| (s.time.as_nanos(), e, i)));
+    }
+    rows.sort_unstable();
+    let names: Vec<String> = entities.iter().map(|(n, _, _)| csv_field(n)).collect();
+    let mut metric_names: BTreeMap<(usize, Metric), String> = BTreeMap::new();
+    let mut line = String::new();
+    for (time, e, i) in rows {
+        let (_, groups, tl) = entities[e];
+        let s = tl.samples[i];
+        let metric = metric_names.entry((e, s.metric)).or_insert_with(|| csv_field(&metric_name(s.metric, groups)));
+        line.clear();
+        push_fixed(&mut line, time, 6);
+        line.push(',');
+        line.push_str(&names[e]);
+        line.push(',');
+        line.push_str(metric);
+        line.push(',');
+        push_u64(&mut line, s.value);
+        line.push('\n');
+        w.write_all(line.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// A stage of a request on a track: (stage, track, start, end).
+type Slice = (&'static str, Option<String>, Option<SimTime>, Option<SimTime>);
+
+/// Writes `trace.json` in the Chrome trace-event format (JSON object form),
+/// for Perfetto (ui.perfetto.dev) or chrome://tracing.
+///
+/// - One process per rank and per link (`process_name` and `thread_name`
+///   metadata, in report order), so each gets its own track.
+/// - Per request, async slices (`ph` `b`/`e`, `id` = the request id in
+///   hex, `cat` and `name` = the stage, the request id in `args`): `prefill` on its prefill rank (from the first prefill
+///   step to the end of the prefill; on an aggregated rank, to the first
+///   token), `transfer` on its link (from the start to the end of the
+///   transfer; none when nothing moved), `decode` on its decode rank (from
+///   the first decode step to the end; on an aggregated rank, from the
+///   first token to the end). Overlapping requests get their own rows
+///   under the rank's track. A request that failed mid-stage ends that
+///   stage at its failure. Slice args carry the request's numbers.
+/// - Counters (`ph` `C`) at the timeline samples: per rank `kv
+///   used_blocks`, `seqs waiting` and `seqs running`; per link `transfers
+///   active` and `bytes in_flight`.
+///
+/// Timestamps are simulated microseconds.
+///
+/// # Errors
+/// Writing fails.
+pub fn write_trace_json(
+    w: &mut impl Write,
+    scenario_label: &str,
+    run: &Run,
+    topology: LinkTopology,
+    disaggregated: bool,
+) -> io::Result<()> {
+    let out = &run.output;
+    let mut pid_of: BTreeMap<&str, usize> = BTreeMap::new();
+    let entities: Vec<&str> =
+        out.ranks.iter().map(|r| r.name.as_str()).chain(out.links.iter().map(|l| l.name.as_str())).collect();
+    for (i, name) in entities.iter().enumerate() {
+        pid_of.insert(name, i + 1);
+    }
+    let meta = json!({
+        "pdsim_version": PDSIM_VERSION,
+        "scenario": scenario_label,
+        "seed": run.seed,
+        "digest": digest_hex(out.digest),
+        "time_unit": "simulated microseconds",
+    });
+    writeln!(w, "{{\"displayTimeUnit\":\"ms\",\"otherData\":{meta},\"traceEvents\":[")?;
+    let mut first = true;
+    let mut emit = |w: &mut dyn Write, event: &str| -> io::Result<()> {
+        if !first {
+            w.write_all(b",\n")?;
+        }
+        first = false;
+        w.write_all(event.as_bytes())
+    };
+    for (i, name) in entities.iter().enumerate() {
+        let pid = i + 1;
+        let name = serde_json::to_string(name)?;
+        emit(w, &format!(r#"{{"ph":"M","name":"process_name","pid":{pid},"tid":1,"args":{{"name":{name}}}}}"#))?;
+        emit(
+            w,
+            &format!(r#"{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":1,"args":{{"sort_index":{pid}}}}}"#),
+        )?;
+        emit(w, &format!(r#"{{"ph":"M","name":"thread_name","pid":{pid},"tid":1,"args":{{"name":{name}}}}}"#))?;
+    }
+    let first_role = if disaggregated { Role::Prefill } else { Role::Aggregated };
+    let second_role = if disaggregated { Role::Decode } else { Role::Aggregated };
+    for r in &out.records {
+        let s = &r.t;
+        let end_or_failure = |end: Option<SimTime>| end.or(s.finished);
+        let args = json!({
+            "request": r.id,
+            "outcome": outcome_name(&r.outcome),
+            "prompt_tokens": r.prompt.get(),
+            "output_tokens": r.output.get(),
+            "transferred_tokens": r.transferred_tokens.get(),
+            "transfer_bytes": r.transfer_bytes.get(),
+            "prefill_hit_tokens": r.prefill_hit.get(),
+            "decode_hit_tokens": r.decode_hit.get(),
+            "preemptions": r.preemptions,
+        });
+        let mut slices: Vec<Slice> = Vec::new();
+        let first_rank = rank_name(first_role, r.prefill_rank);
+        if disaggregated {
+            slices.push(("prefill", first_rank, s.prefill_started, end_or_failure(s.prefill_done)));
+            if r.transfer_bytes.get() > 0 {
+                slices.push(("transfer", link_name(topology, r), s.transfer_started, end_or_failure(s.transfer_done)));
+            }
+            slices.push(("decode", rank_name(second_role, r.decode_rank), s.decode_started, s.finished));
+        } else {
+            slices.push(("prefill", first_rank.clone(), s.prefill_started, end_or_failure(s.first_token)));
+            slices.push(("decode", first_rank, s.first_token, s.finished));
+        }
+        for (stage, entity, start, end) in slices {
+            let (Some(entity), Some(start), Some(end)) = (entity, start, end) else { continue };
+            let Some(pid) = pid_of.get(entity.as_str()) else { continue };
+            let id = format!("0x{:x}", r.id);
+            let (b, e) = (us3(start.as_nanos()), us3(end.max(start).as_nanos()));
+            emit(
+                w,
+                &format!(
+                    r#"{{"ph":"b","cat":"{stage}","name":"{stage}","id":"{id}","pid":{pid},"tid":1,"ts":{b},"args":{args}}}"#
+                ),
+            )?;
+            emit(
+                w,
+                &format!(r#"{{"ph":"e","cat":"{stage}","name":"{stage}","id":"{id}","pid":{pid},"tid":1,"ts":{e}}}"#),
+            )?;
+        }
+    }
+    // Perfetto names a counter track "<event name> <arg key>".
+    let counters = |metric: Metric| -> Option<(&'static str, &'static str)> {
+        match metric {
+            Metric::KvUsed => Some(("kv", "used_blocks")),
+            Metric::Waiting => Some(("seqs", "waiting")),
+            Metric::Running => Some(("seqs", "running")),
+            Metric::ActiveTransfers => Some(("transfers", "active")),
+            Metric::BytesInFlight => Some(("bytes", "in_flight")),
+            _ => None,
+        }
+    };
+    let timelines = out.ranks.iter().map(|r| &r.timeline).chain(out.links.iter().map(|l| &l.timeline));
+    let mut line = String::new();
+    for (i, tl) in timelines.enumerate() {
+        let pid = i + 1;
+        for sample in &tl.samples {
+            if let Some((name, key)) = counters(sample.metric) {
+                line.clear();
+                line.push_str(r#"{"ph":"C","name":""#);
+                line.push_str(name);
+                line.push_str(r#"","pid":"#);
+                push_u64(&mut line, pid as u64);
+                line.push_str(r#","tid":1,"ts":"#);
+                push_fixed(&mut line, sample.time.as_nanos(), 3);
+                line.push_str(r#","args":{""#);
+                line.push_str(key);
+                line.push_str(r#"":"#);
+                push_u64(&mut line, sample.value);
+                line.push_str("}}");
+                emit(w, &line)?;
+            }
+        }
+    }
+    w.write_all(b"\n]}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_point_is_exact() {
+        assert_eq!(ms6(0), "0.000000");
+        assert_eq!(ms6(7), "0.000007");
+        assert_eq!(ms6(1_234_567_890), "1234.567890");
+        assert_eq!(ms6(u64::MAX), "18446744073709.551615");
+        assert_eq!(us3(1_000_001), "1000.001");
+        assert_eq!(us3(999), "0.999");
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_when_needed() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a, b"), "\"a, b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+}

@@ -1,0 +1,356 @@
+//! Sweep files: a base scenario, the axes to vary, and the points they make.
+//!
+//! ```toml
+//! scenario = "../glm-5.3-flash-1p1d.toml"  # relative to the sweep file (required)
+//! seeds = [1, 2]                           # default: [the scenario's seed]
+//! requests = 500                           # default: the scenario's count
+//! [axes]                                   # dotted scenario paths, in this order
+//! "decode.count" = [1, 2, 3, 4]
+//! "link.bandwidth_gb_s" = [25, 50, 100]
+//! "workload.arrival.rate_per_s" = [2.0, 4.0]
+//! ```
+//!
+//! The points are the cartesian product of the axes, in the order the file
+//! gives them (the first axis varies slowest), times the seeds (varying
+//! fastest): point `i` of `A₁ × … × Aₙ × seeds`. Each point is the base
+//! scenario with [`Scenario::with_overrides`] of its axis values, checked as
+//! a whole. An axis path is any dotted path of scenario keys (the resolved
+//! form `pdsim validate` prints); the seed is not an axis (use `seeds`).
+//!
+//! Errors name the sweep file, the line and the key (for an axis value that
+//! makes a bad scenario, the axis and the value).
+
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue, ValueDeserializer};
+
+use crate::scenario::{self, Scenario, ScenarioError};
+
+/// The keys a sweep file may have.
+pub const SWEEP_KEYS: &[&str] = &["scenario", "seeds", "requests", "axes"];
+
+/// A sweep file refused: one line with the file, the line and the key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct SweepError(pub String);
+
+impl fmt::Display for SweepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One axis: a dotted scenario path and its values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Axis {
+    /// The dotted path (`decode.count`).
+    pub path: String,
+    /// The values, in the file's order.
+    pub values: Vec<toml::Value>,
+    /// The line of the axis in the sweep file.
+    pub line: usize,
+}
+
+/// A checked sweep file.
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    /// The sweep file as named.
+    pub file: String,
+    /// The base scenario file, joined to the sweep file's folder.
+    pub scenario_path: PathBuf,
+    /// The base scenario.
+    pub base: Scenario,
+    /// The seeds of every axis point.
+    pub seeds: Vec<u64>,
+    /// The request count replacing the scenario's, if given.
+    pub requests: Option<u64>,
+    /// The axes, in file order.
+    pub axes: Vec<Axis>,
+}
+
+/// One point of a sweep.
+#[derive(Clone, Debug)]
+pub struct Point {
+    /// Its index in the sweep's order.
+    pub index: usize,
+    /// Its value on each axis, in axis order.
+    pub values: Vec<toml::Value>,
+    /// Its seed.
+    pub seed: u64,
+    /// The base scenario with the axis values, checked.
+    pub scenario: Scenario,
+}
+
+/// Text of an axis value for a CSV cell or a message: strings bare, numbers
+/// and booleans as TOML writes them, anything else as inline TOML.
+pub fn value_text(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+struct Doc<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Doc<'_> {
+    fn line(&self, span: &Range<usize>) -> usize {
+        let end = span.start.min(self.text.len());
+        self.text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
+    }
+    fn err(&self, span: Option<&Range<usize>>, key: Option<&str>, message: impl fmt::Display) -> SweepError {
+        let mut s = self.file.to_owned();
+        if let Some(span) = span {
+            s.push_str(&format!(":{}", self.line(span)));
+        }
+        s.push_str(": ");
+        if let Some(k) = key {
+            s.push_str(k);
+            s.push_str(": ");
+        }
+        let message = message.to_string();
+        s.push_str(&message.split_whitespace().collect::<Vec<_>>().join(" "));
+        SweepError(s)
+    }
+    fn get<T: for<'de> Deserialize<'de>>(&self, key: &str, v: &Spanned<DeValue<'_>>) -> Result<T, SweepError> {
+        T::deserialize(ValueDeserializer::from(v.clone())).map_err(|e| {
+            let span = e.span().unwrap_or_else(|| v.span());
+            self.err(Some(&span), Some(key), e.message())
+        })
+    }
+}
+
+/// Quotes an axis path for messages as the file writes it: `axes."decode.count"`.
+fn axis_key(path: &str) -> String {
+    format!("axes.{path:?}")
+}
+
+impl Sweep {
+    /// Reads and checks the sweep file at `path` and the scenario it names;
+    /// every value of every axis is tried on the base scenario alone.
+    ///
+    /// # Errors
+    /// The first problem, naming the file, line and key.
+    pub fn load(path: impl AsRef<Path>) -> Result<Sweep, SweepError> {
+        let path = path.as_ref();
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| SweepError(format!("{file}: cannot read the sweep file: {e}")))?;
+        let doc = Doc { file: &file, text: &text };
+        let table = DeTable::parse(&text).map_err(|e| doc.err(e.span().as_ref(), None, e.message()))?;
+        let mut scenario_rel: Option<(String, Range<usize>)> = None;
+        let mut seeds: Option<(Vec<u64>, Range<usize>)> = None;
+        let mut requests = None;
+        let mut axes = Vec::new();
+        for (key, value) in table.get_ref().iter() {
+            let name: &str = key.get_ref();
+            match name {
+                "scenario" => scenario_rel = Some((doc.get::<String>("scenario", value)?, key.span())),
+                "seeds" => {
+                    let list: Vec<u64> = doc.get("seeds", value)?;
+                    if list.is_empty() {
+                        return Err(doc.err(Some(&key.span()), Some("seeds"), "must list at least one seed"));
+                    }
+                    seeds = Some((list, key.span()));
+                }
+                "requests" => {
+                    let n: u64 = doc.get("requests", value)?;
+                    if n == 0 {
+                        return Err(doc.err(Some(&key.span()), Some("requests"), "must be >= 1, got 0"));
+                    }
+                    requests = Some(n);
+                }
+                "axes" => {
+                    let DeValue::Table(t) = value.get_ref() else {
+                        return Err(doc.err(
+                            Some(&value.span()),
+                            Some("axes"),
+                            "must be a table of dotted scenario paths to arrays of values",
+                        ));
+                    };
+                    for (k, v) in t.iter() {
+                        let p: &str = k.get_ref();
+                        let akey = axis_key(p);
+                        if p == "seed" {
+                            return Err(doc.err(
+                                Some(&k.span()),
+                                Some(&akey),
+                                "the seed is not an axis; list seeds in the top-level `seeds`",
+                            ));
+                        }
+                        let values: Vec<toml::Value> = doc.get(&akey, v)?;
+                        if values.is_empty() {
+                            return Err(doc.err(Some(&k.span()), Some(&akey), "must list at least one value"));
+                        }
+                        axes.push((k.span().start, Axis { path: p.to_owned(), values, line: doc.line(&k.span()) }));
+                    }
+                }
+                other => {
+                    return Err(doc.err(
+                        Some(&key.span()),
+                        Some(other),
+                        format!(
+                            "unknown key `{other}`, expected one of {}",
+                            SWEEP_KEYS.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        // The file's order (the parsed table's own order need not be it).
+        axes.sort_by_key(|(start, _)| *start);
+        let axes: Vec<Axis> = axes.into_iter().map(|(_, a)| a).collect();
+        let Some((rel, rel_span)) = scenario_rel else {
+            return Err(doc.err(None, Some("scenario"), "missing key (the base scenario file, relative to this file)"));
+        };
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let scenario_path = dir.join(&rel);
+        let base = scenario::load(&scenario_path)
+            .map_err(|e| doc.err(Some(&rel_span), Some("scenario"), format!("base scenario: {e}")))?;
+        if requests.is_some()
+            && let Some(a) = axes.iter().find(|a| a.path == "workload.requests")
+        {
+            return Err(SweepError(format!(
+                "{file}:{}: {}: conflicts with the top-level `requests`; give one of them",
+                a.line,
+                axis_key(&a.path)
+            )));
+        }
+        let seeds = seeds.map_or_else(|| vec![base.seed()], |(s, _)| s);
+        let sweep = Sweep { file, scenario_path, base, seeds, requests, axes };
+        // Each value alone, so that an error names its axis and value.
+        for axis in &sweep.axes {
+            for v in &axis.values {
+                sweep
+                    .base
+                    .with_overrides(&[(axis.path.as_str(), v.clone())])
+                    .map_err(|e| sweep.axis_error(axis, v, &e))?;
+            }
+        }
+        Ok(sweep)
+    }
+
+    fn axis_error(&self, axis: &Axis, v: &toml::Value, e: &ScenarioError) -> SweepError {
+        let field = e.field().map(|f| format!("{f}: ")).unwrap_or_default();
+        SweepError(format!(
+            "{}:{}: {}: value {v} does not make a valid scenario: {field}{}",
+            self.file,
+            axis.line,
+            axis_key(&axis.path),
+            e.message()
+        ))
+    }
+
+    /// The number of axis combinations times the number of seeds.
+    pub fn len(&self) -> usize {
+        self.axes.iter().map(|a| a.values.len()).product::<usize>() * self.seeds.len()
+    }
+
+    /// Whether the sweep has no point (never, for a loaded sweep).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The axis values and seed of point `index` (below [`Sweep::len`]).
+    pub fn coordinates(&self, index: usize) -> (Vec<toml::Value>, u64) {
+        let seed = self.seeds[index % self.seeds.len()];
+        let mut rest = index / self.seeds.len();
+        let mut values = vec![toml::Value::Boolean(false); self.axes.len()];
+        for (i, axis) in self.axes.iter().enumerate().rev() {
+            let n = axis.values.len();
+            values[i] = axis.values[rest % n].clone();
+            rest /= n;
+        }
+        (values, seed)
+    }
+
+    /// Point `index`, its scenario built and checked.
+    ///
+    /// # Errors
+    /// The axis values together make a scenario that fails a check; the
+    /// message names the sweep file and the point's values.
+    pub fn point(&self, index: usize) -> Result<Point, SweepError> {
+        let (values, seed) = self.coordinates(index);
+        let overrides: Vec<(&str, toml::Value)> =
+            self.axes.iter().zip(&values).map(|(a, v)| (a.path.as_str(), v.clone())).collect();
+        let mut scenario = if overrides.is_empty() {
+            self.base.clone()
+        } else {
+            self.base.with_overrides(&overrides).map_err(|e| {
+                let described: Vec<String> = overrides.iter().map(|(k, v)| format!("{} = {v}", axis_key(k))).collect();
+                let field = e.field().map(|f| format!("{f}: ")).unwrap_or_default();
+                SweepError(format!(
+                    "{}: point {index} ({}) does not make a valid scenario: {field}{}",
+                    self.file,
+                    described.join(", "),
+                    e.message()
+                ))
+            })?
+        };
+        scenario.set_seed(seed);
+        Ok(Point { index, values, seed, scenario })
+    }
+
+    /// Every point, built and checked, in order.
+    ///
+    /// # Errors
+    /// The first point that fails, as [`Sweep::point`].
+    pub fn points(&self) -> Result<Vec<Point>, SweepError> {
+        (0..self.len()).map(|i| self.point(i)).collect()
+    }
+}
+
+/// `K/N` of `--shard`: this is shard `k` (1-based) of `n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// 1-based index, `1..=n`.
+    pub k: usize,
+    /// Number of shards, at least 1.
+    pub n: usize,
+}
+
+impl Shard {
+    /// Whether point `index` belongs to this shard: `index % n == k − 1`.
+    pub fn owns(&self, index: usize) -> bool {
+        index % self.n == self.k - 1
+    }
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("expected K/N with 1 <= K <= N (e.g. 2/8), got {s:?}");
+        let (k, n) = s.split_once('/').ok_or_else(bad)?;
+        let (k, n): (usize, usize) = (k.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+        if n == 0 || k == 0 || k > n {
+            return Err(bad());
+        }
+        Ok(Shard { k, n })
+    }
+}
+
+impl fmt::Display for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.k, self.n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_parse() {
+        assert_eq!("2/3".parse::<Shard>(), Ok(Shard { k: 2, n: 3 }));
+        for bad in ["0/3", "4/3", "1/0", "x/2", "3", ""] {
+            assert!(bad.parse::<Shard>().is_err(), "{bad}");
+        }
+        let s = Shard { k: 2, n: 3 };
+        assert_eq!((0..7).filter(|&i| s.owns(i)).collect::<Vec<_>>(), vec![1, 4]);
+    }
+}
