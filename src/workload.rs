@@ -464,7 +464,7 @@ impl SyntheticSource {
         let prefix = match &mut self.prefix {
             Some((sp, rng)) => {
                 let group = rng.random_range(0..sp.groups);
-                shared_prefix_ids(group, sp.tokens, self.index, prompt)
+                shared_prefix_ids(group, sp.tokens, prompt)
             }
             None => PrefixIds::none(),
         };
@@ -474,40 +474,40 @@ impl SyntheticSource {
 }
 
 const GROUP_SALT: u64 = 0x5348_4152_4544_5052; // "SHAREDPR"
-const REQUEST_SALT: u64 = 0x554e_4951_5545_5251; // "UNIQUERQ"
 
-/// The chained ids of a synthetic prompt of `prompt` tokens, request
-/// `request`, in shared-prefix group `group` whose prefix is `shared`
-/// tokens long, in blocks of [`SHARED_PREFIX_BLOCK_TOKENS`].
+/// The chained ids of a synthetic prompt of `prompt` tokens in
+/// shared-prefix group `group` whose prefix is `shared` tokens long, in
+/// blocks of [`SHARED_PREFIX_BLOCK_TOKENS`].
 ///
-/// Block `j` ends at token `e = min(16(j + 1), prompt)`. If `e` is within
-/// the shared prefix (`e ≤ min(shared, prompt)`), its id is
-/// `mix(mix(GROUP_SALT ^ group, j), e)`, equal for every request of the
-/// group; otherwise the block holds the request's own tokens and its id is
-/// `mix(mix(REQUEST_SALT ^ request, j), e)`. Mixing in `e` keeps a partial
-/// last block distinct from a full one, as [`PrefixIds`] requires.
+/// Block `j` ends at token `e = min(16(j + 1), prompt)`. The ids cover the
+/// blocks within the shared prefix (`e ≤ min(shared, prompt)`): block `j`'s
+/// id is `mix(mix(GROUP_SALT ^ group, j), e)`, equal for every request of the
+/// group. Mixing in `e` keeps a partial last block distinct from a full one,
+/// as [`PrefixIds`] requires. The blocks after the prefix hold the request's
+/// own tokens, which no other prompt shares, so they get no id: a prefix
+/// cache then never spends time registering and evicting them.
 ///
 /// ```
 /// use actors::units::Tokens;
 /// use pdsim::workload::shared_prefix_ids;
-/// let a = shared_prefix_ids(3, 40, 0, Tokens::new(100));
-/// let b = shared_prefix_ids(3, 40, 1, Tokens::new(100));
+/// let a = shared_prefix_ids(3, 40, Tokens::new(100));
+/// let b = shared_prefix_ids(3, 40, Tokens::new(60));
 /// // 40 shared tokens: blocks 0 and 1 (tokens 0..32) are the group's;
-/// // block 2 (tokens 32..48) straddles the end of the prefix.
-/// assert_eq!(a.ids[..2], b.ids[..2]);
-/// assert_ne!(a.ids[2], b.ids[2]);
-/// assert_eq!(a.ids.len(), 7);
+/// // block 2 (tokens 32..48) straddles the end of the prefix: no id.
+/// assert_eq!(a.ids, b.ids);
+/// assert_eq!(a.ids.len(), 2);
 /// ```
-pub fn shared_prefix_ids(group: u64, shared: u64, request: u64, prompt: Tokens) -> PrefixIds {
+pub fn shared_prefix_ids(group: u64, shared: u64, prompt: Tokens) -> PrefixIds {
     let b = SHARED_PREFIX_BLOCK_TOKENS;
     let n = prompt.get();
     let shared = shared.min(n);
-    let blocks = n.div_ceil(b);
+    // Whole blocks of the prefix, and a partial last block when the prompt
+    // ends inside the prefix.
+    let blocks = if shared == n { n.div_ceil(b) } else { shared / b };
     let ids = (0..blocks)
         .map(|j| {
             let end = ((j + 1) * b).min(n);
-            let base = if end <= shared { GROUP_SALT ^ group } else { REQUEST_SALT ^ request };
-            mix(mix(base, j), end)
+            mix(mix(GROUP_SALT ^ group, j), end)
         })
         .collect();
     PrefixIds { block_tokens: Tokens::new(b), ids }
@@ -602,9 +602,9 @@ mod tests {
         // Two prompts of one group shorter than the prefix: equal ids up to
         // the last full block, different ids for partial last blocks of
         // different lengths.
-        let a = shared_prefix_ids(0, 1000, 0, Tokens::new(20));
-        let b = shared_prefix_ids(0, 1000, 1, Tokens::new(24));
-        let c = shared_prefix_ids(0, 1000, 2, Tokens::new(20));
+        let a = shared_prefix_ids(0, 1000, Tokens::new(20));
+        let b = shared_prefix_ids(0, 1000, Tokens::new(24));
+        let c = shared_prefix_ids(0, 1000, Tokens::new(20));
         assert_eq!(a.ids[0], b.ids[0]);
         assert_ne!(a.ids[1], b.ids[1]);
         assert_eq!(a, c);
