@@ -130,6 +130,7 @@ pub fn metric_name(metric: Metric, groups: &[String]) -> String {
         Metric::ActiveTransfers => "active_transfers".into(),
         Metric::QueuedTransfers => "queued_transfers".into(),
         Metric::BytesInFlight => "bytes_in_flight".into(),
+        Metric::LinkBusyPermille => "busy_permille".into(),
     }
 }
 
@@ -628,6 +629,7 @@ pub fn write_trace_json(
             Metric::Running => Some(("seqs", "running")),
             Metric::ActiveTransfers => Some(("transfers", "active")),
             Metric::BytesInFlight => Some(("bytes", "in_flight")),
+            Metric::LinkBusyPermille => Some(("link", "busy_permille")),
             _ => None,
         }
     };

@@ -72,6 +72,8 @@ pub struct NixlLink {
     order: u64,
     wake: Option<EventId>,
     busy_since: Option<SimTime>,
+    /// When the previous sample was taken, and the busy time by then.
+    last_sample: (SimTime, SimDuration),
     /// Counters.
     pub stats: LinkStats,
     /// Sampled use over time.
@@ -100,6 +102,7 @@ impl NixlLink {
             order: 0,
             wake: None,
             busy_since: None,
+            last_sample: (SimTime::ZERO, SimDuration::ZERO),
             stats: LinkStats::default(),
             timeline: Timeline::new(interval),
         }
@@ -155,14 +158,23 @@ impl NixlLink {
     }
 
     /// Records the link's use into its timeline.
+    ///
+    /// Counts are what is in flight at `now` (waiting out the latency, on the
+    /// wire, or queued); the busy share is time-weighted: the part of the
+    /// time since the previous sample during which the link moved bytes, so
+    /// that short transfers between samples still show.
     pub fn sample(&mut self, now: SimTime) {
-        let bytes: u64 = self.active.values().map(|t| t.bytes.get()).sum::<u64>()
-            + self.queue.iter().map(|t| t.bytes.get()).sum::<u64>();
-        let active = self.active.len() as u64;
-        let queued = self.queue.len() as u64;
+        let busy_total = self.stats.busy + self.busy_since.map_or(SimDuration::ZERO, |since| now - since);
+        let (last_at, last_busy) = self.last_sample;
+        let span = now.saturating_since(last_at).as_nanos();
+        let busy = (busy_total - last_busy).as_nanos();
+        let permille = if span == 0 { 0 } else { (u128::from(busy) * 1000 / u128::from(span)) as u64 };
+        self.last_sample = (now, busy_total);
+        let active = (self.active.len() + self.in_latency.len()) as u64;
         self.timeline.push(now, Metric::ActiveTransfers, active);
-        self.timeline.push(now, Metric::QueuedTransfers, queued);
-        self.timeline.push(now, Metric::BytesInFlight, bytes);
+        self.timeline.push(now, Metric::QueuedTransfers, self.queue.len() as u64);
+        self.timeline.push(now, Metric::BytesInFlight, self.bytes_in_flight());
+        self.timeline.push(now, Metric::LinkBusyPermille, permille);
     }
 
     fn complete_due(&mut self, ctx: &mut Context<'_, Msg>) {

@@ -323,12 +323,15 @@ pub enum Metric {
     PendingReservations,
     /// Transfers in flight to this rank (decode ranks).
     Transferring,
-    /// Transfers moving bytes (links).
+    /// Transfers in flight: waiting out the latency or on the wire (links).
     ActiveTransfers,
     /// Transfers queued behind another (FIFO links).
     QueuedTransfers,
-    /// Bytes of the transfers on the wire or queued (links).
+    /// Bytes of the transfers in flight (links).
     BytesInFlight,
+    /// Share of the time since the previous sample that the link moved
+    /// bytes, in thousandths (links).
+    LinkBusyPermille,
 }
 
 /// One sample.
