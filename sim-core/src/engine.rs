@@ -166,6 +166,21 @@ impl<M: 'static> Core<M> {
         (p.to, p.from, msg)
     }
 
+    /// Frees the slot and returns its event if `generation` is its current one.
+    #[inline]
+    fn take_live(&mut self, slot: u32, generation: u32) -> Option<(ActorId, Option<ActorId>, M)> {
+        let p = &mut self.slab[slot as usize];
+        if p.generation != generation {
+            return None;
+        }
+        p.generation = p.generation.wrapping_add(1);
+        let msg = p.msg.take()?;
+        let (to, from) = (p.to, p.from);
+        self.free.push(slot);
+        self.live -= 1;
+        Some((to, from, msg))
+    }
+
     #[inline]
     fn is_live(&self, slot: u32, generation: u32) -> bool {
         self.slab.get(slot as usize).is_some_and(|p| p.generation == generation && p.msg.is_some())
@@ -445,10 +460,8 @@ impl<M: 'static, O: Observer<M>> Simulation<M, O> {
             let Some(key) = self.core.queue.pop_if_not_after(limit.as_nanos()) else {
                 return false;
             };
-            if !self.core.is_live(key.slot, key.generation) {
-                continue; // cancelled
-            }
-            let (to, from, msg) = self.core.free_slot(key.slot);
+            // A generation that moved on means the event was cancelled.
+            let Some((to, from, msg)) = self.core.take_live(key.slot, key.generation) else { continue };
             self.core.now = SimTime::from_nanos(key.time);
             let Some(mut body) = self.core.actors.get_mut(to).and_then(|slot| slot.body.take()) else {
                 self.undelivered += 1;
