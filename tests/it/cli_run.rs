@@ -192,6 +192,7 @@ fn every_shipped_scenario_runs() {
         ("mamba2-hybrid-1p1d.toml", true),
         ("llama-3.1-8b-1p1d.toml", true),
         ("llama-3.1-8b-aggregated.toml", false),
+        ("glm-5.3-flash-2p1d-pressure.toml", true),
     ] {
         let dir = scratch_dir(&format!("run-shipped-{name}"));
         run_into(name, &dir, &["--requests", "25", "--quiet"]);
