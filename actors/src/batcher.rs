@@ -34,9 +34,12 @@
 //! sample, or [`Batcher::max_run`] steps, with the blocks members need over
 //! the run taken when it starts. Anything that could change the batch (a new
 //! sequence, freed blocks) cuts the run at the end of the step in progress
-//! ([`Batcher::cut`]). The one visible difference from stepping one event at
-//! a time: blocks of a run are taken when it starts, so the pool shows them
-//! up to a run early. Steps that need more (a prefill chunk, an admission, a
+//! ([`Batcher::cut`]); the rank cuts before anything else touches its pool.
+//! The blocks members need later in a run are taken from plain free blocks
+//! when the run starts (a run stops before a step that would need an
+//! eviction) and given back on a cut, so whenever anything looks at the pool
+//! it holds what stepping one event at a time would have made it. Steps that
+//! need more (a prefill chunk, an admission, a
 //! preemption) are planned one at a time, per sequence, with every member of
 //! the decoding set brought up to date first when a preemption may be needed.
 
@@ -186,6 +189,9 @@ pub struct Batcher {
     changes: BinaryHeap<Reverse<(u64, u32, u32)>>,
     /// Members that joined before their first token, in the run in flight.
     fresh: Vec<u32>,
+    /// Members given blocks of steps after the first of the run in flight
+    /// (taken from plain free blocks, undone if the run is cut).
+    ahead: Vec<(u32, u32)>,
     /// (step, gap before it) with gaps strictly decreasing: the longest gap
     /// of any suffix of steps is the first entry inside it.
     gaps: Vec<(u64, SimDuration)>,
@@ -235,6 +241,7 @@ impl Batcher {
             finishes: BinaryHeap::new(),
             changes: BinaryHeap::new(),
             fresh: Vec::new(),
+            ahead: Vec::new(),
             gaps: Vec::new(),
         }
         .with_step_zero()
@@ -421,7 +428,9 @@ impl Batcher {
         // whose blocks are already reserved.
         let mut wi = 0;
         while *budget > 0 && self.running.len() < self.max_seqs && wi < self.waiting.len() {
-            if preempted && !self.batch.is_empty() {
+            // "Empty" counts the decoding set, as stepping one by one would.
+            let empty = self.batch.is_empty() && self.dec_count == 0;
+            if preempted && !empty {
                 break;
             }
             let slot = self.waiting[wi];
@@ -451,7 +460,7 @@ impl Batcher {
                 self.stuck.push(seq);
                 continue;
             }
-            if !self.batch.is_empty() {
+            if !empty {
                 break;
             }
             wi += 1;
@@ -483,8 +492,12 @@ impl Batcher {
 
     /// Gives every member the blocks of its step `e` if it has not got them
     /// yet. On a shortfall, returns the first step whose blocks are missing
-    /// (members before it keep what they took).
+    /// (members before it keep what they took). Past the next step, blocks
+    /// come from plain free blocks only and are recorded, so that a cut can
+    /// give them back and the pool is, whenever anything else looks at it,
+    /// what stepping one event at a time would have made it.
     fn take_blocks(&mut self, e: u64) -> Result<(), u64> {
+        let ahead = e > self.step + 1;
         while let Some(&Reverse((n, slot, g))) = self.changes.peek() {
             if n > e {
                 break;
@@ -496,9 +509,18 @@ impl Batcher {
             let seq = self.seqs[slot as usize].as_mut().expect("member slot");
             let l = seq.lazy.expect("member");
             let to = l.computed + Tokens::new(e - l.join);
-            if self.pool.resize(&mut seq.alloc, to - Tokens::new(1), to, false).is_err() {
+            let from = to - Tokens::new(1);
+            let taken = if ahead {
+                self.pool.resize_from_free(&mut seq.alloc, from, to)
+            } else {
+                self.pool.resize(&mut seq.alloc, from, to, false)
+            };
+            if taken.is_err() {
                 self.changes.push(Reverse((n, slot, g)));
                 return Err(n);
+            }
+            if ahead {
+                self.ahead.push((slot, g));
             }
             let next = Self::change_step(l, seq.alloc.stable_to());
             self.changes.push(Reverse((next, slot, g)));
@@ -587,6 +609,25 @@ impl Batcher {
         }
         self.ends.truncate(first + keep);
         self.planned = keep;
+        // Give back the blocks of the steps that will not run now. The
+        // member's old heap entry stays; a new one marks its next change
+        // from the state it is back to (a duplicate only costs a pop).
+        let end = self.step + keep as u64;
+        for (slot, g) in std::mem::take(&mut self.ahead) {
+            if self.generation[slot as usize] != g {
+                continue;
+            }
+            let seq = self.seqs[slot as usize].as_mut().expect("member slot");
+            let l = seq.lazy.expect("member");
+            let to = l.computed + Tokens::new(end - l.join);
+            if seq.alloc.tokens() > to {
+                self.pool
+                    .resize(&mut seq.alloc, to - Tokens::new(1), to, false)
+                    .expect("blocks given back leave room for a window's one extra block");
+                let next = Self::change_step(l, seq.alloc.stable_to());
+                self.changes.push(Reverse((next, slot, g)));
+            }
+        }
         self.ends.back().copied()
     }
 
@@ -669,10 +710,16 @@ impl Batcher {
         }
         self.stats.output_tokens += self.dec_count * k;
         self.stats.tokens += self.dec_count * k;
+        self.ahead.clear();
+        self.pool.note_peak();
         let first_end = self.end(before + 1);
         for slot in self.fresh.drain(..) {
             let seq = self.seqs[slot as usize].as_mut().expect("fresh members finish no earlier than here");
             seq.req.t.first_token.get_or_insert(first_end);
+            // Its first step computed the last prompt token: register the
+            // block that completed, as a per-sequence step would.
+            let computed = seq.lazy.expect("member").computed + Tokens::new(1);
+            self.pool.register(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, computed);
         }
         // Everything else in the step, one by one (a step with any is a single step).
         let mut any_done = false;

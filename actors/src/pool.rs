@@ -189,9 +189,10 @@ impl KvPool {
         self.private_need(Tokens::ZERO, tokens, false, 0)
     }
 
-    fn take(&mut self, n: u64) -> Result<(), Shortfall> {
-        if n > self.free + self.cached_free {
-            return Err(Shortfall { needed: n, available: self.free + self.cached_free });
+    fn take(&mut self, n: u64, evict: bool) -> Result<(), Shortfall> {
+        let available = if evict { self.free + self.cached_free } else { self.free };
+        if n > available {
+            return Err(Shortfall { needed: n, available });
         }
         while self.free < n {
             let (_, key) = self.lru.pop_first().expect("cached_free > 0 means an unpinned entry");
@@ -204,7 +205,8 @@ impl KvPool {
         Ok(())
     }
 
-    fn note_peak(&mut self) {
+    /// Records the blocks in use now as the peak if they exceed it.
+    pub fn note_peak(&mut self) {
         self.peak_used = self.peak_used.max(self.private + self.shared);
     }
 
@@ -212,6 +214,24 @@ impl KvPool {
     /// blocks), taking or returning private blocks. On a shortfall nothing
     /// changes.
     pub fn resize(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> Result<(), Shortfall> {
+        self.resize_inner(alloc, from, to, checkpoints, true)
+    }
+
+    /// [`KvPool::resize`] from plain free blocks only: never evicts a cached
+    /// block (and leaves the peak alone), so that taking blocks ahead of the
+    /// step that needs them can be undone exactly.
+    pub fn resize_from_free(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens) -> Result<(), Shortfall> {
+        self.resize_inner(alloc, from, to, false, false)
+    }
+
+    fn resize_inner(
+        &mut self,
+        alloc: &mut Alloc,
+        from: Tokens,
+        to: Tokens,
+        checkpoints: bool,
+        evict: bool,
+    ) -> Result<(), Shortfall> {
         let decode_step = from + Tokens::new(1) == to && !checkpoints;
         if decode_step && to >= alloc.to && to <= alloc.stable_to {
             // The next decode step holds what this one holds (most steps).
@@ -229,7 +249,7 @@ impl KvPool {
         }
         let need = all - u64::from(alloc.shared) * self.fa_groups;
         if need > alloc.private {
-            self.take(need - alloc.private)?;
+            self.take(need - alloc.private, evict)?;
         } else {
             self.free += alloc.private - need;
         }
@@ -239,7 +259,9 @@ impl KvPool {
         self.private = self.private + need - alloc.private;
         (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (from, to, checkpoints, need);
         alloc.stable_to = if decode_step { self.stable_to(to) } else { Tokens::ZERO };
-        self.note_peak();
+        if evict {
+            self.note_peak();
+        }
         Ok(())
     }
 
@@ -329,7 +351,7 @@ impl KvPool {
         }
         let t = self.hit_tokens(n);
         let need = self.private_need(t, t, false, n);
-        if let Err(e) = self.take(need) {
+        if let Err(e) = self.take(need, true) {
             self.unpin(n, prefix, prompt);
             return Err(e);
         }

@@ -423,7 +423,7 @@ impl DecodeRank {
                 // A full hit: nothing to read, only the notification.
                 req.t.transfer_done = Some(now);
                 ctx.send(self.source_of(&req), Msg::ReleaseSource(req.id)).expect("prefill ranks outlive the run");
-                self.start_decode(req, alloc, ctx);
+                self.start_decode(req, alloc);
             } else {
                 let link = self.links[req.prefill_rank.expect("a handoff names its prefill rank") as usize];
                 let msg = Msg::StartTransfer { id: req.id, bytes: payload.bytes, reply_to: ctx.me() };
@@ -434,8 +434,7 @@ impl DecodeRank {
     }
 
     /// The KV is here: queue the request to compute its last prompt token.
-    fn start_decode(&mut self, req: Box<Request>, mut alloc: Alloc, ctx: &mut Context<'_, Msg>) {
-        self.core.cut(ctx);
+    fn start_decode(&mut self, req: Box<Request>, mut alloc: Alloc) {
         // The received blocks go into the decode rank's prefix cache, as vLLM
         // caches them when the transfer completes.
         let t = req.transferred_tokens;
@@ -472,6 +471,11 @@ impl DecodeRank {
 impl Actor<Msg> for DecodeRank {
     fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
         let now = ctx.now();
+        if !matches!(msg, Msg::StepDone) {
+            // Everything else may touch the pool or the batch: end a planned
+            // run of decode steps at the step in progress first.
+            self.core.cut(ctx);
+        }
         match msg {
             Msg::ReserveDestination(mut req) => {
                 req.t.reserve_requested = Some(now);
@@ -501,11 +505,10 @@ impl Actor<Msg> for DecodeRank {
                 if let Some(InTransfer { mut req, alloc }) = self.transferring.remove(&id) {
                     req.t.transfer_done = Some(now);
                     ctx.send(self.source_of(&req), Msg::ReleaseSource(id)).expect("prefill ranks outlive the run");
-                    self.start_decode(req, alloc, ctx);
+                    self.start_decode(req, alloc);
                 }
             }
             Msg::CancelDestination(id, reason) => {
-                self.core.cut(ctx);
                 if let Some(InTransfer { mut req, mut alloc }) = self.transferring.remove(&id) {
                     self.core.batcher.pool.release(&mut alloc, &req.prefix, req.prompt);
                     req.fail(reason, now);

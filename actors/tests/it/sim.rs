@@ -374,9 +374,10 @@ fn a_request_larger_than_the_pool_fails_instead_of_stalling() {
 }
 
 /// The decoding set and runs of steps must give, to the nanosecond, what
-/// handling every sequence at every step gives (pools large enough that
-/// taking a run's blocks early changes nothing; arrivals at random
-/// nanoseconds, so no arrival ties with a step end).
+/// handling every sequence at every step gives, under memory pressure too
+/// (reservations waiting, preemptions, evictions of cached prefixes), and
+/// whatever the timeline interval that bounds the runs. Arrivals fall on
+/// random nanoseconds, so none ties with a step end.
 #[test]
 fn the_decoding_set_matches_stepping_every_sequence() {
     let mut requests = poisson(3, 300, 40.0);
@@ -387,23 +388,49 @@ fn the_decoding_set_matches_stepping_every_sequence() {
     let mut agg = pd(role(2, 4_000, linear_step(6_000.0, 30.0, 0.001)), role(1, 1, linear_step(1.0, 1.0, 0.0)), 1.0);
     agg.aggregated = agg.prefill.take();
     agg.decode = None;
-    for (model, mut spec) in [(glm_spec(), glm), (glm_spec(), agg)] {
-        spec.timeline_interval_ms = 1_000.0;
-        let mut dep = Deployment::build(&model, &spec).unwrap();
-        let fast = sim::run(&dep, input(requests.clone())).unwrap();
-        dep.set_lazy_decoding(false);
-        let slow = sim::run(&dep, input(requests.clone())).unwrap();
-        assert_eq!(fast.summary.completed, 300);
-        assert_eq!(fast.records, slow.records);
-        assert_eq!(fast.digest, slow.digest);
-        assert_eq!(fast.summary.itl_ms, slow.summary.itl_ms);
-        let runs = |o: &SimOutput| o.ranks.iter().map(|r| (r.stats.steps, r.stats.runs)).collect::<Vec<_>>();
-        // Steps alike, far fewer events for them.
-        let (f, s) = (runs(&fast), runs(&slow));
-        assert_eq!(f.iter().map(|r| r.0).collect::<Vec<_>>(), s.iter().map(|r| r.0).collect::<Vec<_>>());
-        let (fast_runs, steps): (u64, u64) = f.iter().fold((0, 0), |a, r| (a.0 + r.1, a.1 + r.0));
-        assert!(fast_runs < steps, "{f:?}");
-        assert!(fast.events < slow.events);
+    // A linear model with 16-token blocks, prompts sharing prefixes, and a
+    // decode pool of 600 blocks (9,600 tokens) for ~8 prompts of up to
+    // 4,000 tokens in flight: reservations wait and decodes are preempted.
+    let mut tight =
+        pd(role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)), role(1, 600, linear_step(6_000.0, 10.0, 0.001)), 20.0);
+    tight.vllm_version = None;
+    let mut shared = requests.clone();
+    for (i, r) in shared.iter_mut().enumerate() {
+        r.prefix = ids(i as u64 % 3, 20, i as u64, r.prompt.get().div_ceil(16) as usize);
+    }
+    let cases =
+        [(glm_spec(), glm, requests.clone()), (glm_spec(), agg, requests.clone()), (linear_spec(4_096), tight, shared)];
+    for (case, (model, spec, requests)) in cases.into_iter().enumerate() {
+        let mut digests = Vec::new();
+        for interval_ms in [7.0, 1_000.0] {
+            let mut spec = spec.clone();
+            spec.timeline_interval_ms = interval_ms;
+            let mut dep = Deployment::build(&model, &spec).unwrap();
+            let fast = sim::run(&dep, input(requests.clone())).unwrap();
+            dep.set_lazy_decoding(false);
+            let slow = sim::run(&dep, input(requests.clone())).unwrap();
+            assert_eq!(fast.violations, Vec::<String>::new());
+            assert_eq!(fast.summary.completed, 300, "case {case}");
+            assert_eq!(fast.records, slow.records, "case {case} at {interval_ms} ms");
+            assert_eq!(fast.digest, slow.digest);
+            assert_eq!(fast.summary.itl_ms, slow.summary.itl_ms);
+            let runs = |o: &SimOutput| o.ranks.iter().map(|r| (r.stats.steps, r.stats.runs)).collect::<Vec<_>>();
+            // Steps alike, fewer events for them.
+            let (f, s) = (runs(&fast), runs(&slow));
+            assert_eq!(f.iter().map(|r| r.0).collect::<Vec<_>>(), s.iter().map(|r| r.0).collect::<Vec<_>>());
+            let (fast_runs, steps): (u64, u64) = f.iter().fold((0, 0), |a, r| (a.0 + r.1, a.1 + r.0));
+            if interval_ms > 100.0 {
+                // (A 7 ms timeline ends most runs after a step or two.)
+                assert!(fast_runs < steps, "{f:?}");
+                assert!(fast.events < slow.events);
+            }
+            if case == 2 {
+                assert!(fast.summary.preemptions > 0, "the tight case preempts");
+                assert!(fast.summary.transfer_wait_ms.max > 0.0, "the tight case makes reservations wait");
+            }
+            digests.push(fast.digest);
+        }
+        assert_eq!(digests[0], digests[1], "case {case}: the timeline interval changes nothing");
     }
 }
 
