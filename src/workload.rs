@@ -258,12 +258,23 @@ impl WorkloadSpec {
     }
 }
 
+/// An arrival rate: positive, and at least one request in 11.6 days
+/// (1e-6 per second), since slower rates only push simulated time past its
+/// range.
+fn rate(path: &str, v: f64) -> Result<(), Issue> {
+    positive(path, v)?;
+    if v < 1e-6 {
+        return Err(Issue::new(path, format!("must be at least 1e-6 requests per second, got {v}")));
+    }
+    Ok(())
+}
+
 impl ArrivalSpec {
     fn check(&self) -> Result<(), Issue> {
         match *self {
-            ArrivalSpec::Poisson { rate_per_s } => positive("rate_per_s", rate_per_s),
+            ArrivalSpec::Poisson { rate_per_s } => rate("rate_per_s", rate_per_s),
             ArrivalSpec::Gamma { rate_per_s, cv } => {
-                positive("rate_per_s", rate_per_s)?;
+                rate("rate_per_s", rate_per_s)?;
                 positive("cv", cv)
             }
             ArrivalSpec::ClosedLoop { concurrency } => at_least_one("concurrency", u64::from(concurrency)),
@@ -329,8 +340,9 @@ impl LengthSpec {
                 if !(mean.is_finite() && *mean > 0.0) {
                     return None;
                 }
-                let sigma2 = (1.0 + (std / mean) * (std / mean)).ln();
-                let mu = mean.ln() - sigma2 / 2.0;
+                // libm, not the platform's log, so every machine gets the same bits.
+                let sigma2 = libm::log(1.0 + (std / mean) * (std / mean));
+                let mu = libm::log(*mean) - sigma2 / 2.0;
                 LengthSampler::LogNormal(LogNormal::new(mu, sigma2.sqrt()).ok()?, max.unwrap_or(u64::MAX))
             }
             LengthSpec::Empirical { values } if !values.is_empty() => LengthSampler::Empirical(values.clone()),

@@ -160,9 +160,12 @@ pub struct Batcher {
     pub itl: crate::metrics::Histogram,
     /// Check the pool's conservation after every step.
     pub check_invariants: bool,
-    /// Sequences that cannot fit in the pool even alone; the rank fails them
-    /// (their blocks are still held, for the rank to release).
-    pub stuck: Vec<Seq>,
+    /// Sequences that cannot fit in the pool even alone, with the blocks
+    /// their step needed; the rank fails them (their blocks are still held,
+    /// for the rank to release).
+    pub stuck: Vec<(Seq, u64)>,
+    /// Blocks the last admission that fell short needed in all.
+    last_need: u64,
     /// Longest run of steps planned as one event.
     pub max_run: usize,
     /// Use the decoding set (on by default). Off, every step handles every
@@ -229,6 +232,7 @@ impl Batcher {
             itl: crate::metrics::Histogram::default(),
             check_invariants: false,
             stuck: Vec::new(),
+            last_need: 0,
             max_run: DEFAULT_MAX_RUN,
             lazy_decoding: true,
             step: 0,
@@ -266,6 +270,11 @@ impl Batcher {
             }
         };
         self.waiting.push_back(slot);
+    }
+
+    /// Whether prefill steps that end the prompt take checkpoint blocks.
+    pub fn checkpoints(&self) -> bool {
+        self.checkpoints
     }
 
     /// Sequences waiting to be admitted.
@@ -457,7 +466,7 @@ impl Batcher {
                 self.waiting.remove(wi);
                 let seq = self.seqs[slot as usize].take().expect("live slot");
                 self.free_slots.push(slot);
-                self.stuck.push(seq);
+                self.stuck.push((seq, self.last_need));
                 continue;
             }
             if !empty {
@@ -642,7 +651,8 @@ impl Batcher {
             // Never the whole goal from the cache: at least one token is computed.
             let limit = seq.goal(mode).saturating_sub(Tokens::new(1));
             let hit = pool.lookup(&seq.req.prefix, seq.req.prompt, limit);
-            if pool.pin(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit).is_err() {
+            if let Err(short) = pool.pin(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit) {
+                self.last_need = short.needed;
                 return false;
             }
             seq.computed = pool.hit_tokens(hit);
@@ -651,7 +661,8 @@ impl Batcher {
         let k = (seq.goal(mode) - seq.computed).get().min(budget);
         let (from, to) = (seq.computed, seq.computed + Tokens::new(k));
         let ckpt = checkpoints && mode == Mode::PrefillOnly && to == seq.goal(mode);
-        if pool.resize(&mut seq.alloc, from, to, ckpt).is_err() {
+        if let Err(short) = pool.resize(&mut seq.alloc, from, to, ckpt) {
+            self.last_need = pool.held_by(&seq.alloc) + short.needed;
             if fresh_lookup {
                 pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
                 seq.computed = Tokens::ZERO;

@@ -183,10 +183,16 @@ impl KvPool {
         all - u64::from(shared) * self.fa_groups
     }
 
-    /// Blocks a request would need in a pool to hold `tokens` (no hit), for
-    /// refusing a request that can never fit.
-    pub fn blocks_needed(&self, tokens: Tokens) -> u64 {
-        self.private_need(Tokens::ZERO, tokens, false, 0)
+    /// Blocks a request holds, at the least, during a step that ends with
+    /// `tokens` computed (no hit; the step computing one token, so a window
+    /// group holds only its in-window blocks; with `checkpoints`, the
+    /// groups' checkpoint blocks too). A lower bound of what reaching
+    /// `tokens` needs: a request above the pool's budget can never fit.
+    pub fn blocks_needed(&self, tokens: Tokens, checkpoints: bool) -> u64 {
+        if tokens.is_zero() {
+            return 0;
+        }
+        self.private_need(tokens - Tokens::new(1), tokens, checkpoints, 0)
     }
 
     fn take(&mut self, n: u64, evict: bool) -> Result<(), Shortfall> {

@@ -78,15 +78,30 @@ impl RankCore {
         }
     }
 
-    /// Fails a request that cannot fit in this rank's pool; `tokens` is the
-    /// most KV it would hold.
-    fn fits(&self, req: &mut Request, tokens: Tokens, now: SimTime) -> bool {
+    /// The fewest blocks `req` must hold at once on this rank: a prefill
+    /// rank's last step (with checkpoint blocks where the version takes
+    /// them); a generating rank's first decode step or its last, whichever
+    /// holds more. A lower bound, so a request above the budget can never
+    /// fit; one that passes may still fail later if a chunked prefill's
+    /// window blocks push it over (the batcher catches that).
+    fn least_blocks(&self, req: &Request) -> u64 {
         let pool = &self.batcher.pool;
-        let needed = pool.blocks_needed(tokens);
-        if needed <= pool.num_blocks() {
+        match self.role {
+            Role::Prefill => pool.blocks_needed(req.transferred_tokens, self.batcher.checkpoints()),
+            Role::Decode | Role::Aggregated => {
+                let last = req.prompt.saturating_add(req.output).saturating_sub(Tokens::new(1));
+                pool.blocks_needed(req.prompt, false).max(pool.blocks_needed(last, false))
+            }
+        }
+    }
+
+    /// Fails a request that cannot fit in this rank's pool.
+    fn fits(&self, req: &mut Request, now: SimTime) -> bool {
+        let (needed, capacity) = (self.least_blocks(req), self.batcher.pool.num_blocks());
+        if needed <= capacity {
             return true;
         }
-        req.fail(FailReason::DoesNotFit { role: self.role, needed, capacity: pool.num_blocks() }, now);
+        req.fail(FailReason::DoesNotFit { role: self.role, needed, capacity }, now);
         false
     }
 
@@ -109,12 +124,12 @@ impl RankCore {
             self.batcher.stamp_started(now, started);
             self.step_timer = Some(ctx.schedule(dt, Msg::StepDone));
         }
-        while let Some(mut seq) = self.batcher.stuck.pop() {
-            let tokens = seq.req.prompt + seq.req.output;
+        while let Some((mut seq, needed)) = self.batcher.stuck.pop() {
+            // It could not get the blocks of its next step with nothing else
+            // holding any: report what that step needed.
             self.batcher.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
-            let pool = &self.batcher.pool;
-            let needed = pool.blocks_needed(tokens);
-            seq.req.fail(FailReason::DoesNotFit { role: self.role, needed, capacity: pool.num_blocks() }, now);
+            let capacity = self.batcher.pool.num_blocks();
+            seq.req.fail(FailReason::DoesNotFit { role: self.role, needed, capacity }, now);
             self.finish(seq.req, ctx);
         }
     }
@@ -285,13 +300,15 @@ impl PrefillRank {
         req.t.prefill_done = Some(now);
         req.transferred_tokens = computed;
         let prefix = if req.prefix.ids.is_empty() { PrefixIds::none() } else { req.prefix.clone() };
-        self.held.insert(req.id, Held { alloc, prefix, prompt: req.prompt, since: now });
-        self.expiry.push_back((now.saturating_add(self.hold), req.id));
+        let id = req.id;
+        self.held.insert(id, Held { alloc, prefix, prompt: req.prompt, since: now });
+        self.sources.held += 1;
+        // SourceHeld first: an expiry, however short the hold, follows it.
+        ctx.send(self.core.router, Msg::SourceHeld(req)).expect("the router outlives the run");
+        self.expiry.push_back((now.saturating_add(self.hold), id));
         if self.hold_timer.is_none() {
             self.check_holds(ctx);
         }
-        self.sources.held += 1;
-        ctx.send(self.core.router, Msg::SourceHeld(req)).expect("the router outlives the run");
     }
 }
 
@@ -302,7 +319,8 @@ impl Actor<Msg> for PrefillRank {
             Msg::SubmitHandoffPrefill(mut req) => {
                 req.t.prefill_queued = Some(now);
                 let t = rules::transferred_tokens(&self.model, req.prompt);
-                if self.core.fits(&mut req, t, now) {
+                req.transferred_tokens = t;
+                if self.core.fits(&mut req, now) {
                     self.core.batcher.enqueue(Seq::new(req, Alloc::default(), Tokens::ZERO, t, false));
                 } else {
                     self.core.finish(req, ctx);
@@ -408,8 +426,12 @@ impl DecodeRank {
             if pool.pin(&mut alloc, &req.prefix, prompt, hit).is_err() {
                 break;
             }
-            // The hit never reaches past T (it stops short of the last prompt token).
-            if pool.resize(&mut alloc, t, t, false).is_err() {
+            // Reserve what the first decode step holds (the KV of all N
+            // prompt tokens, as vLLM allocates for the whole prompt), which
+            // covers the T tokens that land; the hit never reaches past
+            // N − 1. A landed request then never waits for one more block.
+            let n = prompt;
+            if pool.resize(&mut alloc, n - Tokens::new(1), n, false).is_err() {
                 pool.release(&mut alloc, &req.prefix, prompt);
                 break;
             }
@@ -479,12 +501,11 @@ impl Actor<Msg> for DecodeRank {
         match msg {
             Msg::ReserveDestination(mut req) => {
                 req.t.reserve_requested = Some(now);
-                let most = req.prompt + req.output;
                 if self.abort_probability > 0.0 && ctx.rng().random_bool(self.abort_probability) {
                     self.cancel_source(&req, FailReason::DecodeAborted, ctx);
                     req.fail(FailReason::DecodeAborted, now);
                     self.core.finish(req, ctx);
-                } else if !self.core.fits(&mut req, most, now) {
+                } else if !self.core.fits(&mut req, now) {
                     let reason = match req.outcome {
                         Outcome::Failed(r) => r,
                         _ => unreachable!("fits() failed the request"),
@@ -550,8 +571,7 @@ impl Actor<Msg> for AggregatedRank {
             Msg::Submit(mut req) => {
                 self.core.cut(ctx);
                 req.t.prefill_queued = Some(now);
-                let most = req.prompt + req.output;
-                if self.core.fits(&mut req, most, now) {
+                if self.core.fits(&mut req, now) {
                     self.core.batcher.enqueue(Seq::new(req, Alloc::default(), Tokens::ZERO, Tokens::ZERO, false));
                 } else {
                     self.core.finish(req, ctx);

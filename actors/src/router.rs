@@ -17,6 +17,10 @@ use crate::msg::Msg;
 use crate::request::{ReqId, Request};
 use crate::workload::{ArrivalMode, PrefixIds, RequestSource, RequestSpec, WorkloadError};
 
+/// The most tokens (prompt and output together) one request may have: far
+/// beyond any model's context, and small enough that no count overflows.
+pub const MAX_REQUEST_TOKENS: u64 = 1 << 32;
+
 /// Picks a rank for a request.
 pub trait RoutePolicy {
     /// The index of the rank for `req`, given each rank's outstanding tokens.
@@ -196,7 +200,17 @@ impl Router {
         if self.limit.is_some_and(|l| self.issued >= l) {
             return Ok(None);
         }
-        self.source.next_request()
+        let spec = self.source.next_request()?;
+        if let Some(s) = &spec {
+            let (p, o) = (s.prompt.get(), s.output.get());
+            if p == 0 || o == 0 || p.saturating_add(o) > MAX_REQUEST_TOKENS {
+                return Err(WorkloadError(format!(
+                    "request {}: {p} prompt and {o} output tokens; each must be at least 1 and together at most {MAX_REQUEST_TOKENS}",
+                    self.issued + u64::from(self.next.is_some())
+                )));
+            }
+        }
+        Ok(spec)
     }
 
     /// Reads the first request; returns when the first `Arrival` should fire.

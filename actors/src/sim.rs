@@ -39,6 +39,9 @@ fn field_err(field: impl Into<String>, problem: impl Into<String>) -> ConfigErro
     ConfigError::Field { field: field.into(), problem: problem.into() }
 }
 
+/// The most ranks of one role (links per pair grow with the product).
+pub const MAX_RANKS: u32 = 1024;
+
 /// One role's checked settings.
 #[derive(Clone, Debug)]
 struct RolePlan {
@@ -98,8 +101,11 @@ impl Deployment {
             let m = model.validate(role)?;
             let version = rs.vllm_version.as_deref().or(spec.vllm_version.as_deref());
             let rules = check_rank(role, &m, version)?;
-            if rs.count == 0 {
-                return Err(field_err(format!("{name}.count"), "must be at least 1"));
+            if rs.count == 0 || rs.count > MAX_RANKS {
+                return Err(field_err(
+                    format!("{name}.count"),
+                    format!("must be from 1 to {MAX_RANKS}, got {}", rs.count),
+                ));
             }
             if rs.num_blocks == 0 {
                 return Err(field_err(format!("{name}.num_blocks"), "must be at least 1"));
@@ -135,7 +141,9 @@ impl Deployment {
                     if b.is_zero() {
                         return Err(field_err(format!("{name}.block_size_tokens"), "must be at least 1"));
                     }
-                    let page = b.bytes(l.kv_bytes_per_token());
+                    let page = b.checked_bytes(l.kv_bytes_per_token()).ok_or_else(|| {
+                        field_err("model.kv_bytes_per_token", "times the block size overflows 64 bits")
+                    })?;
                     let spec = CacheGroupSpec {
                         name: "kv".into(),
                         kind: CacheGroupKind::FullAttention,
@@ -149,6 +157,14 @@ impl Deployment {
                     vec![spec.validate(role, 0)?]
                 }
             };
+            // Every byte count a request can reach stays below a full pool's.
+            let per_block = groups.iter().try_fold(0u64, |acc, g| acc.checked_add(g.transfer_bytes_per_block().get()));
+            if per_block.and_then(|b| b.checked_mul(rs.num_blocks)).is_none() {
+                return Err(field_err(
+                    format!("{name}.num_blocks"),
+                    "the bytes of a full pool (num_blocks x transfer bytes of a block in every group) overflow 64 bits",
+                ));
+            }
             roles.push(RolePlan { role, spec: rs.clone(), rules, groups });
             validated.push((role, m));
         }
@@ -162,21 +178,25 @@ impl Deployment {
         let bandwidth = Bandwidth::from_gb_per_s(l.bandwidth_gb_s).ok_or_else(|| {
             field_err("link.bandwidth_gb_s", format!("must be a finite number > 0, got {}", l.bandwidth_gb_s))
         })?;
-        let latency = SimDuration::from_secs_f64(finite_nonneg("link.latency_us", l.latency_us)? / 1e6);
+        let latency_us = finite_nonneg("link.latency_us", l.latency_us)?;
+        if latency_us > 1e9 {
+            return Err(field_err("link.latency_us", format!("must be at most 1e9 (1,000 s), got {latency_us}")));
+        }
+        let latency = SimDuration::from_secs_f64(latency_us / 1e6);
         let p = spec.faults.decode_abort_probability;
         if !(0.0..=1.0).contains(&p) {
             return Err(field_err("faults.decode_abort_probability", format!("must be within 0..=1, got {p}")));
         }
         let hold = match spec.faults.source_hold_s {
-            Some(s) if !(s.is_finite() && s > 0.0) => {
-                return Err(field_err("faults.source_hold_s", format!("must be a finite number > 0, got {s}")));
+            Some(s) if !(s.is_finite() && (1e-9..=1e7).contains(&s)) => {
+                return Err(field_err("faults.source_hold_s", format!("must be from 1e-9 to 1e7 seconds, got {s}")));
             }
             Some(s) => Some(SimDuration::from_secs_f64(s)),
             None => None,
         };
         let ms = spec.timeline_interval_ms;
-        if !(ms.is_finite() && ms > 0.0) {
-            return Err(field_err("timeline_interval_ms", format!("must be a finite number > 0, got {ms}")));
+        if !(ms.is_finite() && (1e-6..=1e9).contains(&ms)) {
+            return Err(field_err("timeline_interval_ms", format!("must be from 1e-6 to 1e9 ms, got {ms}")));
         }
         Ok(Deployment {
             model,
@@ -530,6 +550,9 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
             reservations_waited: waited,
             timeline: std::mem::take(&mut core.timeline),
         });
+    }
+    if !cut_short && !unfinished.is_empty() {
+        violations.push(format!("{} requests were still in flight when the run ended by itself", unfinished.len()));
     }
     for mut req in unfinished {
         req.fail(FailReason::Unfinished, final_time);

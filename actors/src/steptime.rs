@@ -94,7 +94,7 @@ impl TableStepTime {
     pub fn from_micros(points: &[[f64; 2]], per_context_token_us: f64) -> Option<Self> {
         let mut out = Vec::with_capacity(points.len());
         for &[tokens, us] in points {
-            if !(tokens >= 0.0 && us >= 0.0 && tokens.is_finite() && us.is_finite()) {
+            if !(tokens >= 0.0 && us >= 0.0 && tokens.is_finite() && us <= 1e9) {
                 return None;
             }
             let t = tokens.round() as u64;
@@ -144,11 +144,13 @@ pub struct StepTimeError {
 
 /// Builds the model a spec describes.
 pub fn build(spec: &StepTimeSpec) -> Result<Box<dyn StepTimeModel>, StepTimeError> {
+    // Up to 1,000 s per unit: anything larger is a typo, and would push
+    // simulated time past its range.
     let check = |field: &'static str, v: f64| {
-        if v.is_finite() && v >= 0.0 {
+        if v.is_finite() && (0.0..=1e9).contains(&v) {
             Ok(v)
         } else {
-            Err(StepTimeError { field, problem: format!("must be a finite number >= 0, got {v}") })
+            Err(StepTimeError { field, problem: format!("must be a number from 0 to 1e9 (us), got {v}") })
         }
     };
     match spec {

@@ -76,10 +76,11 @@ pub fn count_at_least_one(s: &str) -> Result<u64, String> {
     }
 }
 
-/// Creates `dir` and its parents.
+/// Creates `dir` and its parents. A folder that cannot be made is the
+/// user's `--out` (or the current folder) at fault: bad input, exit 2.
 pub fn create_dir(dir: &Path) -> Result<(), CmdError> {
     std::fs::create_dir_all(dir)
-        .map_err(|e| CmdError::Internal(format!("cannot create the output folder {}: {e}", dir.display())))
+        .map_err(|e| CmdError::BadInput(format!("--out: cannot create the output folder {}: {e}", dir.display())))
 }
 
 /// Writes the file `path` through `write`, buffered; an I/O error names the

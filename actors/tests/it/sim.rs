@@ -586,3 +586,57 @@ mod conservation {
         }
     }
 }
+
+#[test]
+fn a_landed_handoff_never_waits_for_one_more_block() {
+    // Mamba-type model, FA B = 16: N = 529, so T = 528 = 33 whole blocks and
+    // the first decode step (token 529) needs a 34th. Reserving only what
+    // lands (33 + 1 state = 34 blocks) let two requests fill a 68-block pool
+    // and then wait forever for their 35th block each. The reservation holds
+    // what the first decode step holds (35), so the second waits its turn.
+    use super::model_fixtures::{fa, spec as model_spec, state};
+    let model = model_spec(vec![fa("fa", 16, 4_096), state("mamba", 16, 4_096, 1_000, true)]);
+    let spec = pd(role(1, 1_000, linear_step(1_000.0, 1.0, 0.0)), role(1, 68, linear_step(1_000.0, 1.0, 0.0)), 1.0);
+    let out = run(&model, &spec, vec![req(0, 529, 4), req(0, 529, 4)]);
+    assert_eq!(out.summary.completed, 2, "{:?}", out.summary.failure_reasons);
+    let d = out.ranks.iter().find(|k| k.role == Role::Decode).unwrap();
+    assert_eq!(d.reservations_waited, 1);
+}
+
+#[test]
+fn window_groups_fit_by_their_in_window_blocks() {
+    // FA B = 16 plus a 128-token window (B = 16). A 2,000-token prompt with
+    // 10 output tokens peaks at cdiv(2,009, 16) = 126 FA blocks plus at most
+    // cdiv(127, 16) + 1 = 9 window blocks: it fits a 200-block decode pool,
+    // though counting every window block (126 + 126) would refuse it.
+    use super::model_fixtures::{fa, spec as model_spec, window};
+    let model = model_spec(vec![fa("fa", 16, 4_096), window("swa", 128, 16, 4_096)]);
+    let spec = pd(role(1, 1_000, linear_step(1_000.0, 1.0, 0.0)), role(1, 200, linear_step(1_000.0, 1.0, 0.0)), 10.0);
+    let out = run(&model, &spec, vec![req(0, 2_000, 10)]);
+    assert_eq!(out.summary.completed, 1, "{:?}", out.summary.failure_reasons);
+}
+
+#[test]
+fn absurd_inputs_are_refused_not_panics() {
+    // Bytes of a full pool that overflow 64 bits.
+    let huge = linear_spec(u64::MAX / 8);
+    let mut spec = pd(role(1, 100, linear_step(1.0, 1.0, 0.0)), role(1, 100, linear_step(1.0, 1.0, 0.0)), 1.0);
+    spec.vllm_version = None;
+    let err = Deployment::build(&huge, &spec).unwrap_err().to_string();
+    assert!(err.contains("kv_bytes_per_token") || err.contains("num_blocks"), "{err}");
+    // A request whose lengths would overflow the counts stops the run with
+    // a workload error naming it.
+    let dep = Deployment::build(&linear_spec(1_024), &spec).unwrap();
+    let err = match sim::run(&dep, input(vec![req(0, 100, 5), req(1, 100, u64::MAX)])) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("an output of 2^64 - 1 tokens is refused"),
+    };
+    assert!(err.starts_with("request 1:"), "{err}");
+    // Too many ranks, a latency past 1,000 s.
+    let mut many = spec.clone();
+    many.decode.as_mut().unwrap().count = 100_000;
+    assert!(Deployment::build(&linear_spec(1_024), &many).unwrap_err().to_string().starts_with("decode.count:"));
+    let mut slow = spec.clone();
+    slow.link.latency_us = 1e300;
+    assert!(Deployment::build(&linear_spec(1_024), &slow).unwrap_err().to_string().starts_with("link.latency_us:"));
+}
