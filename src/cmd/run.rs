@@ -212,48 +212,10 @@ pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path) ->
     t
 }
 
-/// The columns of `replicas.csv`.
-pub const REPLICA_COLUMNS: &[&str] = &[
-    "replica",
-    "seed",
-    "requests",
-    "completed",
-    "failed",
-    "request_throughput",
-    "output_token_throughput",
-    "goodput",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "tpot_p99_ms",
-    "itl_p99_ms",
-    "e2e_p99_ms",
-    "digest",
-];
-
-/// One row of `replicas.csv` (no newline); rates and milliseconds with six
-/// decimals.
+/// One row of `replicas.csv` (no newline): the replica and its seed, then
+/// the same metric columns as a sweep row ([`super::sweep::METRIC_COLUMNS`]).
 fn replica_row(k: u64, run: &Run) -> String {
-    let s = &run.output.summary;
-    let f6 = |x: f64| format!("{x:.6}");
-    let cells = [
-        k.to_string(),
-        run.seed.to_string(),
-        s.requests.to_string(),
-        s.completed.to_string(),
-        s.failed.to_string(),
-        f6(s.request_throughput),
-        f6(s.output_token_throughput),
-        f6(s.goodput),
-        f6(s.ttft_ms.median),
-        f6(s.ttft_ms.p99),
-        f6(s.tpot_ms.median),
-        f6(s.tpot_ms.p99),
-        f6(s.itl_ms.p99),
-        f6(s.e2e_ms.p99),
-        digest_hex(run.output.digest),
-    ];
-    cells.join(",")
+    format!("{k},{},{}", run.seed, super::sweep::metrics_cells(&run.output.summary, run.output.digest))
 }
 
 fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u64) -> Result<(), CmdError> {
@@ -269,7 +231,7 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
         .ok_or_else(|| CmdError::BadInput(format!("--seed {seed} --replicas {count}: the seeds pass 2^64 - 1")))?;
     let csv_path = dir.join("replicas.csv");
     let mut csv = CsvFile::create(&csv_path)?;
-    csv.line(&REPLICA_COLUMNS.join(","))?;
+    csv.line(&format!("replica,seed,{}", super::sweep::METRIC_COLUMNS.join(",")))?;
     let mut lines = Vec::new();
     let mut progress = ProgressGate::new(args.quiet, Some(count), "replicas");
     let result = ordered_parallel(

@@ -82,7 +82,7 @@ fn f6(x: f64) -> String {
     format!("{x:.6}")
 }
 
-fn metrics_cells(s: &Summary, digest: u64) -> String {
+pub(crate) fn metrics_cells(s: &Summary, digest: u64) -> String {
     let cells = [
         s.requests.to_string(),
         s.completed.to_string(),
