@@ -193,8 +193,11 @@ pub struct Batcher {
     /// Members that joined before their first token, in the run in flight.
     fresh: Vec<u32>,
     /// Members given blocks of steps after the first of the run in flight
-    /// (taken from plain free blocks, undone if the run is cut).
+    /// (taken from plain free blocks; given back by `settle` once a cut run
+    /// leaves them ahead and anything needs or reads them).
     ahead: Vec<(u32, u32)>,
+    /// The run in flight was cut short.
+    cut_short: bool,
     /// (step, gap before it) with gaps strictly decreasing: the longest gap
     /// of any suffix of steps is the first entry inside it.
     gaps: Vec<(u64, SimDuration)>,
@@ -246,6 +249,7 @@ impl Batcher {
             changes: BinaryHeap::new(),
             fresh: Vec::new(),
             ahead: Vec::new(),
+            cut_short: false,
             gaps: Vec::new(),
         }
         .with_step_zero()
@@ -401,6 +405,13 @@ impl Batcher {
                 continue;
             }
             let to = from + Tokens::new(k);
+            let extra = self.pool.extra_needed(
+                &self.seqs[slot as usize].as_ref().expect("live slot").alloc,
+                from,
+                to,
+                checkpoints,
+            );
+            self.make_room(extra);
             let scheduled = loop {
                 let pool = &mut self.pool;
                 let seq = self.seqs[slot as usize].as_mut().expect("live slot");
@@ -519,6 +530,11 @@ impl Batcher {
             let l = seq.lazy.expect("member");
             let to = l.computed + Tokens::new(e - l.join);
             let from = to - Tokens::new(1);
+            if !ahead && !self.ahead.is_empty() {
+                let extra = self.pool.extra_needed(&seq.alloc, from, to, false);
+                self.make_room(extra);
+            }
+            let seq = self.seqs[slot as usize].as_mut().expect("member slot");
             let taken = if ahead {
                 self.pool.resize_from_free(&mut seq.alloc, from, to)
             } else {
@@ -530,6 +546,7 @@ impl Batcher {
             }
             if ahead {
                 self.ahead.push((slot, g));
+                self.pool.suspend_peak = true;
             }
             let next = Self::change_step(l, seq.alloc.stable_to());
             self.changes.push(Reverse((next, slot, g)));
@@ -604,6 +621,43 @@ impl Batcher {
         self.changes.clear();
     }
 
+    /// Gives back the blocks members hold ahead of the steps that need them,
+    /// bringing the pool to what stepping one event at a time would hold now
+    /// (through the step in flight, or the last completed one). Call before
+    /// anything reads the pool's counts.
+    pub fn settle(&mut self) {
+        if self.ahead.is_empty() {
+            return;
+        }
+        let target = if self.stepping { self.step + self.planned as u64 } else { self.step };
+        for (slot, g) in std::mem::take(&mut self.ahead) {
+            if self.generation[slot as usize] != g {
+                continue;
+            }
+            let seq = self.seqs[slot as usize].as_mut().expect("member slot");
+            let l = seq.lazy.expect("member");
+            let to = l.computed + Tokens::new(target.max(l.join + 1) - l.join);
+            if seq.alloc.tokens() > to {
+                self.pool
+                    .resize(&mut seq.alloc, to - Tokens::new(1), to, false)
+                    .expect("blocks given back leave room for a window's one extra block");
+                // The old heap entry stays; a duplicate only costs a pop.
+                let next = Self::change_step(l, seq.alloc.stable_to());
+                self.changes.push(Reverse((next, slot, g)));
+            }
+        }
+        self.pool.suspend_peak = false;
+        self.pool.note_peak();
+    }
+
+    /// Settles first if taking `extra` blocks would need blocks held ahead
+    /// (so an allocation never fails or evicts because of them).
+    pub fn make_room(&mut self, extra: u64) {
+        if !self.ahead.is_empty() && extra > self.pool.free_plain() {
+            self.settle();
+        }
+    }
+
     /// Something may change the batch at `now`: ends a planned run at the end
     /// of the step in progress. Returns the run's new end, if it moved (the
     /// rank reschedules its event).
@@ -618,25 +672,9 @@ impl Batcher {
         }
         self.ends.truncate(first + keep);
         self.planned = keep;
-        // Give back the blocks of the steps that will not run now. The
-        // member's old heap entry stays; a new one marks its next change
-        // from the state it is back to (a duplicate only costs a pop).
-        let end = self.step + keep as u64;
-        for (slot, g) in std::mem::take(&mut self.ahead) {
-            if self.generation[slot as usize] != g {
-                continue;
-            }
-            let seq = self.seqs[slot as usize].as_mut().expect("member slot");
-            let l = seq.lazy.expect("member");
-            let to = l.computed + Tokens::new(end - l.join);
-            if seq.alloc.tokens() > to {
-                self.pool
-                    .resize(&mut seq.alloc, to - Tokens::new(1), to, false)
-                    .expect("blocks given back leave room for a window's one extra block");
-                let next = Self::change_step(l, seq.alloc.stable_to());
-                self.changes.push(Reverse((next, slot, g)));
-            }
-        }
+        // The blocks taken for the steps that will not run now stay held
+        // until something needs them or looks at the pool (`settle`).
+        self.cut_short = true;
         self.ends.back().copied()
     }
 
@@ -644,6 +682,19 @@ impl Batcher {
     fn admit(&mut self, slot: u32, budget: u64, shape: &mut BatchShape) -> bool {
         let mode = self.mode;
         let checkpoints = self.checkpoints;
+        if !self.ahead.is_empty() {
+            // What the admission takes, at most: a fresh sequence's whole
+            // first step (no hit assumed), or an allocated one's growth.
+            let seq = self.seqs[slot as usize].as_ref().expect("live slot");
+            let k = (seq.goal(mode) - seq.computed).get().min(budget);
+            let (from, to) = (seq.computed, seq.computed + Tokens::new(k));
+            let need = if seq.looked_up {
+                self.pool.extra_needed(&seq.alloc, from, to, checkpoints)
+            } else {
+                self.pool.blocks_after_hit(0, Tokens::ZERO, Tokens::new(k), checkpoints)
+            };
+            self.make_room(need);
+        }
         let pool = &mut self.pool;
         let seq = self.seqs[slot as usize].as_mut().expect("live slot");
         let fresh_lookup = !seq.looked_up;
@@ -721,7 +772,11 @@ impl Batcher {
         }
         self.stats.output_tokens += self.dec_count * k;
         self.stats.tokens += self.dec_count * k;
-        self.ahead.clear();
+        if !std::mem::take(&mut self.cut_short) {
+            // The run ran to its end: every block taken ahead is now needed.
+            self.ahead.clear();
+            self.pool.suspend_peak = false;
+        }
         self.pool.note_peak();
         let first_end = self.end(before + 1);
         for slot in self.fresh.drain(..) {

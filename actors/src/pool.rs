@@ -114,6 +114,9 @@ pub struct KvPool {
     pub peak_used: u64,
     /// Cached blocks evicted to make room.
     pub evicted_blocks: u64,
+    /// Set while some blocks are held ahead of the step that needs them, so
+    /// that they never count towards the peak.
+    pub suspend_peak: bool,
 }
 
 impl KvPool {
@@ -139,6 +142,7 @@ impl KvPool {
             tick: 0,
             peak_used: 0,
             evicted_blocks: 0,
+            suspend_peak: false,
         }
     }
 
@@ -169,6 +173,24 @@ impl KvPool {
     /// Blocks kept in the prefix cache with no request pinning them.
     pub fn cached_free(&self) -> u64 {
         self.cached_free
+    }
+
+    /// Plain free blocks (cached-but-unpinned ones not counted).
+    pub fn free_plain(&self) -> u64 {
+        self.free
+    }
+
+    /// How many more blocks moving `alloc` to the step `from..to` takes (0
+    /// if it gives blocks back); no side effects.
+    pub fn extra_needed(&self, alloc: &Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        self.private_need(from, to, checkpoints, alloc.shared).saturating_sub(alloc.private)
+    }
+
+    /// Blocks a new allocation holds for the step `from..to` after pinning
+    /// `hit` cached blocks; no side effects.
+    pub fn blocks_after_hit(&self, hit: u32, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        let all: u64 = self.groups.iter().map(|g| Self::group_blocks(g, from, to, checkpoints)).sum();
+        all.saturating_sub(u64::from(hit) * self.fa_groups)
     }
 
     /// Blocks one group holds for an allocation state.
@@ -211,9 +233,12 @@ impl KvPool {
         Ok(())
     }
 
-    /// Records the blocks in use now as the peak if they exceed it.
+    /// Records the blocks in use now as the peak if they exceed it (unless
+    /// suspended while blocks are held ahead of the steps that need them).
     pub fn note_peak(&mut self) {
-        self.peak_used = self.peak_used.max(self.private + self.shared);
+        if !self.suspend_peak {
+            self.peak_used = self.peak_used.max(self.private + self.shared);
+        }
     }
 
     /// Moves `alloc` to the step `from..to` (with or without checkpoint

@@ -153,6 +153,7 @@ impl RankCore {
         if !self.timeline.due(now) {
             return;
         }
+        self.batcher.settle();
         let pool = &self.batcher.pool;
         let tl = &mut self.timeline;
         tl.push(now, Metric::KvUsed, pool.used());
@@ -422,6 +423,10 @@ impl DecodeRank {
             let payload =
                 rules::handoff_size(&self.model, prompt, k).expect("the prompt is >= 1 token and the hit below it");
             let t = payload.transferred_tokens;
+            let n = prompt;
+            let need = pool.blocks_after_hit(hit, n - Tokens::new(1), n, false);
+            self.core.batcher.make_room(need);
+            let pool = &mut self.core.batcher.pool;
             let mut alloc = Alloc::default();
             if pool.pin(&mut alloc, &req.prefix, prompt, hit).is_err() {
                 break;
@@ -430,7 +435,6 @@ impl DecodeRank {
             // prompt tokens, as vLLM allocates for the whole prompt), which
             // covers the T tokens that land; the hit never reaches past
             // N − 1. A landed request then never waits for one more block.
-            let n = prompt;
             if pool.resize(&mut alloc, n - Tokens::new(1), n, false).is_err() {
                 pool.release(&mut alloc, &req.prefix, prompt);
                 break;

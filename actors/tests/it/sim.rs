@@ -398,8 +398,24 @@ fn the_decoding_set_matches_stepping_every_sequence() {
     for (i, r) in shared.iter_mut().enumerate() {
         r.prefix = ids(i as u64 % 3, 20, i as u64, r.prompt.get().div_ceil(16) as usize);
     }
-    let cases =
-        [(glm_spec(), glm, requests.clone()), (glm_spec(), agg, requests.clone()), (linear_spec(4_096), tight, shared)];
+    // Busy but not saturated: 5 requests a second into a 2,000-block decode
+    // pool, so reservations now and then wait while runs hold blocks ahead.
+    let mut busy =
+        pd(role(1, 20_000, linear_step(2_000.0, 5.0, 0.0)), role(1, 2_000, linear_step(6_000.0, 10.0, 0.001)), 20.0);
+    busy.vllm_version = None;
+    let mut busy_requests = poisson(11, 300, 5.0);
+    for (i, r) in busy_requests.iter_mut().enumerate() {
+        r.output = Tokens::new(20 + (i as u64 * 53) % 400);
+        // Only the shared blocks are named, so freed blocks go back to plain
+        // free blocks and runs take blocks ahead.
+        r.prefix = ids(i as u64 % 5, 30, i as u64, 30.min(r.prompt.get().div_ceil(16) as usize));
+    }
+    let cases = [
+        (glm_spec(), glm, requests.clone()),
+        (glm_spec(), agg, requests.clone()),
+        (linear_spec(4_096), tight, shared),
+        (linear_spec(4_096), busy, busy_requests),
+    ];
     for (case, (model, spec, requests)) in cases.into_iter().enumerate() {
         let mut digests = Vec::new();
         for interval_ms in [7.0, 1_000.0] {
@@ -410,7 +426,7 @@ fn the_decoding_set_matches_stepping_every_sequence() {
             dep.set_lazy_decoding(false);
             let slow = sim::run(&dep, input(requests.clone())).unwrap();
             assert_eq!(fast.violations, Vec::<String>::new());
-            assert_eq!(fast.summary.completed, 300, "case {case}");
+            assert_eq!(fast.summary.completed, 300, "case {case}: {:?}", fast.summary.failure_reasons);
             assert_eq!(fast.records, slow.records, "case {case} at {interval_ms} ms");
             assert_eq!(fast.digest, slow.digest);
             assert_eq!(fast.summary.itl_ms, slow.summary.itl_ms);
