@@ -656,3 +656,27 @@ fn absurd_inputs_are_refused_not_panics() {
     slow.link.latency_us = 1e300;
     assert!(Deployment::build(&linear_spec(1_024), &slow).unwrap_err().to_string().starts_with("link.latency_us:"));
 }
+
+#[test]
+fn blocks_a_run_holds_ahead_go_to_a_reservation_that_needs_them() {
+    // Linear model, B = 16, a 27-block decode pool. A (160 tokens, 200 out)
+    // reserves 10 blocks and decodes in one long run, taking ahead the 13
+    // blocks its 200 steps will need (cdiv(359, 16) = 23 in all). B (160
+    // tokens, 1 out) lands halfway: stepping one event at a time, A then
+    // holds about 17 blocks and B's 10 fit at once; the blocks A holds
+    // ahead must be given back for B, not make it wait.
+    let model = linear_spec(1_024);
+    let mut spec =
+        pd(role(1, 1_000, linear_step(1_000.0, 1.0, 0.0)), role(1, 27, linear_step(5_000.0, 0.0, 0.0)), 100.0);
+    spec.vllm_version = None;
+    spec.timeline_interval_ms = 1e6;
+    let requests = vec![req(0, 160, 200), req(500_000_123, 160, 1)];
+    let mut dep = Deployment::build(&model, &spec).unwrap();
+    let fast = sim::run(&dep, input(requests.clone())).unwrap();
+    dep.set_lazy_decoding(false);
+    let slow = sim::run(&dep, input(requests)).unwrap();
+    assert_eq!(fast.records, slow.records);
+    let b = &fast.records[1];
+    assert_eq!(b.t.reserved, b.t.prefill_done, "B reserves as soon as its prefill ends");
+    assert!(b.t.finished < fast.records[0].t.finished, "B is done before A");
+}
