@@ -289,10 +289,6 @@ impl Batcher {
     pub fn running(&self) -> usize {
         self.running.len()
     }
-    /// Whether the rank has nothing queued or running.
-    pub fn is_idle(&self) -> bool {
-        self.waiting.is_empty() && self.running.is_empty()
-    }
 
     fn seq(&mut self, slot: u32) -> &mut Seq {
         self.seqs[slot as usize].as_mut().expect("live slot")
@@ -866,8 +862,4 @@ impl Batcher {
         self.seqs.drain(..).flatten().collect()
     }
 
-    /// When the step in flight started.
-    pub fn step_started(&self) -> SimTime {
-        self.step_started
-    }
 }

@@ -57,10 +57,6 @@ impl Alloc {
     pub fn tokens(&self) -> Tokens {
         self.to
     }
-    /// Blocks held for this request alone.
-    pub fn private_blocks(&self) -> u64 {
-        self.private
-    }
     /// For a decode-step state, the largest `to` whose decode step holds the
     /// same blocks (zero for other states).
     pub fn stable_to(&self) -> Tokens {
