@@ -861,5 +861,4 @@ impl Batcher {
         self.free_slots.clear();
         self.seqs.drain(..).flatten().collect()
     }
-
 }
