@@ -780,17 +780,9 @@ pub fn check_rank(role: Role, model: &Model, version: Option<&str>) -> Result<Ra
                     GateProblem::MissingVersion { role, supported: VllmVersion::supported_for_grouped(role) },
                 ));
             }
-            (Some(given), None) => {
-                return Err(GateError::model(
-                    role,
-                    GateProblem::UnsupportedVersion {
-                        given: given.to_owned(),
-                        role,
-                        supported: VllmVersion::supported_for_grouped(role),
-                    },
-                ));
-            }
-            (Some(given), Some(row)) if handoff && !row.grouped_handoff => {
+            // A version pdsim does not know, or one without grouped handoff
+            // on a rank that hands off.
+            (Some(given), row) if row.is_none_or(|r| handoff && !r.grouped_handoff) => {
                 return Err(GateError::model(
                     role,
                     GateProblem::UnsupportedVersion {
