@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The package root.
 pub fn root() -> PathBuf {
@@ -18,13 +19,22 @@ pub fn scenario_file(rel: &str) -> PathBuf {
     root().join("scenarios").join(rel)
 }
 
-/// Writes `text` to a fresh file `name` in this test run's scratch folder
-/// and returns its path. Names must be unique across tests.
+/// Writes `text` to the file `name` in this test run's scratch folder and
+/// returns its path.
+///
+/// Tests run on parallel threads and a shared helper may write the same
+/// name from several of them, so the text goes to a file of its own first
+/// and is renamed into place: a reader sees a whole file, never one another
+/// thread is still writing. Two writers of one name must write the same
+/// text.
 pub fn scratch(name: &str, text: &str) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pdsim-it");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
+    let part = dir.join(format!(".{name}.{}.{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    std::fs::write(&part, text).unwrap();
+    std::fs::rename(&part, &path).unwrap();
     path
 }
 
