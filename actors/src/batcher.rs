@@ -196,6 +196,20 @@ pub struct Batcher {
     /// (taken from plain free blocks; given back by `settle` once a cut run
     /// leaves them ahead and anything needs or reads them).
     ahead: Vec<(u32, u32)>,
+    /// Blocks the changes held ahead gave back (a window group's blocks
+    /// leaving the window before the step that frees them).
+    ahead_freed: u64,
+    /// (step, blocks in use after its block changes) for the steps of the
+    /// run in flight, for the peak.
+    step_used: Vec<(u64, u64)>,
+    /// The step being planned frees blocks while something waits for
+    /// blocks: it runs alone.
+    freed_next: bool,
+    /// Something outside the batch waits for blocks (a decode rank's
+    /// reservations); set by the rank.
+    pub blocked_outside: bool,
+    /// Scratch for [`Batcher::take_blocks`]: (slot, generation, tokens at the step).
+    step_changes: Vec<(u32, u32, Tokens)>,
     /// The run in flight was cut short.
     cut_short: bool,
     /// (step, gap before it) with gaps strictly decreasing: the longest gap
@@ -249,6 +263,11 @@ impl Batcher {
             changes: BinaryHeap::new(),
             fresh: Vec::new(),
             ahead: Vec::new(),
+            ahead_freed: 0,
+            step_used: Vec::new(),
+            step_changes: Vec::new(),
+            freed_next: false,
+            blocked_outside: false,
             cut_short: false,
             gaps: Vec::new(),
         }
@@ -321,6 +340,7 @@ impl Batcher {
         // fit the budget, its blocks, or a sequence needs a preemption, fall
         // back to planning every sequence one by one.
         let mut lazy = false;
+        self.freed_next = false;
         if self.lazy_decoding && self.dec_count <= budget && self.take_blocks(self.step + 1).is_ok() {
             shape = BatchShape {
                 new_tokens: self.dec_count,
@@ -340,6 +360,9 @@ impl Batcher {
         if self.batch.is_empty() && self.dec_count == 0 {
             return None;
         }
+        // The blocks of the step about to run (unless a cut run still holds
+        // some ahead).
+        self.pool.note_peak();
         self.stepping = true;
         self.step_started = now;
         let mut end = now + self.model.step_time(&shape);
@@ -348,7 +371,10 @@ impl Batcher {
         if self.batch.is_empty() {
             // Pure decoding: the same batch until the first member finishes.
             let last = self.next_finish().expect("members have finish steps");
-            let most = (last - self.step).min(self.max_run as u64);
+            let mut most = (last - self.step).min(self.max_run as u64);
+            if self.freed_next {
+                most = 1; // see take_blocks
+            }
             while k < most && end < horizon {
                 shape.context_tokens += self.dec_count;
                 end += self.model.step_time(&shape);
@@ -506,48 +532,93 @@ impl Batcher {
         None
     }
 
-    /// Gives every member the blocks of its step `e` if it has not got them
-    /// yet. On a shortfall, returns the first step whose blocks are missing
-    /// (members before it keep what they took). Past the next step, blocks
-    /// come from plain free blocks only and are recorded, so that a cut can
-    /// give them back and the pool is, whenever anything else looks at it,
-    /// what stepping one event at a time would have made it.
+    /// Gives every member the blocks of each step up to `e` it has not got
+    /// yet, step by step in step order, as stepping one event at a time
+    /// would. On a shortfall, returns the first step whose blocks are missing
+    /// (the changes of earlier steps stay made). Past the next step, blocks
+    /// are recorded as held ahead, so that a cut can give them back and the
+    /// pool is, whenever anything else looks at it, what stepping one event
+    /// at a time would have made it.
+    ///
+    /// A step's changes are made all or none, and only from plain free
+    /// blocks: if the blocks its members grow by exceed them, it is a
+    /// shortfall (for the next step, the caller then plans every sequence
+    /// one by one, with evictions and preemptions in their order). A window
+    /// group's holding also shrinks as tokens leave the window; since the
+    /// growth alone must fit, the order stepping one by one visits the
+    /// members in cannot matter, and blocks freed by one member never serve
+    /// another's growth in the same step earlier than stepping would.
     fn take_blocks(&mut self, e: u64) -> Result<(), u64> {
-        let ahead = e > self.step + 1;
-        while let Some(&Reverse((n, slot, g))) = self.changes.peek() {
-            if n > e {
-                break;
-            }
-            self.changes.pop();
-            if self.generation[slot as usize] != g {
-                continue;
-            }
-            let seq = self.seqs[slot as usize].as_mut().expect("member slot");
-            let l = seq.lazy.expect("member");
-            let to = l.computed + Tokens::new(e - l.join);
-            let from = to - Tokens::new(1);
-            if !ahead && !self.ahead.is_empty() {
-                let extra = self.pool.extra_needed(&seq.alloc, from, to, false);
-                self.make_room(extra);
-            }
-            let seq = self.seqs[slot as usize].as_mut().expect("member slot");
-            let taken = if ahead {
-                self.pool.resize_from_free(&mut seq.alloc, from, to)
-            } else {
-                self.pool.resize(&mut seq.alloc, from, to, false)
+        // Pool counts read while blocks of a cut run are still held ahead
+        // are not the stepping ones, so they only count towards the peak
+        // once given back.
+        let exact = self.ahead.is_empty();
+        let mut step_changes = std::mem::take(&mut self.step_changes);
+        let result = loop {
+            let n = match self.changes.peek() {
+                Some(&Reverse((n, ..))) if n <= e => n,
+                _ => break Ok(()),
             };
-            if taken.is_err() {
-                self.changes.push(Reverse((n, slot, g)));
-                return Err(n);
+            let ahead = n > self.step + 1;
+            // This step's changes, and how many blocks they grow by.
+            step_changes.clear();
+            let mut grow = 0u64;
+            let mut net = 0i64;
+            while let Some(&Reverse((m, slot, g))) = self.changes.peek() {
+                if m != n {
+                    break;
+                }
+                self.changes.pop();
+                if self.generation[slot as usize] != g {
+                    continue;
+                }
+                let seq = self.seqs[slot as usize].as_ref().expect("member slot");
+                let l = seq.lazy.expect("member");
+                let to = l.computed + Tokens::new(n - l.join);
+                let delta = self.pool.change_in_blocks(&seq.alloc, to - Tokens::new(1), to);
+                grow += delta.max(0) as u64;
+                net += delta;
+                step_changes.push((slot, g, to));
             }
-            if ahead {
-                self.ahead.push((slot, g));
-                self.pool.suspend_peak = true;
+            if !ahead {
+                self.make_room(grow);
             }
-            let next = Self::change_step(l, seq.alloc.stable_to());
-            self.changes.push(Reverse((next, slot, g)));
-        }
-        Ok(())
+            // Blocks freed at the start of step n (a window group's leaving
+            // the window) can let something waiting for blocks in: a waiting
+            // sequence at step n's admission, a decode rank's reservation at
+            // its end, when stepping one by one retries them. Step n must
+            // then start a plan of its own and run alone.
+            let waiters = self.blocked_outside || !self.waiting.is_empty();
+            if grow > self.pool.free_plain() || (net < 0 && waiters && ahead) {
+                for &(slot, g, _) in &step_changes {
+                    self.changes.push(Reverse((n, slot, g)));
+                }
+                break Err(n);
+            }
+            if net < 0 && waiters {
+                self.freed_next = true;
+            }
+            for &(slot, g, to) in &step_changes {
+                let seq = self.seqs[slot as usize].as_mut().expect("member slot");
+                let l = seq.lazy.expect("member");
+                let free_before = self.pool.free_plain();
+                self.pool
+                    .resize_from_free(&mut seq.alloc, to - Tokens::new(1), to)
+                    .expect("the step's growth fits the plain free blocks");
+                if ahead {
+                    self.ahead.push((slot, g));
+                    self.ahead_freed += self.pool.free_plain().saturating_sub(free_before);
+                    self.pool.suspend_peak = true;
+                }
+                let next = Self::change_step(l, seq.alloc.stable_to());
+                self.changes.push(Reverse((next, slot, g)));
+            }
+            if exact {
+                self.step_used.push((n, self.pool.used()));
+            }
+        };
+        self.step_changes = step_changes;
+        result
     }
 
     /// The first step at which a member needs blocks its allocation, held
@@ -607,6 +678,8 @@ impl Batcher {
         if self.dec_count == 0 {
             return;
         }
+        // One by one, every sequence's blocks must be the stepping ones.
+        self.settle();
         for i in 0..self.running.len() {
             let slot = self.running[i];
             if self.seqs[slot as usize].as_ref().is_some_and(|s| s.lazy.is_some()) {
@@ -626,30 +699,48 @@ impl Batcher {
             return;
         }
         let target = if self.stepping { self.step + self.planned as u64 } else { self.step };
-        for (slot, g) in std::mem::take(&mut self.ahead) {
-            if self.generation[slot as usize] != g {
-                continue;
-            }
-            let seq = self.seqs[slot as usize].as_mut().expect("member slot");
-            let l = seq.lazy.expect("member");
-            let to = l.computed + Tokens::new(target.max(l.join + 1) - l.join);
-            if seq.alloc.tokens() > to {
+        let ahead = std::mem::take(&mut self.ahead);
+        // Blocks given back first, then the window blocks taken back that a
+        // member freed ahead of the step that frees them: the end state is
+        // the stepping one, which fits, so the second pass always finds room.
+        for regrow in [false, true] {
+            for &(slot, g) in &ahead {
+                if self.generation[slot as usize] != g {
+                    continue;
+                }
+                let seq = self.seqs[slot as usize].as_mut().expect("member slot");
+                let l = seq.lazy.expect("member");
+                let to = l.computed + Tokens::new(target.max(l.join + 1) - l.join);
+                if seq.alloc.tokens() <= to {
+                    continue;
+                }
+                let from = to - Tokens::new(1);
+                if (self.pool.extra_needed(&seq.alloc, from, to, false) > 0) != regrow {
+                    continue;
+                }
                 self.pool
-                    .resize(&mut seq.alloc, to - Tokens::new(1), to, false)
-                    .expect("blocks given back leave room for a window's one extra block");
+                    .resize_from_free(&mut seq.alloc, from, to)
+                    .expect("blocks given back first leave room for the ones taken back");
                 // The old heap entry stays; a duplicate only costs a pop.
                 let next = Self::change_step(l, seq.alloc.stable_to());
                 self.changes.push(Reverse((next, slot, g)));
             }
         }
+        self.ahead_freed = 0;
+        self.step_used.retain(|&(n, _)| n <= target);
         self.pool.suspend_peak = false;
         self.pool.note_peak();
     }
 
     /// Settles first if taking `extra` blocks would need blocks held ahead
     /// (so an allocation never fails or evicts because of them).
+    ///
+    /// Blocks held ahead make the plain free count smaller than stepping
+    /// one by one would, but blocks a window group freed ahead make it
+    /// larger; counting the latter out, an allocation that the count allows
+    /// succeeds from plain free blocks either way.
     pub fn make_room(&mut self, extra: u64) {
-        if !self.ahead.is_empty() && extra > self.pool.free_plain() {
+        if !self.ahead.is_empty() && extra + self.ahead_freed > self.pool.free_plain() {
             self.settle();
         }
     }
@@ -698,10 +789,16 @@ impl Batcher {
             // Never the whole goal from the cache: at least one token is computed.
             let limit = seq.goal(mode).saturating_sub(Tokens::new(1));
             let hit = pool.lookup(&seq.req.prefix, seq.req.prompt, limit);
-            if let Err(short) = pool.pin(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit) {
-                self.last_need = short.needed;
+            // All or nothing, as vLLM allocates: the hit and the first chunk.
+            let from = pool.hit_tokens(hit);
+            let to = from + Tokens::new((seq.goal(mode) - from).get().min(budget));
+            let ckpt = checkpoints && mode == Mode::PrefillOnly && to == seq.goal(mode);
+            let need = pool.blocks_after_hit(hit, from, to, ckpt);
+            if pool.can_pin_and_take(&seq.req.prefix, seq.req.prompt, hit, need).is_err() {
+                self.last_need = need + u64::from(hit) * pool.fa_groups();
                 return false;
             }
+            pool.pin(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit).expect("checked");
             seq.computed = pool.hit_tokens(hit);
             seq.looked_up = true;
         }
@@ -771,9 +868,15 @@ impl Batcher {
         if !std::mem::take(&mut self.cut_short) {
             // The run ran to its end: every block taken ahead is now needed.
             self.ahead.clear();
+            self.ahead_freed = 0;
             self.pool.suspend_peak = false;
         }
         self.pool.note_peak();
+        for (n, used) in self.step_used.drain(..) {
+            if n <= self.step {
+                self.pool.note_peak_of(used);
+            }
+        }
         let first_end = self.end(before + 1);
         for slot in self.fresh.drain(..) {
             let seq = self.seqs[slot as usize].as_mut().expect("fresh members finish no earlier than here");

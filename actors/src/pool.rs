@@ -146,6 +146,10 @@ impl KvPool {
     pub fn groups(&self) -> &[CacheGroup] {
         &self.groups
     }
+    /// Full-attention groups: the blocks one cache entry covers.
+    pub fn fa_groups(&self) -> u64 {
+        self.fa_groups
+    }
     /// The budget.
     pub fn num_blocks(&self) -> u64 {
         self.num_blocks
@@ -174,6 +178,12 @@ impl KvPool {
     /// Plain free blocks (cached-but-unpinned ones not counted).
     pub fn free_plain(&self) -> u64 {
         self.free
+    }
+
+    /// The blocks moving `alloc` to the decode step `from..to` takes
+    /// (negative: gives back); no side effects.
+    pub fn change_in_blocks(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> i64 {
+        self.private_need(from, to, false, alloc.shared) as i64 - alloc.private as i64
     }
 
     /// How many more blocks moving `alloc` to the step `from..to` takes (0
@@ -235,6 +245,12 @@ impl KvPool {
         if !self.suspend_peak {
             self.peak_used = self.peak_used.max(self.private + self.shared);
         }
+    }
+
+    /// Records `used` blocks in use (at a moment read earlier, while the
+    /// counts were the stepping ones) as the peak if it exceeds it.
+    pub fn note_peak_of(&mut self, used: u64) {
+        self.peak_used = self.peak_used.max(used);
     }
 
     /// Moves `alloc` to the step `from..to` (with or without checkpoint
@@ -359,6 +375,31 @@ impl KvPool {
     /// The tokens `blocks` cached full-attention blocks cover.
     pub fn hit_tokens(&self, blocks: u32) -> Tokens {
         self.fa_block.map_or(Tokens::ZERO, |b| Blocks::new(u64::from(blocks)).tokens(b))
+    }
+
+    /// Whether pinning the first `n` cached blocks of the prompt and then
+    /// taking `need` private blocks would succeed, without doing either.
+    ///
+    /// Pinning and allocating one after the other may evict cached blocks
+    /// for the first part before the second fails; vLLM checks the whole
+    /// allocation against the free and evictable blocks first (the hit's
+    /// own evictable blocks excepted), so a failed attempt changes nothing.
+    /// Callers check with this before [`KvPool::pin`].
+    pub fn can_pin_and_take(&self, prefix: &PrefixIds, prompt: Tokens, n: u32, need: u64) -> Result<(), Shortfall> {
+        // A window group may hold one block more at the hit than after it.
+        let t = self.hit_tokens(n);
+        let need = need.max(if n == 0 { 0 } else { self.private_need(t, t, false, n) });
+        let mut available = self.free + self.cached_free;
+        for i in 0..n {
+            let k = self.key(prefix, prompt, i).expect("pinned blocks were looked up");
+            if self.entries.get(&k).is_some_and(|e| e.refs == 0) {
+                available -= self.fa_groups;
+            }
+        }
+        if need > available {
+            return Err(Shortfall { needed: need, available });
+        }
+        Ok(())
     }
 
     /// Pins the first `n` cached blocks of the prompt for an empty `alloc`

@@ -427,10 +427,13 @@ impl DecodeRank {
             let need = pool.blocks_after_hit(hit, n - Tokens::new(1), n, false);
             self.core.batcher.make_room(need);
             let pool = &mut self.core.batcher.pool;
-            let mut alloc = Alloc::default();
-            if pool.pin(&mut alloc, &req.prefix, prompt, hit).is_err() {
+            // All or nothing, as vLLM allocates: a reservation that waits
+            // evicts nothing.
+            if pool.can_pin_and_take(&req.prefix, prompt, hit, need).is_err() {
                 break;
             }
+            let mut alloc = Alloc::default();
+            pool.pin(&mut alloc, &req.prefix, prompt, hit).expect("checked");
             // Reserve what the first decode step holds (the KV of all N
             // prompt tokens, as vLLM allocates for the whole prompt), which
             // covers the T tokens that land; the hit never reaches past
@@ -552,6 +555,7 @@ impl Actor<Msg> for DecodeRank {
             other => unreachable!("a decode rank gets no {other:?}"),
         }
         self.try_reserve(ctx);
+        self.core.batcher.blocked_outside = !self.pending.is_empty();
         self.core.kick(ctx, decode_started);
         let extra = [
             (Metric::PendingReservations, self.pending.len() as u64),
