@@ -9,7 +9,9 @@
 //! admitted running sequence (vLLM's recompute preemption): its blocks are
 //! freed and it goes back to the front of the queue to recompute its prompt
 //! and the tokens generated so far. No admission happens in a step that
-//! preempted, unless the step would otherwise be empty.
+//! preempted, unless the step would otherwise be empty; then the sequences
+//! it preempted sit it out (taking them straight back can loop forever) and
+//! the ones behind them may run.
 //!
 //! One step is one engine event: the rank schedules the step, asks its
 //! step-time model how long it takes, and applies the results when the
@@ -404,7 +406,7 @@ impl Batcher {
     /// blocks fails the plan (the caller falls back); without, it preempts.
     fn fill(&mut self, lazy: bool, shape: &mut BatchShape, budget: &mut u64) -> Result<(), ()> {
         let mode = self.mode;
-        let mut preempted = false;
+        let mut preempted = 0usize;
         // With every running sequence in the decoding set there is nothing
         // to visit here.
         let mut i = if self.running.len() as u64 == self.dec_count { self.running.len() } else { 0 };
@@ -446,7 +448,7 @@ impl Batcher {
                 let victim = *self.running.last().expect("running is not empty");
                 self.running.pop();
                 self.preempt(victim);
-                preempted = true;
+                preempted += 1;
                 if victim == slot {
                     break false;
                 }
@@ -468,11 +470,29 @@ impl Batcher {
         // empty: then later sequences that fit may go ahead, so that a
         // preempted sequence needing a large recompute cannot stall requests
         // whose blocks are already reserved.
-        let mut wi = 0;
-        while *budget > 0 && self.running.len() < self.max_seqs && wi < self.waiting.len() {
+        //
+        // The sequences preempted in this plan wait at the front of the
+        // queue. If the step is empty, taking them straight back could
+        // repeat forever: a recompute whose first chunk fits but whose
+        // second does not, beside sequences that hold the rest of the pool
+        // and wait behind it for the token budget, is preempted and taken
+        // back at every step (vLLM's own order would loop there). They sit
+        // this step out, so the sequences behind them can run and free
+        // their blocks (unless nothing else can: then they are taken back).
+        let mut wi = preempted;
+        let mut sitting_out = preempted > 0;
+        loop {
+            if wi >= self.waiting.len() || *budget == 0 || self.running.len() >= self.max_seqs {
+                if sitting_out && self.batch.is_empty() && self.dec_count == 0 {
+                    sitting_out = false;
+                    wi = 0;
+                    continue;
+                }
+                break;
+            }
             // "Empty" counts the decoding set, as stepping one by one would.
             let empty = self.batch.is_empty() && self.dec_count == 0;
-            if preempted && !empty {
+            if preempted > 0 && !empty {
                 break;
             }
             let slot = self.waiting[wi];

@@ -149,3 +149,33 @@ fn resolved_scenarios_serialize_to_json() {
     assert_eq!(v["workload"]["arrival"]["kind"], "poisson");
     assert_eq!(v["seed"], 1);
 }
+
+/// The shipped pressure scenario pushed past what its decode pool serves
+/// (7 requests a second): with seed 1, from the 1,114th request on, a
+/// preempted 10,292-token recompute at the head of the decode queue fits
+/// its first 8,192-token chunk but not its second, while 13 landed
+/// requests hold the rest of the pool and wait behind it for the token
+/// budget. Taking it straight back after each preemption repeated forever.
+/// The run is capped at 3,000 simulated seconds (about 2,600 would do), so
+/// a return of that loop fails here instead of hanging.
+#[test]
+fn a_recompute_that_cannot_finish_does_not_starve_the_queue_behind_it() {
+    let s = scenario::load(scenario_file("glm-5.3-flash-2p1d-pressure.toml"))
+        .unwrap()
+        .with_overrides(&[("workload.arrival.rate_per_s", toml::Value::Float(7.0))])
+        .unwrap();
+    let dep = actors::sim::Deployment::build(s.model_spec(), s.deployment()).unwrap();
+    let workload = s.workload();
+    let input = actors::sim::RunInput {
+        seed: 1,
+        source: Box::new(workload.source(1, Some(1_200)).unwrap()),
+        arrivals: workload.arrival_mode(),
+        max_requests: Some(1_200),
+        slo: s.slo().clone(),
+        until: Some(sim_core::SimTime::ZERO.saturating_add(sim_core::SimDuration::from_secs(3_000))),
+    };
+    let out = actors::sim::run(&dep, input).unwrap();
+    assert_eq!(out.violations, Vec::<String>::new());
+    assert_eq!(out.summary.completed, 1_200, "{:?}", out.summary.failure_reasons);
+    assert!(out.summary.preemptions > 100, "the pool thrashes: {} preemptions", out.summary.preemptions);
+}
