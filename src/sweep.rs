@@ -315,9 +315,13 @@ pub struct Shard {
 }
 
 impl Shard {
-    /// Whether point `index` belongs to this shard: `index % n == k − 1`.
-    pub fn owns(&self, index: usize) -> bool {
-        index % self.n == self.k - 1
+    /// The points of a `total`-point sweep this shard runs: the k-th of n
+    /// contiguous slices, `(k − 1)·total/n .. k·total/n` (sizes differ by
+    /// at most one), so that the shards' CSVs concatenated in shard order
+    /// are the whole sweep's, row for row.
+    pub fn range(&self, total: usize) -> std::ops::Range<usize> {
+        let at = |k: usize| (k as u128 * total as u128 / self.n as u128) as usize;
+        at(self.k - 1)..at(self.k)
     }
 }
 
@@ -350,7 +354,11 @@ mod tests {
         for bad in ["0/3", "4/3", "1/0", "x/2", "3", ""] {
             assert!(bad.parse::<Shard>().is_err(), "{bad}");
         }
-        let s = Shard { k: 2, n: 3 };
-        assert_eq!((0..7).filter(|&i| s.owns(i)).collect::<Vec<_>>(), vec![1, 4]);
+        // 7 points in 3 shards: 7/3 = 2.33, so the cuts fall at 2 and 4.
+        let ranges: Vec<_> = (1..=3).map(|k| Shard { k, n: 3 }.range(7)).collect();
+        assert_eq!(ranges, vec![0..2, 2..4, 4..7]);
+        // More shards than points: some shards run nothing.
+        let ranges: Vec<_> = (1..=4).map(|k| Shard { k, n: 4 }.range(2)).collect();
+        assert_eq!(ranges, vec![0..0, 0..1, 1..1, 1..2]);
     }
 }

@@ -22,10 +22,10 @@ pub struct Args {
     /// not depend on it.
     #[arg(long, short, value_name = "J", value_parser = super::count_at_least_one)]
     pub jobs: Option<u64>,
-    /// Run only shard K of N (1-based): the points whose index i has
-    /// i mod N = K − 1. Writes DIR/sweep.shard-K-of-N.csv, with the header
-    /// in shard 1 only, so that `cat DIR/sweep.shard-*-of-N.csv` is the
-    /// whole sweep (rows grouped by shard; sort on `point` for point order).
+    /// Run only shard K of N (1-based): the K-th of N contiguous slices of
+    /// the points. Writes DIR/sweep.shard-K-of-N.csv, with the header in
+    /// shard 1 only, so that `cat DIR/sweep.shard-*-of-N.csv` is the whole
+    /// sweep's sweep.csv, byte for byte.
     #[arg(long, value_name = "K/N")]
     pub shard: Option<Shard>,
     /// Serve this many requests at every point, replacing the sweep file's
@@ -117,7 +117,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     // bad sweep fails the same way before anything runs.
     let points = sweep.points()?;
     let requests = args.requests.or(sweep.requests);
-    let mine: Vec<usize> = (0..points.len()).filter(|&i| args.shard.is_none_or(|s| s.owns(i))).collect();
+    let mine: Vec<usize> = args.shard.map_or(0..points.len(), |s| s.range(points.len())).collect();
     let dir = args.out.clone().unwrap_or_else(|| {
         let stem = args.sweep.file_stem().map_or_else(|| "sweep".into(), |s| s.to_string_lossy().into_owned());
         Path::new("out").join(stem)
