@@ -29,6 +29,7 @@
 //! platform. Sampled gaps are rounded once to whole nanoseconds and added as
 //! integers; the first request arrives at time 0.
 
+use actors::router::MAX_REQUEST_TOKENS;
 use actors::units::Tokens;
 use actors::workload::{ArrivalMode, PrefixIds, RequestSource, RequestSpec, WorkloadError, mix};
 use rand::Rng;
@@ -186,6 +187,15 @@ impl WorkloadSpec {
                     return Err(Issue::new("output_tokens", "missing field (a synthetic workload needs one)"));
                 };
                 output.check().map_err(|i| i.under("output_tokens"))?;
+                let (p, o) = (prompt.largest(), output.largest());
+                if p + o > MAX_REQUEST_TOKENS {
+                    return Err(Issue::new(
+                        "output_tokens",
+                        format!(
+                            "up to {p} prompt and {o} output tokens: a request holds at most {MAX_REQUEST_TOKENS} together"
+                        ),
+                    ));
+                }
                 if let Some(sp) = &self.shared_prefix {
                     at_least_one("shared_prefix.groups", sp.groups)?;
                     at_least_one("shared_prefix.tokens", sp.tokens)?;
@@ -286,6 +296,38 @@ impl ArrivalSpec {
 impl LengthSpec {
     /// Checks the parameters; paths are relative to the distribution.
     pub fn check(&self) -> Result<(), Issue> {
+        self.check_ranges()?;
+        let largest = self.largest();
+        if largest > MAX_REQUEST_TOKENS - 1 {
+            let field = match self {
+                LengthSpec::Fixed { .. } => "value",
+                LengthSpec::Empirical { .. } => "values",
+                _ => "max",
+            };
+            return Err(Issue::new(
+                field,
+                format!(
+                    "{largest} tokens is more than a request may hold ({MAX_REQUEST_TOKENS} prompt and output together)"
+                ),
+            ));
+        }
+        if self.sampler().is_none() {
+            return Err(Issue::new("std", "out of range: the distribution cannot be sampled"));
+        }
+        Ok(())
+    }
+
+    /// The most tokens a draw can give.
+    pub fn largest(&self) -> u64 {
+        match self {
+            LengthSpec::Fixed { value } => *value,
+            LengthSpec::Uniform { max, .. } => *max,
+            LengthSpec::Normal { max, .. } | LengthSpec::Lognormal { max, .. } => max.unwrap_or(UNBOUNDED_MAX),
+            LengthSpec::Empirical { values } => values.iter().copied().max().unwrap_or(0),
+        }
+    }
+
+    fn check_ranges(&self) -> Result<(), Issue> {
         match self {
             LengthSpec::Fixed { value } => at_least_one("value", *value),
             LengthSpec::Uniform { min, max } => {
@@ -334,7 +376,7 @@ impl LengthSpec {
             LengthSpec::Uniform { min, max } if min <= max => LengthSampler::Uniform(*min, *max),
             LengthSpec::Uniform { .. } => return None,
             LengthSpec::Normal { mean, std, max } => {
-                LengthSampler::Normal(Normal::new(*mean, *std).ok()?, max.unwrap_or(u64::MAX))
+                LengthSampler::Normal(Normal::new(*mean, *std).ok()?, max.unwrap_or(UNBOUNDED_MAX))
             }
             LengthSpec::Lognormal { mean, std, max } => {
                 if !(mean.is_finite() && *mean > 0.0) {
@@ -343,7 +385,7 @@ impl LengthSpec {
                 // libm, not the platform's log, so every machine gets the same bits.
                 let sigma2 = libm::log(1.0 + (std / mean) * (std / mean));
                 let mu = libm::log(*mean) - sigma2 / 2.0;
-                LengthSampler::LogNormal(LogNormal::new(mu, sigma2.sqrt()).ok()?, max.unwrap_or(u64::MAX))
+                LengthSampler::LogNormal(LogNormal::new(mu, sigma2.sqrt()).ok()?, max.unwrap_or(UNBOUNDED_MAX))
             }
             LengthSpec::Empirical { values } if !values.is_empty() => LengthSampler::Empirical(values.clone()),
             LengthSpec::Empirical { .. } => return None,
@@ -352,8 +394,13 @@ impl LengthSpec {
     }
 }
 
+/// Where a `normal` or `lognormal` length without a `max` is clamped: half
+/// of what a request may hold, so that any prompt and output drawn fit
+/// together (no real draw comes near it).
+pub const UNBOUNDED_MAX: u64 = MAX_REQUEST_TOKENS / 2;
+
 /// Draws token counts from a [`LengthSpec`]: rounded, at least 1, at most
-/// the spec's `max`.
+/// the spec's `max` (or [`UNBOUNDED_MAX`]).
 #[derive(Clone, Debug)]
 pub enum LengthSampler {
     /// Always this.

@@ -165,6 +165,29 @@ fn zero_and_negative_rates_and_sizes_are_refused() {
         "workload.output_tokens.value",
         "must be >= 1",
     );
+    // Lengths no request can hold, or a distribution that cannot be
+    // sampled, are refused here rather than when the run draws them.
+    refused(
+        "huge-fixed.toml",
+        &base_with_line(16, "prompt_tokens = { kind = \"fixed\", value = 4294967296 }"),
+        Some(16),
+        "workload.prompt_tokens.value",
+        "4294967296 tokens is more than a request may hold",
+    );
+    refused(
+        "unsampleable.toml",
+        &base_with_line(16, "prompt_tokens = { kind = \"lognormal\", mean = 100, std = 1e300 }"),
+        Some(16),
+        "workload.prompt_tokens.std",
+        "cannot be sampled",
+    );
+    refused(
+        "huge-together.toml",
+        &base_with_line(16, "prompt_tokens = { kind = \"uniform\", min = 1, max = 4294967290 }"),
+        Some(17),
+        "workload.output_tokens",
+        "up to 4294967290 prompt and 10 output tokens",
+    );
     refused(
         "negative-step.toml",
         &base_with_line(7, "step_time = { kind = \"linear\", fixed_us = -5 }"),
