@@ -15,6 +15,7 @@ use crate::config::Policy;
 use crate::fxmap::FxHashMap;
 use crate::msg::Msg;
 use crate::request::{ReqId, Request};
+use crate::units::Tokens;
 use crate::workload::{ArrivalMode, PrefixIds, RequestSource, RequestSpec, WorkloadError};
 
 /// The most tokens (prompt and output together) one request may have: far
@@ -74,12 +75,15 @@ struct Shadow {
     ids: FxHashMap<u64, u64>,
     lru: BTreeMap<u64, u64>,
     tick: u64,
-    capacity: usize,
+    /// Tokens the rank's pool can cache.
+    capacity: Tokens,
 }
 
 impl KvAware {
-    /// A policy over ranks that can each cache about `capacity` prefix ids.
-    pub fn new(ranks: usize, capacity: usize) -> Self {
+    /// A policy over ranks that can each cache about `capacity` tokens of
+    /// prompts (the shadow holds as many prefix ids as cover them, at the
+    /// ids' own block size).
+    pub fn new(ranks: usize, capacity: Tokens) -> Self {
         KvAware { shadows: (0..ranks).map(|_| Shadow { capacity, ..Shadow::default() }).collect() }
     }
 
@@ -97,13 +101,14 @@ impl RoutePolicy for KvAware {
 
     fn routed(&mut self, req: &Request, rank: usize) {
         let s = &mut self.shadows[rank];
+        let most = (s.capacity.get() / req.prefix.block_tokens.get().max(1)).max(1);
         for &id in &req.prefix.ids {
             s.tick += 1;
             if let Some(old) = s.ids.insert(id, s.tick) {
                 s.lru.remove(&old);
             }
             s.lru.insert(s.tick, id);
-            while s.ids.len() > s.capacity.max(1) {
+            while s.ids.len() as u64 > most {
                 let (_, evict) = s.lru.pop_first().expect("non-empty");
                 s.ids.remove(&evict);
             }
@@ -111,8 +116,9 @@ impl RoutePolicy for KvAware {
     }
 }
 
-/// The policy a config names; `capacity` sizes the KV-aware shadows.
-pub fn policy(p: Policy, ranks: usize, capacity: usize) -> Box<dyn RoutePolicy> {
+/// The policy a config names; `capacity` (tokens a rank can cache) sizes the
+/// KV-aware shadows.
+pub fn policy(p: Policy, ranks: usize, capacity: Tokens) -> Box<dyn RoutePolicy> {
     match p {
         Policy::RoundRobin => Box::new(RoundRobin::default()),
         Policy::LeastOutstanding => Box::new(LeastOutstanding),
@@ -317,5 +323,31 @@ impl Actor<Msg> for Router {
             }
             other => unreachable!("the router gets no {other:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_ids(block_tokens: u64, ids: &[u64]) -> Request {
+        let prefix = PrefixIds { block_tokens: Tokens::new(block_tokens), ids: ids.to_vec() };
+        let prompt = Tokens::new(block_tokens * ids.len() as u64);
+        Request::new(0, prompt, Tokens::new(1), prefix, SimTime::ZERO)
+    }
+
+    /// A rank caching 64 tokens holds four 16-token ids in the shadow (the
+    /// oldest go first), but only one 512-token id.
+    #[test]
+    fn the_shadow_holds_the_tokens_a_rank_caches() {
+        let mut kv = KvAware::new(1, Tokens::new(64));
+        kv.routed(&with_ids(16, &[1, 2, 3, 4]), 0);
+        assert_eq!(kv.matched(0, &with_ids(16, &[1, 2, 3, 4]).prefix), 4);
+        kv.routed(&with_ids(16, &[5, 6]), 0);
+        assert_eq!(kv.matched(0, &with_ids(16, &[3, 4, 5, 6]).prefix), 4, "3, 4, 5 and 6 stay");
+        assert_eq!(kv.matched(0, &with_ids(16, &[1, 2]).prefix), 0, "1 and 2 are evicted");
+        kv.routed(&with_ids(512, &[7, 8]), 0);
+        assert_eq!(kv.matched(0, &with_ids(512, &[8]).prefix), 1);
+        assert_eq!(kv.matched(0, &with_ids(512, &[7]).prefix), 0);
     }
 }

@@ -418,15 +418,16 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
     let spec = &dep.spec;
     let first_role = if dep.is_disaggregated() { Role::Prefill } else { Role::Aggregated };
     let first = dep.plan(first_role).expect("built");
+    // Tokens a rank's pool caches: its blocks at the full-attention block size.
     let capacity = |p: &RolePlan| {
         let b =
             p.groups.iter().find(|g| g.kind() == CacheGroupKind::FullAttention).map_or(16, |g| g.block_size().get());
-        usize::try_from(p.spec.num_blocks * b / 512).unwrap_or(usize::MAX)
+        Tokens::new(p.spec.num_blocks.saturating_mul(b))
     };
     let first_policy = policy(spec.router.prefill_policy, first.spec.count as usize, capacity(first));
     let decode_policy = match dep.plan(Role::Decode) {
         Some(d) => policy(spec.router.decode_policy, d.spec.count as usize, capacity(d)),
-        None => policy(spec.router.decode_policy, 1, 1),
+        None => policy(spec.router.decode_policy, 1, Tokens::new(1)),
     };
     let mut router = Router::new(first_policy, decode_policy, input.source, input.arrivals, input.max_requests);
     let first_arrival = router.prime()?;
