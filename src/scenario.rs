@@ -685,12 +685,9 @@ impl<'a> Ctx<'a> {
             }
         }
         let link = &d.link;
-        if Bandwidth::from_gb_per_s(link.bandwidth_gb_s).is_none() {
+        if let Err(why) = Bandwidth::parse_gb_per_s(link.bandwidth_gb_s) {
             positive("link.bandwidth_gb_s", link.bandwidth_gb_s).map_err(|i| self.issue(i))?;
-            return Err(self.err(
-                "link.bandwidth_gb_s",
-                format!("{} GB/s does not fit in 64-bit bytes per second", link.bandwidth_gb_s),
-            ));
+            return Err(self.err("link.bandwidth_gb_s", why));
         }
         non_negative("link.latency_us", link.latency_us).map_err(|i| self.issue(i))?;
         let p = d.faults.decode_abort_probability;

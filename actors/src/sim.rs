@@ -175,9 +175,8 @@ impl Deployment {
         }
         let model = validated.pop().expect("at least one role is present").1;
         let l = &spec.link;
-        let bandwidth = Bandwidth::from_gb_per_s(l.bandwidth_gb_s).ok_or_else(|| {
-            field_err("link.bandwidth_gb_s", format!("must be a finite number > 0, got {}", l.bandwidth_gb_s))
-        })?;
+        let bandwidth =
+            Bandwidth::parse_gb_per_s(l.bandwidth_gb_s).map_err(|why| field_err("link.bandwidth_gb_s", why))?;
         let latency_us = finite_nonneg("link.latency_us", l.latency_us)?;
         if latency_us > 1e9 {
             return Err(field_err("link.latency_us", format!("must be at most 1e9 (1,000 s), got {latency_us}")));

@@ -245,15 +245,28 @@ impl Bandwidth {
     /// assert!(Bandwidth::from_gb_per_s(f64::NAN).is_none());
     /// ```
     pub fn from_gb_per_s(gb: f64) -> Option<Bandwidth> {
+        Self::parse_gb_per_s(gb).ok()
+    }
+
+    /// [`Bandwidth::from_gb_per_s`], saying what is wrong with `gb`.
+    ///
+    /// ```
+    /// use actors::units::Bandwidth;
+    /// let e = Bandwidth::parse_gb_per_s(1e-12).unwrap_err();
+    /// assert_eq!(e, "0.000000000001 GB/s rounds to 0 bytes per second (the least is 1e-9 GB/s)");
+    /// ```
+    pub fn parse_gb_per_s(gb: f64) -> Result<Bandwidth, String> {
         if !gb.is_finite() || gb <= 0.0 {
-            return None;
+            return Err(format!("must be a finite number > 0, got {gb}"));
         }
         let bps = (gb * 1e9).round();
         // 2^64 is exactly representable; anything at or past it does not fit.
         if bps >= 18_446_744_073_709_551_616.0 {
-            return None;
+            return Err(format!("{gb} GB/s does not fit in 64-bit bytes per second"));
         }
-        NonZeroU64::new(bps as u64).map(Bandwidth)
+        NonZeroU64::new(bps as u64)
+            .map(Bandwidth)
+            .ok_or_else(|| format!("{gb} GB/s rounds to 0 bytes per second (the least is 1e-9 GB/s)"))
     }
 
     /// `bps` bytes per second; `None` for zero.

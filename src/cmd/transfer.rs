@@ -84,8 +84,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         Some(x) => (x, "--bandwidth-gb-s"),
         None => (link_spec.bandwidth_gb_s, "link.bandwidth_gb_s"),
     };
-    let bandwidth =
-        Bandwidth::from_gb_per_s(gb_s).ok_or_else(|| CmdError::BadInput(format!("{flag}: must be > 0, got {gb_s}")))?;
+    let bandwidth = Bandwidth::parse_gb_per_s(gb_s).map_err(|why| CmdError::BadInput(format!("{flag}: {why}")))?;
     let link = Link { latency: SimDuration::from_secs_f64(link_spec.latency_us / 1e6), bandwidth };
     let model = scenario.model();
     let p = payload(model, Tokens::new(n), Tokens::new(k)).map_err(|e| match e {

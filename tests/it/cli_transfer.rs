@@ -176,6 +176,8 @@ fn bad_flags_exit_2_naming_the_flag() {
     refused(&[g, "--prompt-tokens", "-5"], &["--prompt-tokens"]);
     refused(&[g, "--prompt-tokens", "100", "--bandwidth-gb-s", "0"], &["--bandwidth-gb-s", "got 0"]);
     refused(&[g, "--prompt-tokens", "100", "--bandwidth-gb-s", "-1"], &["--bandwidth-gb-s", "got -1"]);
+    // Positive, but less than a byte a second.
+    refused(&[g, "--prompt-tokens", "100", "--bandwidth-gb-s", "1e-12"], &["--bandwidth-gb-s", "rounds to 0 bytes"]);
     refused(&[g], &["--prompt-tokens"]);
     refused(&["no/such/scenario.toml", "--prompt-tokens", "100"], &["no/such/scenario.toml", "cannot read"]);
 }

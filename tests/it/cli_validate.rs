@@ -210,6 +210,13 @@ fn zero_and_negative_rates_and_sizes_are_refused() {
         "must be > 0, got 0",
     );
     refused(
+        "tiny-bandwidth.toml",
+        &(base_scenario() + "\n[link]\nbandwidth_gb_s = 1e-12\n"),
+        Some(20),
+        "link.bandwidth_gb_s",
+        "rounds to 0 bytes per second",
+    );
+    refused(
         "uniform-inverted.toml",
         &base_with_line(16, "prompt_tokens = { kind = \"uniform\", min = 10, max = 5 }"),
         Some(16),

@@ -154,6 +154,9 @@ fn ranks_refuse_the_other_sides_commands() {
     );
     // The requests those commands carried failed with the refusal as their reason.
     let out = b.run().unwrap();
+    // The commands went straight to the ranks, past the router, so it saw
+    // no request enter; every other check holds (pools, sources, links).
+    assert_eq!(out.violations, ["0 requests entered, 2 accounted for"]);
     assert_eq!(refusal_texts(&out).len(), 2);
     assert!(matches!(
         out.records[0].outcome,
@@ -190,6 +193,9 @@ fn an_aggregated_grouped_rank_refuses_every_handoff_command() {
             expect("destination", "CancelDestination"),
         ]
     );
+    let out = b.run().unwrap();
+    // Injected past the router, as above: only the entry count is off.
+    assert_eq!(out.violations, ["0 requests entered, 2 accounted for"]);
 }
 
 #[test]
