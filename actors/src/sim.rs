@@ -2,6 +2,8 @@
 //! what happened: per-request records, the summary, per-rank and per-link
 //! reports and timelines, and the conservation checks.
 
+use std::sync::Arc;
+
 use sim_core::{ActorId, SimDuration, SimTime, Simulation};
 
 use crate::batcher::{Batcher, BatcherStats, Mode};
@@ -14,8 +16,8 @@ use crate::msg::Msg;
 use crate::pool::KvPool;
 use crate::ranks::{AggregatedRank, DecodeRank, PrefillRank, RankCore, SourceStats};
 use crate::request::{FailReason, Outcome, Request};
-use crate::router::{Router, Targets, policy};
-use crate::steptime;
+use crate::router::{RoutePolicy, Router, Targets, policy};
+use crate::steptime::{self, StepTimeModel};
 use crate::units::{Bandwidth, Tokens};
 use crate::workload::{ArrivalMode, RequestSource, WorkloadError};
 
@@ -62,7 +64,29 @@ pub struct Deployment {
     hold: Option<SimDuration>,
     interval: SimDuration,
     lazy_decoding: bool,
+    plugins: Plugins,
 }
+
+/// Models and policies of the caller's own, by role.
+#[derive(Clone, Default)]
+struct Plugins {
+    step_time: Vec<(Role, StepTimeFactory)>,
+    route: Vec<(Role, PolicyFactory)>,
+}
+
+impl std::fmt::Debug for Plugins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let step_time: Vec<Role> = self.step_time.iter().map(|(r, _)| *r).collect();
+        let route: Vec<Role> = self.route.iter().map(|(r, _)| *r).collect();
+        f.debug_struct("Plugins").field("step_time", &step_time).field("route", &route).finish()
+    }
+}
+
+/// Makes a step-time model for one rank: see [`Deployment::set_step_time_model`].
+pub type StepTimeFactory = Arc<dyn Fn() -> Box<dyn StepTimeModel> + Send + Sync>;
+
+/// Makes a routing policy over a number of ranks: see [`Deployment::set_route_policy`].
+pub type PolicyFactory = Arc<dyn Fn(usize) -> Box<dyn RoutePolicy> + Send + Sync>;
 
 fn finite_nonneg(field: &str, v: f64) -> Result<f64, ConfigError> {
     if v.is_finite() && v >= 0.0 {
@@ -206,7 +230,40 @@ impl Deployment {
             hold,
             interval: SimDuration::from_millis_f64(ms),
             lazy_decoding: true,
+            plugins: Plugins::default(),
         })
+    }
+
+    /// Gives every rank of `role` a step-time model of the caller's own,
+    /// made by `make` (once per rank), in place of the spec's `step_time`.
+    /// The spec's model is still checked by [`Deployment::build`].
+    pub fn set_step_time_model(
+        &mut self,
+        role: Role,
+        make: impl Fn() -> Box<dyn StepTimeModel> + Send + Sync + 'static,
+    ) {
+        self.plugins.step_time.retain(|(r, _)| *r != role);
+        self.plugins.step_time.push((role, Arc::new(make)));
+    }
+
+    /// Routes requests to the ranks of `role` with a policy of the caller's
+    /// own, made by `make` from the number of ranks, in place of the spec's
+    /// router policy. [`Role::Prefill`] or [`Role::Aggregated`] sets the
+    /// policy that picks the first rank; [`Role::Decode`] the one that picks
+    /// the decode rank.
+    pub fn set_route_policy(
+        &mut self,
+        role: Role,
+        make: impl Fn(usize) -> Box<dyn RoutePolicy> + Send + Sync + 'static,
+    ) {
+        let role = if role == Role::Aggregated { Role::Prefill } else { role };
+        self.plugins.route.retain(|(r, _)| *r != role);
+        self.plugins.route.push((role, Arc::new(make)));
+    }
+
+    fn route_policy(&self, role: Role) -> Option<&PolicyFactory> {
+        let role = if role == Role::Aggregated { Role::Prefill } else { role };
+        self.plugins.route.iter().find(|(r, _)| *r == role).map(|(_, f)| f)
     }
 
     /// Turns the ranks' decoding sets off (on by default): every step then
@@ -238,7 +295,10 @@ impl Deployment {
     fn batcher(&self, plan: &RolePlan, mode: Mode) -> Batcher {
         let s = &plan.spec;
         let pool = KvPool::new(plan.groups.clone(), s.num_blocks, s.prefix_caching);
-        let model = steptime::build(&s.step_time).expect("checked in build");
+        let model = match self.plugins.step_time.iter().find(|(r, _)| *r == plan.role) {
+            Some((_, make)) => make(),
+            None => steptime::build(&s.step_time).expect("checked in build"),
+        };
         let checkpoints = mode == Mode::PrefillOnly && plan.rules.prefill_checkpoint_blocks();
         let mut b = Batcher::new(mode, s.max_num_batched_tokens, s.max_num_seqs, checkpoints, pool, model);
         b.check_invariants = self.spec.check_invariants;
@@ -423,10 +483,14 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
             p.groups.iter().find(|g| g.kind() == CacheGroupKind::FullAttention).map_or(16, |g| g.block_size().get());
         Tokens::new(p.spec.num_blocks.saturating_mul(b))
     };
-    let first_policy = policy(spec.router.prefill_policy, first.spec.count as usize, capacity(first));
-    let decode_policy = match dep.plan(Role::Decode) {
-        Some(d) => policy(spec.router.decode_policy, d.spec.count as usize, capacity(d)),
-        None => policy(spec.router.decode_policy, 1, Tokens::new(1)),
+    let first_policy = match dep.route_policy(first_role) {
+        Some(make) => make(first.spec.count as usize),
+        None => policy(spec.router.prefill_policy, first.spec.count as usize, capacity(first)),
+    };
+    let decode_policy = match (dep.plan(Role::Decode), dep.route_policy(Role::Decode)) {
+        (Some(d), Some(make)) => make(d.spec.count as usize),
+        (Some(d), None) => policy(spec.router.decode_policy, d.spec.count as usize, capacity(d)),
+        (None, _) => policy(spec.router.decode_policy, 1, Tokens::new(1)),
     };
     let mut router = Router::new(first_policy, decode_policy, input.source, input.arrivals, input.max_requests);
     let first_arrival = router.prime()?;

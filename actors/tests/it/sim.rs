@@ -7,7 +7,9 @@ use actors::model::{ModelSpec, Role};
 use actors::msg::Msg;
 use actors::ranks::{AggregatedRank, DecodeRank, PrefillRank};
 use actors::request::{Command, FailReason, Outcome, Request};
+use actors::router::RoutePolicy;
 use actors::sim::{self, Deployment, RankId, RunInput, SimOutput};
+use actors::steptime::{BatchShape, StepTimeModel};
 use actors::units::{Bandwidth, Bytes, Tokens};
 use actors::workload::{ArrivalMode, PrefixIds, RequestSpec};
 use sim_core::rand::Rng;
@@ -743,4 +745,48 @@ fn window_models_match_stepping_under_pressure() {
         }
     }
     assert!(preemptions > 50, "the pools are tight: {preemptions} preemptions");
+}
+
+/// A constant step time, whatever the batch.
+struct Constant(SimDuration);
+
+impl StepTimeModel for Constant {
+    fn step_time(&self, _: &BatchShape) -> SimDuration {
+        self.0
+    }
+}
+
+/// Always the last rank.
+struct Last;
+
+impl RoutePolicy for Last {
+    fn choose(&mut self, _: &Request, loads: &[u64]) -> usize {
+        loads.len() - 1
+    }
+}
+
+/// A step-time model and a routing policy of the caller's own replace the
+/// scenario's. Aggregated, a 100-token prompt with 3 output tokens takes
+/// three steps (the prefill gives the first token, two decode steps the
+/// rest), each 7 ms: 21 ms end to end, whatever the spec's linear model
+/// says. Disaggregated over two prefill and two decode ranks, a policy that
+/// picks the last rank sends everything to prefill1 and decode1.
+#[test]
+fn step_time_models_and_route_policies_plug_in() {
+    let mut spec = pd(role(1, 64, linear_step(1_000.0, 1.0, 0.0)), role(1, 64, linear_step(1.0, 1.0, 0.0)), 1.0);
+    spec.aggregated = spec.prefill.take();
+    spec.decode = None;
+    let mut dep = Deployment::build(&glm_spec(), &spec).unwrap();
+    dep.set_step_time_model(Role::Aggregated, || Box::new(Constant(SimDuration::from_millis(7))));
+    let out = sim::run(&dep, input(vec![req(0, 100, 3)])).unwrap();
+    let t = &out.records[0].t;
+    assert_eq!(t.finished, Some(SimTime::ZERO.saturating_add(SimDuration::from_millis(21))));
+
+    let spec = pd(role(2, 400, linear_step(1_000.0, 1.0, 0.0)), role(2, 400, linear_step(1_000.0, 1.0, 0.0)), 10.0);
+    let mut dep = Deployment::build(&glm_spec(), &spec).unwrap();
+    dep.set_route_policy(Role::Prefill, |_| Box::new(Last));
+    dep.set_route_policy(Role::Decode, |_| Box::new(Last));
+    let out = sim::run(&dep, input(poisson(4, 20, 50.0))).unwrap();
+    assert_eq!(out.violations, Vec::<String>::new());
+    assert!(out.records.iter().all(|r| (r.prefill_rank, r.decode_rank) == (Some(1), Some(1))));
 }
