@@ -600,8 +600,16 @@ impl Batcher {
                 net += delta;
                 step_changes.push((slot, g, to));
             }
-            if !ahead {
+            if !ahead && !self.ahead.is_empty() {
                 self.make_room(grow);
+                if self.ahead.is_empty() {
+                    // Given back: the members' blocks moved, so gather the
+                    // step again (settle queued their changes anew).
+                    for &(slot, g, _) in &step_changes {
+                        self.changes.push(Reverse((n, slot, g)));
+                    }
+                    continue;
+                }
             }
             // Blocks freed at the start of step n (a window group's leaving
             // the window) can let something waiting for blocks in: a waiting
