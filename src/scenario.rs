@@ -35,7 +35,9 @@
 //!
 //! [faults]
 //! decode_abort_probability = 0.0
-//! # source_hold_s = 480
+//! # source_hold_s = 480             # a fixed hold, or:
+//! # source_lease_s = 30             # a lease renewed by decode heartbeats
+//! # decode_crashes = [{ rank = 0, at_s = 120.0 }]
 //!
 //! timeline_interval_ms = 100.0       # must come before the first [table]
 //! check_invariants = false

@@ -217,6 +217,29 @@ pub struct FaultSpec {
     /// (default: the vLLM version's, 480 s).
     #[serde(default)]
     pub source_hold_s: Option<f64>,
+    /// Hold sources under a lease of this many seconds instead (vLLM 0.33
+    /// uses 30 s): the decode rank that accepted a handoff renews it every
+    /// lease/6 with a heartbeat that moves the expiry to at least 2/3 of a
+    /// lease ahead, so a source expires only once its decode rank has gone
+    /// silent. Not with `source_hold_s`.
+    #[serde(default)]
+    pub source_lease_s: Option<f64>,
+    /// Decode ranks that crash: at `at_s` the rank stops, silently. Its
+    /// requests fail, the router stops sending it work, and the sources it
+    /// was to release stay held on the prefill ranks until their hold (or
+    /// lease) runs out.
+    #[serde(default)]
+    pub decode_crashes: Vec<CrashSpec>,
+}
+
+/// A decode rank that crashes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CrashSpec {
+    /// Index of the decode rank, from 0.
+    pub rank: u32,
+    /// When, seconds of simulated time.
+    pub at_s: f64,
 }
 
 /// Service-level objectives for goodput. A request meets the SLO when it

@@ -1,7 +1,7 @@
 //! The messages of the serving domain: the handoff protocol's commands and
 //! replies, and the actors' own timers.
 
-use sim_core::ActorId;
+use sim_core::{ActorId, SimTime};
 
 use crate::request::{FailReason, ReqId, Request};
 use crate::units::Bytes;
@@ -51,4 +51,12 @@ pub enum Msg {
     WireReady(ReqId),
     /// Prefill rank timer: the oldest held source's hold may have run out.
     HoldCheck,
+    /// Injected fault: the decode rank crashes now.
+    Crash,
+    /// A crashed decode rank's heartbeats for request `id` stopped: its
+    /// lease on the prefill rank now runs out at the time given. (Stands
+    /// for the heartbeats that no longer come.)
+    LeaseLost(ReqId, SimTime),
+    /// Decode rank `index` → router: it is down; send it nothing more.
+    RankDown(u32),
 }

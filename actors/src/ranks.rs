@@ -6,7 +6,7 @@
 //! of the other side is refused, and the request it carries fails with the
 //! refusal as its reason.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use sim_core::rand::Rng;
 use sim_core::{Actor, ActorId, Context, EventId, SimDuration, SimTime};
@@ -201,6 +201,40 @@ pub struct SourceStats {
     pub stale: u64,
 }
 
+/// How a prefill rank holds a source the decode side has not answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// For at most this long (vLLM up to 0.32: 480 s).
+    Fixed(SimDuration),
+    /// Under a lease this long, renewed by the decode rank's heartbeats
+    /// (vLLM 0.33: 30 s): it runs out only once they stop.
+    Lease(SimDuration),
+}
+
+impl Hold {
+    /// When the lease on a source held at `held` runs out if the decode
+    /// rank that accepted it at `accepted` goes silent at `silent`.
+    ///
+    /// The lease is granted for `L` when the source is held. The decode
+    /// rank sends a heartbeat every L/6 after accepting, each moving the
+    /// expiry to at least 2/3·L after it. With the last heartbeat at
+    /// `h = accepted + j·L/6` (j ≥ 1, h ≤ silent), the lease runs out at
+    /// `max(held + L, h + 2/3·L)`; with none, at `held + L`.
+    pub fn lease_expiry(lease: SimDuration, held: SimTime, accepted: SimTime, silent: SimTime) -> SimTime {
+        let grant = held.saturating_add(lease);
+        let beat = lease.as_nanos() / 6;
+        if beat == 0 || silent < accepted {
+            return grant;
+        }
+        let j = (silent.as_nanos() - accepted.as_nanos()) / beat;
+        if j == 0 {
+            return grant;
+        }
+        let last = accepted.saturating_add(SimDuration::from_nanos(j * beat));
+        grant.max(last.saturating_add(SimDuration::from_nanos(lease.as_nanos() / 3 * 2)))
+    }
+}
+
 /// A prefill rank: computes the backed-off prompt, releases what vLLM
 /// releases at completion, and holds the source until the decode side
 /// releases or cancels it, or the hold expires.
@@ -208,11 +242,14 @@ pub struct PrefillRank {
     /// The common part.
     pub core: RankCore,
     model: Model,
-    hold: SimDuration,
+    hold: Hold,
     held: FxHashMap<ReqId, Held>,
-    /// Sources in the order they were held, so in the order they expire
-    /// (every hold is as long); released ones are skipped when they come up.
+    /// Fixed holds: sources in the order they were held, so in the order
+    /// they expire (every hold is as long); released ones are skipped when
+    /// they come up.
     expiry: VecDeque<(SimTime, ReqId)>,
+    /// Leases whose heartbeats stopped, by expiry.
+    lapsing: BTreeSet<(SimTime, ReqId)>,
     /// The one timer for the oldest source's expiry.
     hold_timer: Option<EventId>,
     /// Source counters.
@@ -220,14 +257,15 @@ pub struct PrefillRank {
 }
 
 impl PrefillRank {
-    /// A prefill rank holding sources for at most `hold`.
-    pub fn new(core: RankCore, model: Model, hold: SimDuration) -> Self {
+    /// A prefill rank holding sources as `hold` says.
+    pub fn new(core: RankCore, model: Model, hold: Hold) -> Self {
         PrefillRank {
             core,
             model,
             hold,
             held: FxHashMap::default(),
             expiry: VecDeque::new(),
+            lapsing: BTreeSet::new(),
             hold_timer: None,
             sources: SourceStats::default(),
         }
@@ -255,6 +293,7 @@ impl PrefillRank {
         if self.held.is_empty() {
             // Nothing left to expire: the timer would only keep the run alive.
             self.expiry.clear();
+            self.lapsing.clear();
             if let Some(t) = self.hold_timer.take() {
                 ctx.cancel(t);
             }
@@ -267,16 +306,36 @@ impl PrefillRank {
     /// released source costs nothing here until its entry comes up.
     fn check_holds(&mut self, ctx: &mut Context<'_, Msg>) {
         let now = ctx.now();
-        while let Some(&(at, id)) = self.expiry.front() {
-            if !self.held.contains_key(&id) {
+        if let Some(t) = self.hold_timer.take() {
+            ctx.cancel(t);
+        }
+        loop {
+            // The earlier of the next fixed hold and the next lapsing lease.
+            let fixed = self.expiry.front().copied();
+            let lapsing = self.lapsing.first().copied();
+            let (at, id) = match (fixed, lapsing) {
+                (Some(f), Some(l)) => f.min(l),
+                (Some(e), None) | (None, Some(e)) => e,
+                (None, None) => break,
+            };
+            if fixed == Some((at, id)) {
                 self.expiry.pop_front();
+            } else {
+                self.lapsing.pop_first();
+            }
+            if !self.held.contains_key(&id) {
                 continue;
             }
             if at > now {
+                // Not yet: put it back and wake up then.
+                if fixed == Some((at, id)) {
+                    self.expiry.push_front((at, id));
+                } else {
+                    self.lapsing.insert((at, id));
+                }
                 self.hold_timer = Some(ctx.schedule(at - now, Msg::HoldCheck));
                 return;
             }
-            self.expiry.pop_front();
             let mut h = self.held.remove(&id).expect("checked above");
             self.core.batcher.pool.release(&mut h.alloc, &h.prefix, h.prompt);
             self.sources.expired += 1;
@@ -306,9 +365,12 @@ impl PrefillRank {
         self.sources.held += 1;
         // SourceHeld first: an expiry, however short the hold, follows it.
         ctx.send(self.core.router, Msg::SourceHeld(req)).expect("the router outlives the run");
-        self.expiry.push_back((now.saturating_add(self.hold), id));
-        if self.hold_timer.is_none() {
-            self.check_holds(ctx);
+        // A lease is renewed for as long as the decode rank lives.
+        if let Hold::Fixed(hold) = self.hold {
+            self.expiry.push_back((now.saturating_add(hold), id));
+            if self.hold_timer.is_none() {
+                self.check_holds(ctx);
+            }
         }
     }
 }
@@ -335,7 +397,16 @@ impl Actor<Msg> for PrefillRank {
                 Some(_) => self.sources.cancelled += 1,
                 None => self.sources.stale += 1,
             },
-            Msg::HoldCheck => self.check_holds(ctx),
+            Msg::HoldCheck => {
+                self.hold_timer = None;
+                self.check_holds(ctx);
+            }
+            Msg::LeaseLost(id, at) => {
+                if self.held.contains_key(&id) {
+                    self.lapsing.insert((at.max(now), id));
+                    self.check_holds(ctx);
+                }
+            }
             Msg::StepDone => {
                 self.core.step_timer = None;
                 let mut done = std::mem::take(&mut self.core.finished);
@@ -377,11 +448,24 @@ pub struct DecodeRank {
     transferring: FxHashMap<ReqId, InTransfer>,
     /// Reservations that had to wait for blocks.
     pub reservations_waited: u64,
+    /// The prefill ranks' lease on the sources this rank accepted, if they
+    /// hold under a lease.
+    lease: Option<SimDuration>,
+    /// When it crashed (it has stopped for good).
+    pub crashed_at: Option<SimTime>,
 }
 
 impl DecodeRank {
-    /// A decode rank wired to the prefill ranks and their links.
-    pub fn new(core: RankCore, model: Model, prefill: Vec<ActorId>, links: Vec<ActorId>, abort: f64) -> Self {
+    /// A decode rank wired to the prefill ranks and their links; `lease` is
+    /// the sources' lease, which it renews while it lives.
+    pub fn new(
+        core: RankCore,
+        model: Model,
+        prefill: Vec<ActorId>,
+        links: Vec<ActorId>,
+        abort: f64,
+        lease: Option<SimDuration>,
+    ) -> Self {
         DecodeRank {
             core,
             model,
@@ -391,7 +475,45 @@ impl DecodeRank {
             pending: VecDeque::new(),
             transferring: FxHashMap::default(),
             reservations_waited: 0,
+            lease,
+            crashed_at: None,
         }
+    }
+
+    /// The crash: every request here fails, its blocks go back, and the
+    /// sources it had yet to release are left to lapse on the prefill
+    /// ranks: at once under a fixed hold (their hold timers run already),
+    /// and under a lease when its last heartbeat's renewal runs out.
+    fn crash(&mut self, ctx: &mut Context<'_, Msg>) {
+        let now = ctx.now();
+        self.crashed_at = Some(now);
+        if let Some(t) = self.core.step_timer.take() {
+            ctx.cancel(t);
+        }
+        for mut req in self.drain_in_flight() {
+            self.lapse(&req, ctx);
+            req.fail(FailReason::DecodeCrashed, now);
+            self.core.finish(req, ctx);
+        }
+        let mut seqs = self.core.batcher.drain();
+        seqs.sort_unstable_by_key(|s| s.req.id);
+        for mut seq in seqs {
+            self.core.batcher.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
+            seq.req.fail(FailReason::DecodeCrashed, now);
+            self.core.finish(seq.req, ctx);
+        }
+        ctx.send(self.core.router, Msg::RankDown(self.core.index)).expect("the router outlives the run");
+    }
+
+    /// Tells the prefill rank holding `req`'s source when its lease runs
+    /// out, now that the heartbeats stop (nothing under a fixed hold).
+    fn lapse(&self, req: &Request, ctx: &mut Context<'_, Msg>) {
+        let Some(lease) = self.lease else { return };
+        let now = ctx.now();
+        let held = req.t.prefill_done.unwrap_or(now);
+        let accepted = req.t.reserve_requested.unwrap_or(now);
+        let at = Hold::lease_expiry(lease, held, accepted, now);
+        ctx.send(self.source_of(req), Msg::LeaseLost(req.id, at)).expect("prefill ranks outlive the run");
     }
 
     /// Reservations waiting for blocks.
@@ -500,6 +622,22 @@ impl DecodeRank {
 impl Actor<Msg> for DecodeRank {
     fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
         let now = ctx.now();
+        if self.crashed_at.is_some() {
+            // Down: a handoff sent before the router knew fails at once,
+            // with no heartbeat ever sent; everything else is lost.
+            if let Msg::ReserveDestination(mut req) = msg {
+                req.t.reserve_requested = Some(now);
+                self.lapse(&req, ctx);
+                req.fail(FailReason::DecodeCrashed, now);
+                self.core.finish(req, ctx);
+            }
+            return;
+        }
+        if matches!(msg, Msg::Crash) {
+            self.core.cut(ctx);
+            self.crash(ctx);
+            return;
+        }
         if !matches!(msg, Msg::StepDone) {
             // Everything else may touch the pool or the batch: end a planned
             // run of decode steps at the step in progress first.

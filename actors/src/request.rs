@@ -197,6 +197,10 @@ pub enum FailReason {
     },
     /// The simulation ended (a time limit) with the request still in flight.
     Unfinished,
+    /// Its decode rank crashed.
+    DecodeCrashed,
+    /// Every decode rank is down.
+    NoDecodeRank,
 }
 
 impl fmt::Display for FailReason {
@@ -223,6 +227,8 @@ impl fmt::Display for FailReason {
                 write!(f, "{role} rank cannot fit the request: needs {needed} blocks, pool has {capacity}")
             }
             FailReason::Unfinished => f.write_str("still in flight when the simulation ended"),
+            FailReason::DecodeCrashed => f.write_str("decode rank crashed"),
+            FailReason::NoDecodeRank => f.write_str("no decode rank is up; source cancelled"),
         }
     }
 }

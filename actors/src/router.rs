@@ -14,7 +14,7 @@ use sim_core::{Actor, ActorId, Context, SimTime};
 use crate::config::Policy;
 use crate::fxmap::FxHashMap;
 use crate::msg::Msg;
-use crate::request::{ReqId, Request};
+use crate::request::{FailReason, ReqId, Request};
 use crate::units::Tokens;
 use crate::workload::{ArrivalMode, PrefixIds, RequestSource, RequestSpec, WorkloadError};
 
@@ -153,6 +153,8 @@ pub struct Router {
     issued: u64,
     /// The decode rank of each held source routed and not yet finished.
     decode_of: FxHashMap<ReqId, ActorId>,
+    /// Decode ranks that went down, by index.
+    decode_down: Vec<bool>,
     /// Requests that completed or failed, in the order they ended.
     pub records: Vec<Request>,
     /// Why the workload stopped early, if it did.
@@ -180,6 +182,7 @@ impl Router {
             next: None,
             issued: 0,
             decode_of: FxHashMap::default(),
+            decode_down: Vec::new(),
             records: Vec::new(),
             error: None,
         }
@@ -193,6 +196,7 @@ impl Router {
         };
         self.first_load = vec![0; first];
         self.decode_load = vec![0; decode];
+        self.decode_down = vec![false; decode];
         self.targets = targets;
     }
 
@@ -299,11 +303,24 @@ impl Actor<Msg> for Router {
             Msg::SourceHeld(mut req) => {
                 let p = req.prefill_rank.expect("a held source names its prefill rank") as usize;
                 self.first_load[p] -= req.prompt.get();
-                let d = self.decode_policy.choose(&req, &self.decode_load);
-                self.decode_policy.routed(&req, d);
-                let Targets::Disaggregated { decode, .. } = &self.targets else {
+                let Targets::Disaggregated { prefill, decode } = &self.targets else {
                     unreachable!("only disaggregated deployments hold sources")
                 };
+                let chosen = self.decode_policy.choose(&req, &self.decode_load);
+                // A rank that is down passes its turn to the next one up.
+                let n = decode.len();
+                let Some(d) = (0..n).map(|k| (chosen + k) % n).find(|&d| !self.decode_down[d]) else {
+                    let reason = FailReason::NoDecodeRank;
+                    ctx.send(prefill[p], Msg::CancelSource(req.id, reason)).expect("ranks outlive the run");
+                    req.fail(reason, ctx.now());
+                    req.prefix = PrefixIds::none();
+                    self.records.push(*req);
+                    if matches!(self.arrivals, ArrivalMode::Closed { .. }) {
+                        self.issue_next(ctx);
+                    }
+                    return;
+                };
+                self.decode_policy.routed(&req, d);
                 let to = decode[d];
                 req.decode_rank = Some(d as u32);
                 self.decode_load[d] += (req.prompt + req.output).get();
@@ -315,6 +332,7 @@ impl Actor<Msg> for Router {
                     ctx.send(d, Msg::CancelDestination(id, reason)).expect("ranks outlive the run");
                 }
             }
+            Msg::RankDown(d) => self.decode_down[d as usize] = true,
             Msg::Finished(req) => {
                 self.on_finished(req);
                 if matches!(self.arrivals, ArrivalMode::Closed { .. }) {

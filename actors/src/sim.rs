@@ -14,7 +14,7 @@ use crate::model::{CacheGroup, CacheGroupKind, CacheGroupSpec, GateError, Model,
 use crate::model::{check_pairing, check_rank};
 use crate::msg::Msg;
 use crate::pool::KvPool;
-use crate::ranks::{AggregatedRank, DecodeRank, PrefillRank, RankCore, SourceStats};
+use crate::ranks::{AggregatedRank, DecodeRank, Hold, PrefillRank, RankCore, SourceStats};
 use crate::request::{FailReason, Outcome, Request};
 use crate::router::{RoutePolicy, Router, Targets, policy};
 use crate::steptime::{self, StepTimeModel};
@@ -62,6 +62,8 @@ pub struct Deployment {
     bandwidth: Bandwidth,
     latency: SimDuration,
     hold: Option<SimDuration>,
+    lease: Option<SimDuration>,
+    crashes: Vec<(u32, SimTime)>,
     interval: SimDuration,
     lazy_decoding: bool,
     plugins: Plugins,
@@ -217,6 +219,35 @@ impl Deployment {
             Some(s) => Some(SimDuration::from_secs_f64(s)),
             None => None,
         };
+        let lease = match spec.faults.source_lease_s {
+            Some(_) if spec.faults.source_hold_s.is_some() => {
+                return Err(field_err("faults.source_lease_s", "give source_hold_s or source_lease_s, not both"));
+            }
+            Some(s) if !(s.is_finite() && (1e-6..=1e7).contains(&s)) => {
+                return Err(field_err("faults.source_lease_s", format!("must be from 1e-6 to 1e7 seconds, got {s}")));
+            }
+            Some(s) => Some(SimDuration::from_secs_f64(s)),
+            None => None,
+        };
+        let decode_ranks = spec.decode.as_ref().map_or(0, |d| d.count);
+        let mut crashes = Vec::new();
+        for (i, c) in spec.faults.decode_crashes.iter().enumerate() {
+            if c.rank >= decode_ranks {
+                let what = if decode_ranks == 0 {
+                    "there are no decode ranks".to_string()
+                } else {
+                    format!("decode ranks are 0..{decode_ranks}")
+                };
+                return Err(field_err(format!("faults.decode_crashes[{i}].rank"), format!("{what}, got {}", c.rank)));
+            }
+            if !(c.at_s.is_finite() && (0.0..=1e6).contains(&c.at_s)) {
+                return Err(field_err(
+                    format!("faults.decode_crashes[{i}].at_s"),
+                    format!("must be from 0 to 1e6 seconds, got {}", c.at_s),
+                ));
+            }
+            crashes.push((c.rank, SimTime::ZERO.saturating_add(SimDuration::from_secs_f64(c.at_s))));
+        }
         let ms = spec.timeline_interval_ms;
         if !(ms.is_finite() && (1e-6..=1e9).contains(&ms)) {
             return Err(field_err("timeline_interval_ms", format!("must be from 1e-6 to 1e9 ms, got {ms}")));
@@ -228,6 +259,8 @@ impl Deployment {
             bandwidth,
             latency,
             hold,
+            lease,
+            crashes,
             interval: SimDuration::from_millis_f64(ms),
             lazy_decoding: true,
             plugins: Plugins::default(),
@@ -501,7 +534,11 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
     if dep.is_disaggregated() {
         let p = dep.plan(Role::Prefill).expect("disaggregated");
         let d = dep.plan(Role::Decode).expect("disaggregated");
-        let hold = dep.hold.unwrap_or_else(|| p.rules.source_hold_timeout());
+        let hold = match (dep.lease, dep.hold) {
+            (Some(lease), _) => Hold::Lease(lease),
+            (None, Some(h)) => Hold::Fixed(h),
+            (None, None) => Hold::Fixed(p.rules.source_hold_timeout()),
+        };
         let mut prefill = Vec::new();
         for i in 0..p.spec.count {
             let core = RankCore::new(i, Role::Prefill, router, dep.batcher(p, Mode::PrefillOnly), dep.interval);
@@ -528,8 +565,11 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
                 .collect();
             let core = RankCore::new(j, Role::Decode, router, dep.batcher(d, Mode::Generate), dep.interval);
             let abort = spec.faults.decode_abort_probability;
-            let rank = DecodeRank::new(core, dep.model.clone(), prefill.clone(), links, abort);
+            let rank = DecodeRank::new(core, dep.model.clone(), prefill.clone(), links, abort, dep.lease);
             let id = sim.add_actor(&format!("decode{j}"), rank).expect("unique");
+            for &(_, at) in dep.crashes.iter().filter(|(r, _)| *r == j) {
+                sim.schedule(at, id, Msg::Crash).expect("the rank exists");
+            }
             decode.push(id);
             ranks.push(RankId::Decode(id));
         }

@@ -210,6 +210,20 @@ fn zero_and_negative_rates_and_sizes_are_refused() {
         "must be > 0, got 0",
     );
     refused(
+        "crash-rank.toml",
+        &(base_scenario() + "\n[faults]\ndecode_crashes = [{ rank = 1, at_s = 5.0 }]\n"),
+        Some(20),
+        "faults.decode_crashes[0].rank",
+        "decode ranks are 0..1, got 1",
+    );
+    refused(
+        "hold-and-lease.toml",
+        &(base_scenario() + "\n[faults]\nsource_hold_s = 10\nsource_lease_s = 30\n"),
+        Some(21),
+        "faults.source_lease_s",
+        "not both",
+    );
+    refused(
         "tiny-bandwidth.toml",
         &(base_scenario() + "\n[link]\nbandwidth_gb_s = 1e-12\n"),
         Some(20),

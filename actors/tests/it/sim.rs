@@ -1,7 +1,7 @@
 //! The serving simulation end to end: exact timings, roles, backpressure,
 //! link sharing, faults, preemption, determinism and conservation.
 
-use actors::config::{DeploymentSpec, LinkSpec, LinkTopology, RoleSpec, Sharing, SloSpec, StepTimeSpec};
+use actors::config::{CrashSpec, DeploymentSpec, LinkSpec, LinkTopology, RoleSpec, Sharing, SloSpec, StepTimeSpec};
 use actors::link::NixlLink;
 use actors::model::{ModelSpec, Role};
 use actors::msg::Msg;
@@ -789,4 +789,69 @@ fn step_time_models_and_route_policies_plug_in() {
     let out = sim::run(&dep, input(poisson(4, 20, 50.0))).unwrap();
     assert_eq!(out.violations, Vec::<String>::new());
     assert!(out.records.iter().all(|r| (r.prefill_rank, r.decode_rank) == (Some(1), Some(1))));
+}
+
+/// A decode rank that crashes leaves the sources it had yet to release on
+/// the prefill rank until their hold runs out: a fixed hold counts from the
+/// source's hold, a lease from the last heartbeat.
+///
+/// Linear model, B = 16; one prefill rank, two decode ranks of 100 blocks
+/// (a 1,000-token reservation takes 63) and 50 ms steps. Three requests
+/// arrive together: A prefills in the first step, B and C in the second
+/// (C's source is held at s = 7 ms); round robin sends A
+/// (550 output tokens, 27.5 s of decoding) to decode0, B to decode1, C to
+/// decode0, where C's reservation waits behind A. decode0 crashes at 20 s: A (decoding) and C (waiting) fail. C's source stays
+/// held: under a 100 s hold until s + 100 s; under a 30 s lease, heartbeats
+/// came every 5 s from s, the last at s + 15 s (20 − s = 19.99 s holds three
+/// beats), so the lease lapses at max(s + 30, s + 15 + 20) = s + 35 s. A
+/// fourth request after the crash goes to decode1.
+#[test]
+fn a_crashed_decode_rank_leaves_its_sources_to_lapse() {
+    let model = linear_spec(32_768);
+    let requests = || vec![req(0, 1_000, 550), req(0, 1_000, 10), req(0, 1_000, 10), req(25_000_000_000, 1_000, 10)];
+    for lease in [false, true] {
+        let mut spec =
+            pd(role(1, 10_000, linear_step(2_000.0, 1.0, 0.0)), role(2, 100, linear_step(50_000.0, 0.0, 0.0)), 50.0);
+        spec.vllm_version = None;
+        spec.faults.decode_crashes = vec![CrashSpec { rank: 0, at_s: 20.0 }];
+        if lease {
+            spec.faults.source_lease_s = Some(30.0);
+        } else {
+            spec.faults.source_hold_s = Some(100.0);
+        }
+        let out = run(&model, &spec, requests());
+        assert_eq!(out.violations, Vec::<String>::new());
+        let r = &out.records;
+        let crashed = Outcome::Failed(FailReason::DecodeCrashed);
+        let at = SimTime::ZERO.saturating_add(SimDuration::from_secs(20));
+        assert_eq!((r[0].outcome, r[0].t.finished), (crashed, Some(at)), "A was decoding");
+        assert_eq!((r[2].outcome, r[2].t.finished), (crashed, Some(at)), "C was waiting");
+        assert_eq!(r[2].t.reserved, None);
+        assert_eq!((r[1].outcome, r[3].outcome), (Outcome::Completed, Outcome::Completed));
+        assert_eq!(r[3].decode_rank, Some(1), "after the crash, work goes to decode1");
+        let s = r[2].t.prefill_done.unwrap();
+        let lapse = if lease { SimDuration::from_secs(35) } else { SimDuration::from_secs(100) };
+        // Nothing else runs that late: the run ends when the source lapses.
+        assert_eq!(out.final_time, s.saturating_add(lapse), "lease {lease}");
+        let p = out.ranks.iter().find(|k| k.role == Role::Prefill).unwrap().sources.unwrap();
+        // A, B and D were released after their transfers; C lapsed.
+        assert_eq!((p.held, p.released, p.expired), (4, 3, 1));
+    }
+}
+
+/// With every decode rank down, a request whose prefill ends fails at once
+/// and its source is cancelled.
+#[test]
+fn with_every_decode_rank_down_sources_are_cancelled() {
+    let model = linear_spec(32_768);
+    let mut spec =
+        pd(role(1, 10_000, linear_step(2_000.0, 1.0, 0.0)), role(2, 100, linear_step(5_000.0, 0.0, 0.0)), 50.0);
+    spec.vllm_version = None;
+    spec.faults.decode_crashes = vec![CrashSpec { rank: 0, at_s: 1.0 }, CrashSpec { rank: 1, at_s: 2.0 }];
+    let out = run(&model, &spec, vec![req(0, 100, 5), req(3_000_000_000, 100, 5)]);
+    assert_eq!(out.violations, Vec::<String>::new());
+    assert_eq!(out.records[0].outcome, Outcome::Completed);
+    assert_eq!(out.records[1].outcome, Outcome::Failed(FailReason::NoDecodeRank));
+    let p = out.ranks.iter().find(|k| k.role == Role::Prefill).unwrap().sources.unwrap();
+    assert_eq!((p.held, p.released, p.cancelled), (2, 1, 1));
 }
