@@ -595,6 +595,12 @@ impl Batcher {
                 let seq = self.seqs[slot as usize].as_ref().expect("member slot");
                 let l = seq.lazy.expect("member");
                 let to = l.computed + Tokens::new(n - l.join);
+                if seq.alloc.tokens() >= to || step_changes.iter().any(|&(s, ..)| s == slot) {
+                    // A stale entry (left by a give-back) or a second copy:
+                    // the member holds this step's blocks already, and its
+                    // live entry carries on.
+                    continue;
+                }
                 let delta = self.pool.change_in_blocks(&seq.alloc, to - Tokens::new(1), to);
                 grow += delta.max(0) as u64;
                 net += delta;
@@ -749,7 +755,8 @@ impl Batcher {
                 self.pool
                     .resize_from_free(&mut seq.alloc, from, to)
                     .expect("blocks given back first leave room for the ones taken back");
-                // The old heap entry stays; a duplicate only costs a pop.
+                // The old heap entry stays; take_blocks skips it when it
+                // comes up (the member holds that step's blocks by then).
                 let next = Self::change_step(l, seq.alloc.stable_to());
                 self.changes.push(Reverse((next, slot, g)));
             }
@@ -894,10 +901,21 @@ impl Batcher {
         self.stats.output_tokens += self.dec_count * k;
         self.stats.tokens += self.dec_count * k;
         if !std::mem::take(&mut self.cut_short) {
-            // The run ran to its end: every block taken ahead is now needed.
-            self.ahead.clear();
-            self.ahead_freed = 0;
-            self.pool.suspend_peak = false;
+            // The run ran to its end: every block it took ahead is now
+            // needed. Blocks an earlier, cut run took for steps past this
+            // one's end stay ahead.
+            let (seqs, generation, step) = (&self.seqs, &self.generation, self.step);
+            self.ahead.retain(|&(slot, g)| {
+                generation[slot as usize] == g
+                    && seqs[slot as usize].as_ref().is_some_and(|seq| {
+                        let l = seq.lazy.expect("member");
+                        seq.alloc.tokens() > l.computed + Tokens::new(step.max(l.join + 1) - l.join)
+                    })
+            });
+            if self.ahead.is_empty() {
+                self.ahead_freed = 0;
+                self.pool.suspend_peak = false;
+            }
         }
         self.pool.note_peak();
         for (n, used) in self.step_used.drain(..) {

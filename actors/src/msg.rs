@@ -51,7 +51,9 @@ pub enum Msg {
     WireReady(ReqId),
     /// Prefill rank timer: the oldest held source's hold may have run out.
     HoldCheck,
-    /// Injected fault: the decode rank crashes now.
+    /// Router timer (an injected fault): decode rank `index` crashes now.
+    CrashDecode(u32),
+    /// Router → decode rank: crash now (the fault, delivered).
     Crash,
     /// A crashed decode rank's heartbeats for request `id` stopped: its
     /// lease on the prefill rank now runs out at the time given. (Stands

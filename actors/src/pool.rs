@@ -386,9 +386,7 @@ impl KvPool {
     /// own evictable blocks excepted), so a failed attempt changes nothing.
     /// Callers check with this before [`KvPool::pin`].
     pub fn can_pin_and_take(&self, prefix: &PrefixIds, prompt: Tokens, n: u32, need: u64) -> Result<(), Shortfall> {
-        // A window group may hold one block more at the hit than after it.
-        let t = self.hit_tokens(n);
-        let need = need.max(if n == 0 { 0 } else { self.private_need(t, t, false, n) });
+        let need = self.pin_and_take_need(n, need);
         let mut available = self.free + self.cached_free;
         for i in 0..n {
             let k = self.key(prefix, prompt, i).expect("pinned blocks were looked up");
@@ -400,6 +398,14 @@ impl KvPool {
             return Err(Shortfall { needed: need, available });
         }
         Ok(())
+    }
+
+    /// The most private blocks pinning `n` cached blocks and then growing to
+    /// `need` holds at once: a window group may hold one block more at the
+    /// hit than after it.
+    pub fn pin_and_take_need(&self, n: u32, need: u64) -> u64 {
+        let t = self.hit_tokens(n);
+        need.max(if n == 0 { 0 } else { self.private_need(t, t, false, n) })
     }
 
     /// Pins the first `n` cached blocks of the prompt for an empty `alloc`

@@ -482,8 +482,8 @@ impl DecodeRank {
 
     /// The crash: every request here fails, its blocks go back, and the
     /// sources it had yet to release are left to lapse on the prefill
-    /// ranks: at once under a fixed hold (their hold timers run already),
-    /// and under a lease when its last heartbeat's renewal runs out.
+    /// ranks: under a fixed hold when it runs out (their hold timers run
+    /// already), under a lease when its last heartbeat's renewal does.
     fn crash(&mut self, ctx: &mut Context<'_, Msg>) {
         let now = ctx.now();
         self.crashed_at = Some(now);
@@ -547,7 +547,8 @@ impl DecodeRank {
             let t = payload.transferred_tokens;
             let n = prompt;
             let need = pool.blocks_after_hit(hit, n - Tokens::new(1), n, false);
-            self.core.batcher.make_room(need);
+            let most = pool.pin_and_take_need(hit, need);
+            self.core.batcher.make_room(most);
             let pool = &mut self.core.batcher.pool;
             // All or nothing, as vLLM allocates: a reservation that waits
             // evicts nothing.

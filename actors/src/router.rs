@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use sim_core::{Actor, ActorId, Context, SimTime};
+use sim_core::{Actor, ActorId, Context, EventId, SimTime};
 
 use crate::config::Policy;
 use crate::fxmap::FxHashMap;
@@ -24,7 +24,9 @@ pub const MAX_REQUEST_TOKENS: u64 = 1 << 32;
 
 /// Picks a rank for a request.
 pub trait RoutePolicy {
-    /// The index of the rank for `req`, given each rank's outstanding tokens.
+    /// The index of the rank for `req`, given each rank's outstanding tokens
+    /// (`u64::MAX` for a rank that is down; if chosen anyway, the next rank
+    /// up takes the request).
     fn choose(&mut self, req: &Request, loads: &[u64]) -> usize;
     /// Told where `req` went (for policies that learn from it).
     fn routed(&mut self, _req: &Request, _rank: usize) {}
@@ -95,8 +97,10 @@ impl KvAware {
 
 impl RoutePolicy for KvAware {
     fn choose(&mut self, req: &Request, loads: &[u64]) -> usize {
-        let best = (0..loads.len()).map(|i| self.matched(i, &req.prefix)).max().unwrap_or(0);
-        least_loaded(loads, (0..loads.len()).filter(|&i| self.matched(i, &req.prefix) == best))
+        // A rank at u64::MAX load is down: its cache counts for nothing.
+        let up = |i: &usize| loads[*i] < u64::MAX;
+        let best = (0..loads.len()).filter(up).map(|i| self.matched(i, &req.prefix)).max().unwrap_or(0);
+        least_loaded(loads, (0..loads.len()).filter(|i| up(i) && self.matched(*i, &req.prefix) == best))
     }
 
     fn routed(&mut self, req: &Request, rank: usize) {
@@ -155,6 +159,8 @@ pub struct Router {
     decode_of: FxHashMap<ReqId, ActorId>,
     /// Decode ranks that went down, by index.
     decode_down: Vec<bool>,
+    /// Crashes still to come (injected faults).
+    crash_timers: Vec<EventId>,
     /// Requests that completed or failed, in the order they ended.
     pub records: Vec<Request>,
     /// Why the workload stopped early, if it did.
@@ -183,6 +189,7 @@ impl Router {
             issued: 0,
             decode_of: FxHashMap::default(),
             decode_down: Vec::new(),
+            crash_timers: Vec::new(),
             records: Vec::new(),
             error: None,
         }
@@ -198,6 +205,21 @@ impl Router {
         self.decode_load = vec![0; decode];
         self.decode_down = vec![false; decode];
         self.targets = targets;
+    }
+
+    /// The timers of the decode-rank crashes to come.
+    pub fn set_crash_timers(&mut self, timers: Vec<EventId>) {
+        self.crash_timers = timers;
+    }
+
+    /// Once the workload is over and every request has ended, crashes still
+    /// to come would affect nothing: they are dropped.
+    fn drop_crashes_if_done(&mut self, ctx: &mut Context<'_, Msg>) {
+        if !self.crash_timers.is_empty() && self.next.is_none() && self.records.len() as u64 == self.issued {
+            for t in self.crash_timers.drain(..) {
+                ctx.cancel(t);
+            }
+        }
     }
 
     /// Requests issued so far.
@@ -306,9 +328,18 @@ impl Actor<Msg> for Router {
                 let Targets::Disaggregated { prefill, decode } = &self.targets else {
                     unreachable!("only disaggregated deployments hold sources")
                 };
-                let chosen = self.decode_policy.choose(&req, &self.decode_load);
-                // A rank that is down passes its turn to the next one up.
+                // A rank that is down looks fully loaded to the policy, and
+                // passes its turn to the next one up if chosen all the same
+                // (round robin does not look at loads).
                 let n = decode.len();
+                let chosen = if self.decode_down.iter().any(|&d| d) {
+                    let loads: Vec<u64> =
+                        (0..n).map(|d| if self.decode_down[d] { u64::MAX } else { self.decode_load[d] }).collect();
+                    self.decode_policy.choose(&req, &loads)
+                } else {
+                    self.decode_policy.choose(&req, &self.decode_load)
+                };
+                assert!(chosen < n, "a routing policy chose decode rank {chosen} of {n}");
                 let Some(d) = (0..n).map(|k| (chosen + k) % n).find(|&d| !self.decode_down[d]) else {
                     let reason = FailReason::NoDecodeRank;
                     ctx.send(prefill[p], Msg::CancelSource(req.id, reason)).expect("ranks outlive the run");
@@ -318,6 +349,7 @@ impl Actor<Msg> for Router {
                     if matches!(self.arrivals, ArrivalMode::Closed { .. }) {
                         self.issue_next(ctx);
                     }
+                    self.drop_crashes_if_done(ctx);
                     return;
                 };
                 self.decode_policy.routed(&req, d);
@@ -333,11 +365,18 @@ impl Actor<Msg> for Router {
                 }
             }
             Msg::RankDown(d) => self.decode_down[d as usize] = true,
+            Msg::CrashDecode(d) => {
+                let Targets::Disaggregated { decode, .. } = &self.targets else {
+                    unreachable!("crashes are checked to name decode ranks")
+                };
+                ctx.send(decode[d as usize], Msg::Crash).expect("ranks outlive the run");
+            }
             Msg::Finished(req) => {
                 self.on_finished(req);
                 if matches!(self.arrivals, ArrivalMode::Closed { .. }) {
                     self.issue_next(ctx);
                 }
+                self.drop_crashes_if_done(ctx);
             }
             other => unreachable!("the router gets no {other:?}"),
         }
@@ -352,6 +391,18 @@ mod tests {
         let prefix = PrefixIds { block_tokens: Tokens::new(block_tokens), ids: ids.to_vec() };
         let prompt = Tokens::new(block_tokens * ids.len() as u64);
         Request::new(0, prompt, Tokens::new(1), prefix, SimTime::ZERO)
+    }
+
+    /// A rank that is down (load `u64::MAX`) is never the least loaded, and
+    /// its cache does not attract requests.
+    #[test]
+    fn policies_pass_over_ranks_that_are_down() {
+        let req = with_ids(16, &[1, 2]);
+        assert_eq!(LeastOutstanding.choose(&req, &[u64::MAX, 5, 3]), 2);
+        let mut kv = KvAware::new(3, Tokens::new(1_000));
+        kv.routed(&req, 0);
+        assert_eq!(kv.choose(&req, &[0, 5, 3]), 0, "rank 0 holds the prefix");
+        assert_eq!(kv.choose(&req, &[u64::MAX, 5, 3]), 2, "rank 0 is down");
     }
 
     /// A rank caching 64 tokens holds four 16-token ids in the shadow (the

@@ -510,11 +510,13 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
     let spec = &dep.spec;
     let first_role = if dep.is_disaggregated() { Role::Prefill } else { Role::Aggregated };
     let first = dep.plan(first_role).expect("built");
-    // Tokens a rank's pool caches: its blocks at the full-attention block size.
+    // Tokens a rank's pool caches, about: a cached token block takes one
+    // block in every full-attention group.
     let capacity = |p: &RolePlan| {
-        let b =
-            p.groups.iter().find(|g| g.kind() == CacheGroupKind::FullAttention).map_or(16, |g| g.block_size().get());
-        Tokens::new(p.spec.num_blocks.saturating_mul(b))
+        let fa = p.groups.iter().filter(|g| g.kind() == CacheGroupKind::FullAttention);
+        let b = fa.clone().next().map_or(16, |g| g.block_size().get());
+        let per_token_block = (fa.count() as u64).max(1);
+        Tokens::new(p.spec.num_blocks.saturating_mul(b) / per_token_block)
     };
     let first_policy = match dep.route_policy(first_role) {
         Some(make) => make(first.spec.count as usize),
@@ -567,13 +569,18 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
             let abort = spec.faults.decode_abort_probability;
             let rank = DecodeRank::new(core, dep.model.clone(), prefill.clone(), links, abort, dep.lease);
             let id = sim.add_actor(&format!("decode{j}"), rank).expect("unique");
-            for &(_, at) in dep.crashes.iter().filter(|(r, _)| *r == j) {
-                sim.schedule(at, id, Msg::Crash).expect("the rank exists");
-            }
             decode.push(id);
             ranks.push(RankId::Decode(id));
         }
         sim.actor_mut::<Router>(router).expect("router").set_targets(Targets::Disaggregated { prefill, decode });
+        // Crashes go through the router, which drops the ones still to come
+        // once every request has ended: a fault after the workload would
+        // only stretch the run.
+        if first_arrival.is_some() {
+            let timers = dep.crashes.iter().map(|&(j, at)| sim.schedule(at, router, Msg::CrashDecode(j)));
+            let timers = timers.collect::<Result<Vec<_>, _>>().expect("the router exists");
+            sim.actor_mut::<Router>(router).expect("router").set_crash_timers(timers);
+        }
     } else {
         let a = dep.plan(Role::Aggregated).expect("aggregated");
         let mut all = Vec::new();
