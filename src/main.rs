@@ -6,7 +6,8 @@
 //! line, `pdsim: <problem>`, on stderr; the exit status is 0 on success, 2
 //! for bad input (a scenario, a trace or a flag), 1 for an internal error
 //! (a bug: a panic is caught and reported the same way, without a
-//! backtrace).
+//! backtrace), 130 when Ctrl-C stopped the work (what had finished is
+//! written).
 
 use std::process::ExitCode;
 
@@ -54,6 +55,7 @@ fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
 
 fn main() -> ExitCode {
     cmd::quiet_panics();
+    cmd::handle_interrupts();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return cmd::usage_error(&e),

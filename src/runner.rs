@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use actors::sim::{Deployment, Progress, RunInput, SimError, SimOutput};
@@ -44,6 +44,9 @@ pub struct Run {
     pub workload: SourceStats,
     /// Wall-clock time of the simulation (never written to a report file).
     pub wall: Duration,
+    /// The run was stopped early by its `stop` flag (requests in flight at
+    /// that point failed as unfinished; later ones never entered).
+    pub interrupted: bool,
 }
 
 /// Passes requests through and keeps the source's counters where the caller
@@ -64,7 +67,8 @@ impl RequestSource for Counted {
 /// Runs `scenario` with `seed` (its own seed is ignored), serving `requests`
 /// requests when given instead of the scenario's count. `on_progress` is
 /// called after every [`PROGRESS_SLICE`] of simulated time; the results do
-/// not depend on it.
+/// not depend on it. Once `stop` is set (by a Ctrl-C handler), the run ends
+/// at the next slice ([`Run::interrupted`]).
 ///
 /// # Errors
 /// [`RunError::BadInput`] when the engine refuses the deployment or the
@@ -73,7 +77,8 @@ pub fn simulate(
     scenario: &Scenario,
     seed: u64,
     requests: Option<u64>,
-    on_progress: impl FnMut(Progress),
+    mut on_progress: impl FnMut(Progress),
+    stop: &AtomicBool,
 ) -> Result<Run, RunError> {
     let start = Instant::now();
     let dep = Deployment::build(scenario.model_spec(), scenario.deployment())
@@ -93,9 +98,16 @@ pub fn simulate(
         SimError::Workload(w) => RunError::BadInput(w.0),
     };
     let built = actors::sim::build(&dep, input).map_err(sim_error)?;
-    let output = built.run_in_slices(PROGRESS_SLICE, on_progress).map_err(sim_error)?;
+    let mut interrupted = false;
+    let output = built
+        .run_in_slices(PROGRESS_SLICE, |p| {
+            on_progress(p);
+            interrupted = stop.load(Ordering::Relaxed);
+            !interrupted
+        })
+        .map_err(sim_error)?;
     let workload = stats.borrow().clone();
-    Ok(Run { seed, requests, output, workload, wall: start.elapsed() })
+    Ok(Run { seed, requests, output, workload, wall: start.elapsed(), interrupted })
 }
 
 /// Runs `work(i)` for every `i` in `0..count` on `jobs` threads and hands

@@ -473,23 +473,26 @@ pub struct Progress {
 impl Built<'_> {
     /// Runs to the end (or the time limit) and collects the output.
     pub fn run(self) -> Result<SimOutput, SimError> {
-        self.run_in_slices(SimDuration::MAX, |_| {})
+        self.run_in_slices(SimDuration::MAX, |_| true)
     }
 
     /// Runs in slices of `slice` simulated time, calling `on_slice` after
-    /// each (the results are the same whatever the slice).
+    /// each (the results are the same whatever the slice). When `on_slice`
+    /// returns `false` the run stops there, as at a time limit: requests in
+    /// flight fail as unfinished.
     pub fn run_in_slices(
         mut self,
         slice: SimDuration,
-        mut on_slice: impl FnMut(Progress),
+        mut on_slice: impl FnMut(Progress) -> bool,
     ) -> Result<SimOutput, SimError> {
         let until = self.until.unwrap_or(SimTime::MAX);
         loop {
             let limit = self.sim.now().saturating_add(slice).min(until);
             let summary = self.sim.run_until(limit);
             let r = self.sim.actor::<Router>(self.router).expect("router");
-            on_slice(Progress { now: self.sim.now(), issued: r.issued(), finished: r.records.len() as u64 });
-            if summary.stop_reason != sim_core::StopReason::TimeLimit || limit == until {
+            let go_on =
+                on_slice(Progress { now: self.sim.now(), issued: r.issued(), finished: r.records.len() as u64 });
+            if !go_on || summary.stop_reason != sim_core::StopReason::TimeLimit || limit == until {
                 break;
             }
         }

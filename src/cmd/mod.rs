@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use actors::workload::WorkloadError;
@@ -26,6 +27,29 @@ pub enum CmdError {
     /// pdsim failed on good input (a bug, or an I/O error writing output):
     /// exit 1.
     Internal(String),
+    /// Ctrl-C stopped the work; what was finished is written: exit 130.
+    Interrupted(String),
+}
+
+/// Set by the first Ctrl-C: runs stop at their next progress slice, sweeps
+/// and replicas start nothing more, and what has finished is written. A
+/// second Ctrl-C exits at once.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Installs the Ctrl-C handler (once, at start).
+pub fn handle_interrupts() {
+    // Without a handler (it cannot be installed) Ctrl-C ends the process
+    // as usual, which is no worse than before.
+    let _ = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
+}
+
+/// The error for work that Ctrl-C stopped.
+pub fn interrupted(what: impl std::fmt::Display) -> CmdError {
+    CmdError::Interrupted(format!("interrupted: {what}"))
 }
 
 impl From<ScenarioError> for CmdError {
@@ -234,6 +258,10 @@ pub fn finish(result: std::thread::Result<Result<(), CmdError>>) -> ExitCode {
         Ok(Err(CmdError::Internal(msg))) => {
             eprintln!("pdsim: internal error: {msg}");
             ExitCode::from(1)
+        }
+        Ok(Err(CmdError::Interrupted(msg))) => {
+            eprintln!("pdsim: {msg}");
+            ExitCode::from(130)
         }
         Err(_) => ExitCode::from(1),
     }

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use actors::metrics::{Stat, Summary};
@@ -10,7 +11,7 @@ use pdsim::report::{self, digest_hex};
 use pdsim::runner::{self, Run, default_jobs, ordered_parallel};
 use pdsim::scenario::{self, DEFAULT_SCENARIO_LABEL, Scenario};
 
-use super::{CmdError, CsvFile, ProgressGate, create_dir, emit, write_file};
+use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, write_file};
 
 /// Arguments of `pdsim run`.
 #[derive(Debug, Default, clap::Args)]
@@ -80,15 +81,28 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
 fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(), CmdError> {
     let total = args.requests.or(scenario.workload().requests());
     let mut progress = ProgressGate::new(args.quiet, total, "requests");
-    let result = runner::simulate(scenario, scenario.seed(), args.requests, |p| {
-        progress.update(p.finished, || format!("simulated {:.0} s", p.now.as_secs_f64()));
-    });
+    let result = runner::simulate(
+        scenario,
+        scenario.seed(),
+        args.requests,
+        |p| progress.update(p.finished, || format!("simulated {:.0} s", p.now.as_secs_f64())),
+        &INTERRUPTED,
+    );
     progress.finish();
     let run = result?;
     write_run(scenario, label, &run, dir)?;
     check_violations(&run)?;
     if !args.quiet {
         emit(&human_summary(scenario, label, &run, dir))?;
+    }
+    if run.interrupted {
+        let o = &run.output;
+        return Err(interrupted(format_args!(
+            "stopped at simulated {:.3} s; {} covers the {} requests that entered by then",
+            o.final_time.as_secs_f64(),
+            dir.display(),
+            o.records.len()
+        )));
     }
     Ok(())
 }
@@ -238,9 +252,15 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
         n,
         jobs,
         |k| -> Result<(String, String), CmdError> {
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                return Err(interrupted(format_args!("replica {k} and later were not run")));
+            }
             let mut scenario = scenario.clone();
             scenario.set_seed(seeds[k]);
-            let run = runner::simulate(&scenario, seeds[k], args.requests, |_| {})?;
+            let run = runner::simulate(&scenario, seeds[k], args.requests, |_| {}, &INTERRUPTED)?;
+            if run.interrupted {
+                return Err(interrupted(format_args!("replica {k} was stopped; it and later ones are not written")));
+            }
             let sub = dir.join(format!("replica-{k}"));
             write_run(&scenario, label, &run, &sub)?;
             check_violations(&run)?;

@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use actors::metrics::Summary;
@@ -11,7 +12,7 @@ use pdsim::report::{csv_field, digest_hex};
 use pdsim::runner::{self, default_jobs, ordered_parallel};
 use pdsim::sweep::{Shard, Sweep, value_text};
 
-use super::{CmdError, CsvFile, ProgressGate, create_dir, emit};
+use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted};
 
 /// Arguments of `pdsim sweep`.
 #[derive(Debug, clap::Args)]
@@ -140,7 +141,14 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         jobs,
         |i| -> Result<String, CmdError> {
             let p = &points[mine[i]];
-            let run = runner::simulate(&p.scenario, p.seed, requests, |_| {})?;
+            let written = format_args!("{} holds the rows of the points before point {}", path.display(), p.index);
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                return Err(interrupted(written));
+            }
+            let run = runner::simulate(&p.scenario, p.seed, requests, |_| {}, &INTERRUPTED)?;
+            if run.interrupted {
+                return Err(interrupted(written));
+            }
             if !run.output.violations.is_empty() {
                 return Err(CmdError::Internal(format!(
                     "{}: point {}: the simulation broke conservation checks: {} (this is a bug in pdsim)",

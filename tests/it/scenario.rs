@@ -179,3 +179,22 @@ fn a_recompute_that_cannot_finish_does_not_starve_the_queue_behind_it() {
     assert_eq!(out.summary.completed, 1_200, "{:?}", out.summary.failure_reasons);
     assert!(out.summary.preemptions > 100, "the pool thrashes: {} preemptions", out.summary.preemptions);
 }
+
+/// A run whose stop flag is set (as Ctrl-C sets it) ends at its first
+/// progress slice, one simulated second in: the requests in flight then
+/// fail as unfinished, nothing is lost, and the run says it was stopped.
+#[test]
+fn a_stop_request_ends_the_run_at_the_next_slice() {
+    use std::sync::atomic::AtomicBool;
+    let s = scenario::load(scenario_file("glm-5.3-flash-1p1d.toml")).unwrap();
+    let stopped = pdsim::runner::simulate(&s, 1, Some(200), |_| {}, &AtomicBool::new(true)).unwrap();
+    assert!(stopped.interrupted);
+    let out = &stopped.output;
+    assert_eq!(out.violations, Vec::<String>::new());
+    assert_eq!(out.final_time, sim_core::SimTime::ZERO.saturating_add(pdsim::runner::PROGRESS_SLICE));
+    assert!(!out.records.is_empty() && out.records.len() < 200, "{} requests entered", out.records.len());
+    assert!(out.summary.failure_reasons.contains_key("still in flight when the simulation ended"));
+    let whole = pdsim::runner::simulate(&s, 1, Some(200), |_| {}, &AtomicBool::new(false)).unwrap();
+    assert!(!whole.interrupted);
+    assert_eq!(whole.output.records.len(), 200);
+}
