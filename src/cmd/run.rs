@@ -41,10 +41,28 @@ pub struct Args {
     /// Worker threads for --replicas (default: the available parallelism).
     #[arg(long, short, value_name = "J", value_parser = super::count_at_least_one, requires = "replicas")]
     pub jobs: Option<u64>,
+    /// Do not write trace.json (the largest file of a long run).
+    #[arg(long)]
+    pub no_trace: bool,
+    /// Do not write timeline.csv (or coarsen it with the scenario's
+    /// `timeline_interval_ms`).
+    #[arg(long)]
+    pub no_timeline: bool,
 }
 
 /// The files of one run, in the order they are written.
 pub const FILES: &[&str] = &["report.json", "requests.csv", "timeline.csv", "trace.json"];
+
+impl Args {
+    /// The files this run writes.
+    fn files(&self) -> Vec<&'static str> {
+        FILES
+            .iter()
+            .copied()
+            .filter(|f| !(self.no_timeline && *f == "timeline.csv" || self.no_trace && *f == "trace.json"))
+            .collect()
+    }
+}
 
 /// Loads the scenario (or the embedded default) with the label reports
 /// name it by.
@@ -90,10 +108,10 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
     );
     progress.finish();
     let run = result?;
-    write_run(scenario, label, &run, dir)?;
+    write_run(scenario, label, &run, dir, &args.files())?;
     check_violations(&run)?;
     if !args.quiet {
-        emit(&human_summary(scenario, label, &run, dir))?;
+        emit(&human_summary(scenario, label, &run, dir, &args.files()))?;
     }
     if run.interrupted {
         let o = &run.output;
@@ -109,16 +127,33 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
 
 /// Writes the four files of `run` into `dir`, each on its own thread (the
 /// timeline and the trace of a long run are tens of MB).
-pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path) -> Result<(), CmdError> {
+pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files: &[&str]) -> Result<(), CmdError> {
     create_dir(dir)?;
+    // A file not written this time must not survive from an earlier run.
+    for f in FILES.iter().filter(|f| !files.contains(f)) {
+        match std::fs::remove_file(dir.join(f)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(CmdError::BadInput(format!("{}: cannot remove: {e}", dir.join(f).display())));
+            }
+            _ => {}
+        }
+    }
     let out = &run.output;
     let disaggregated = scenario.deployment().prefill.is_some();
     let topology = scenario.deployment().link.topology;
     let rep = report::report(scenario, label, run);
+    let (want_timeline, want_trace) = (files.contains(&"timeline.csv"), files.contains(&"trace.json"));
     std::thread::scope(|scope| {
-        let timeline = scope
-            .spawn(|| write_file(&dir.join("timeline.csv"), |w| report::write_timeline_csv(w, &out.ranks, &out.links)));
+        let timeline = scope.spawn(|| {
+            if !want_timeline {
+                return Ok(());
+            }
+            write_file(&dir.join("timeline.csv"), |w| report::write_timeline_csv(w, &out.ranks, &out.links))
+        });
         let trace = scope.spawn(|| {
+            if !want_trace {
+                return Ok(());
+            }
             write_file(&dir.join("trace.json"), |w| report::write_trace_json(w, label, run, topology, disaggregated))
         });
         write_file(&dir.join("report.json"), |w| report::write_report(w, &rep))?;
@@ -157,7 +192,7 @@ fn rate(count: f64, wall: Duration) -> f64 {
 }
 
 /// The printed summary of one run.
-pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path) -> String {
+pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files: &[&str]) -> String {
     let s: &Summary = &run.output.summary;
     let out = &run.output;
     let mut t = String::new();
@@ -222,7 +257,7 @@ pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path) ->
         out.events,
         digest_hex(out.digest)
     );
-    let _ = writeln!(t, "wrote        {}/{{{}}}", dir.display(), FILES.join(", "));
+    let _ = writeln!(t, "wrote        {}/{{{}}}", dir.display(), files.join(", "));
     t
 }
 
@@ -262,7 +297,7 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
                 return Err(interrupted(format_args!("replica {k} was stopped; it and later ones are not written")));
             }
             let sub = dir.join(format!("replica-{k}"));
-            write_run(&scenario, label, &run, &sub)?;
+            write_run(&scenario, label, &run, &sub, &args.files())?;
             check_violations(&run)?;
             let s = &run.output.summary;
             let line = format!(

@@ -253,6 +253,19 @@ fn quiet_prints_nothing() {
     assert!(dir.join("report.json").is_file());
 }
 
+/// `--no-trace` and `--no-timeline` leave those files out, and remove the
+/// ones an earlier run left in the folder, so nothing stale survives.
+#[test]
+fn big_files_can_be_left_out() {
+    let dir = scratch_dir("run-no-trace");
+    run_into("llama-3.1-8b-1p1d.toml", &dir, &["--requests", "10", "-q"]);
+    assert!(dir.join("trace.json").is_file() && dir.join("timeline.csv").is_file());
+    let stdout = run_into("llama-3.1-8b-1p1d.toml", &dir, &["--requests", "10", "--no-trace", "--no-timeline"]);
+    assert!(stdout.contains("/{report.json, requests.csv}"), "{stdout}");
+    assert!(dir.join("report.json").is_file() && dir.join("requests.csv").is_file());
+    assert!(!dir.join("trace.json").exists() && !dir.join("timeline.csv").exists());
+}
+
 #[test]
 fn replicas_are_written_in_seed_order() {
     let dir = scratch_dir("run-replicas");
