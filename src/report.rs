@@ -303,6 +303,9 @@ pub struct Report<'a> {
     pub final_time_s: f64,
     /// FNV-1a digest of every request's outcome, counts and times, hex.
     pub digest: String,
+    /// Ctrl-C stopped the run: it covers only the requests that entered by
+    /// `final_time`, and those in flight then are unfinished.
+    pub interrupted: bool,
     /// Broken conservation invariants (empty unless pdsim has a bug).
     pub violations: &'a [String],
 }
@@ -342,6 +345,7 @@ pub fn report<'a>(scenario: &'a Scenario, label: &'a str, run: &'a Run) -> Repor
         final_time_ns: run_ns,
         final_time_s: out.final_time.as_secs_f64(),
         digest: digest_hex(out.digest),
+        interrupted: run.interrupted,
         violations: &out.violations,
     }
 }

@@ -98,14 +98,16 @@ pub fn simulate(
         SimError::Workload(w) => RunError::BadInput(w.0),
     };
     let built = actors::sim::build(&dep, input).map_err(sim_error)?;
-    let mut interrupted = false;
+    let mut stopped = false;
     let output = built
         .run_in_slices(PROGRESS_SLICE, |p| {
             on_progress(p);
-            interrupted = stop.load(Ordering::Relaxed);
-            !interrupted
+            stopped = stop.load(Ordering::Relaxed);
+            !stopped
         })
         .map_err(sim_error)?;
+    // A run that ended on its own in its last slice is whole.
+    let interrupted = stopped && output.cut_short;
     let workload = stats.borrow().clone();
     Ok(Run { seed, requests, output, workload, wall: start.elapsed(), interrupted })
 }

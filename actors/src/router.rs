@@ -40,7 +40,9 @@ pub struct RoundRobin {
 
 impl RoutePolicy for RoundRobin {
     fn choose(&mut self, _: &Request, loads: &[u64]) -> usize {
-        let i = self.next % loads.len();
+        // Ranks that are down (load u64::MAX) lose their turn.
+        let n = loads.len();
+        let i = (0..n).map(|k| (self.next + k) % n).find(|&i| loads[i] < u64::MAX).unwrap_or(self.next % n);
         self.next = i + 1;
         i
     }
@@ -399,6 +401,10 @@ mod tests {
     fn policies_pass_over_ranks_that_are_down() {
         let req = with_ids(16, &[1, 2]);
         assert_eq!(LeastOutstanding.choose(&req, &[u64::MAX, 5, 3]), 2);
+        // Round robin over three ranks with rank 1 down: 0, 2, 0, 2.
+        let mut rr = RoundRobin::default();
+        let turns: Vec<usize> = (0..4).map(|_| rr.choose(&req, &[0, u64::MAX, 0])).collect();
+        assert_eq!(turns, [0, 2, 0, 2]);
         let mut kv = KvAware::new(3, Tokens::new(1_000));
         kv.routed(&req, 0);
         assert_eq!(kv.choose(&req, &[0, 5, 3]), 0, "rank 0 holds the prefix");

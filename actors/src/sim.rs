@@ -393,6 +393,10 @@ pub struct SimOutput {
     pub events: u64,
     /// When the last event happened.
     pub final_time: SimTime,
+    /// The run was ended with events still due (a time limit, or a stop
+    /// from `run_in_slices`'s callback): requests in flight then failed as
+    /// unfinished.
+    pub cut_short: bool,
     /// Broken conservation invariants (empty when all hold).
     pub violations: Vec<String>,
     /// FNV-1a digest of the per-request outcomes and times.
@@ -693,7 +697,17 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
     }
     let summary = metrics::summarise(&records, &itl, slo);
     let digest = digest(&records);
-    Ok(SimOutput { records, summary, ranks: reports, links: link_reports, events, final_time, violations, digest })
+    Ok(SimOutput {
+        records,
+        summary,
+        ranks: reports,
+        links: link_reports,
+        events,
+        final_time,
+        cut_short,
+        violations,
+        digest,
+    })
 }
 
 /// Sorts records by id. Ids are 0..n in arrival order, so each record is

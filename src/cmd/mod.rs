@@ -108,16 +108,23 @@ pub fn create_dir(dir: &Path) -> Result<(), CmdError> {
 }
 
 /// Writes the file `path` through `write`, buffered; an I/O error names the
-/// file.
+/// file. The bytes go to `path.partial` first and are renamed into place
+/// when whole, so a file under its own name is never cut off (by a second
+/// Ctrl-C, say).
 pub fn write_file(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
 ) -> Result<(), CmdError> {
     let fail = |e: std::io::Error| CmdError::Internal(format!("cannot write {}: {e}", path.display()));
-    let file = File::create(path).map_err(fail)?;
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
+    let file = File::create(&partial).map_err(fail)?;
     let mut w = BufWriter::new(file);
     write(&mut w).map_err(fail)?;
-    w.flush().map_err(fail)
+    w.flush().map_err(fail)?;
+    drop(w);
+    std::fs::rename(&partial, path).map_err(fail)
 }
 
 /// A CSV file written a line at a time and flushed after each, so that an

@@ -129,13 +129,16 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
 /// timeline and the trace of a long run are tens of MB).
 pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files: &[&str]) -> Result<(), CmdError> {
     create_dir(dir)?;
-    // A file not written this time must not survive from an earlier run.
-    for f in FILES.iter().filter(|f| !files.contains(f)) {
-        match std::fs::remove_file(dir.join(f)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(CmdError::BadInput(format!("{}: cannot remove: {e}", dir.join(f).display())));
+    // In a folder an earlier run wrote (it has a report.json), a file not
+    // written this time must not survive from that run.
+    if dir.join("report.json").is_file() {
+        for f in FILES.iter().filter(|f| !files.contains(f)) {
+            match std::fs::remove_file(dir.join(f)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(CmdError::Internal(format!("cannot remove {}: {e}", dir.join(f).display())));
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
     let out = &run.output;
@@ -288,13 +291,17 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
         jobs,
         |k| -> Result<(String, String), CmdError> {
             if INTERRUPTED.load(Ordering::Relaxed) {
-                return Err(interrupted(format_args!("replica {k} and later were not run")));
+                return Err(interrupted(format_args!(
+                    "replica {k} was not started; replicas.csv lists the replicas before it"
+                )));
             }
             let mut scenario = scenario.clone();
             scenario.set_seed(seeds[k]);
             let run = runner::simulate(&scenario, seeds[k], args.requests, |_| {}, &INTERRUPTED)?;
             if run.interrupted {
-                return Err(interrupted(format_args!("replica {k} was stopped; it and later ones are not written")));
+                return Err(interrupted(format_args!(
+                    "replica {k} was stopped and not written; replicas.csv lists the replicas before it"
+                )));
             }
             let sub = dir.join(format!("replica-{k}"));
             write_run(&scenario, label, &run, &sub, &args.files())?;

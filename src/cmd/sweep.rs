@@ -141,13 +141,13 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         jobs,
         |i| -> Result<String, CmdError> {
             let p = &points[mine[i]];
-            let written = format_args!("{} holds the rows of the points before point {}", path.display(), p.index);
+            let written = || format!("{} holds the rows of the points before point {}", path.display(), p.index);
             if INTERRUPTED.load(Ordering::Relaxed) {
-                return Err(interrupted(written));
+                return Err(interrupted(written()));
             }
             let run = runner::simulate(&p.scenario, p.seed, requests, |_| {}, &INTERRUPTED)?;
             if run.interrupted {
-                return Err(interrupted(written));
+                return Err(interrupted(written()));
             }
             if !run.output.violations.is_empty() {
                 return Err(CmdError::Internal(format!(
