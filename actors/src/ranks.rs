@@ -714,9 +714,14 @@ pub struct AggregatedRank {
 impl Actor<Msg> for AggregatedRank {
     fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
         let now = ctx.now();
+        if !matches!(msg, Msg::StepDone) {
+            // As on a decode rank: anything else may touch the batch or be
+            // followed by a timeline sample, so a planned run ends at the
+            // step in progress first.
+            self.core.cut(ctx);
+        }
         match msg {
             Msg::Submit(mut req) => {
-                self.core.cut(ctx);
                 req.t.prefill_queued = Some(now);
                 if self.core.fits(&mut req, now) {
                     self.core.batcher.enqueue(Seq::new(req, Alloc::default(), Tokens::ZERO, Tokens::ZERO, false));
