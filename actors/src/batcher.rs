@@ -98,6 +98,14 @@ struct Lazy {
     first_gap: u64,
 }
 
+impl Lazy {
+    /// Tokens a member holds the KV of through step `n` (at least its first
+    /// step after joining).
+    fn tokens_at(self, n: u64) -> Tokens {
+        self.computed + Tokens::new(n.max(self.join + 1) - self.join)
+    }
+}
+
 impl Seq {
     /// A sequence for `req`, with `computed` tokens of KV already present in `alloc`.
     pub fn new(req: Box<Request>, alloc: Alloc, computed: Tokens, prefill_target: Tokens, looked_up: bool) -> Self {
@@ -594,7 +602,7 @@ impl Batcher {
                 }
                 let seq = self.seqs[slot as usize].as_ref().expect("member slot");
                 let l = seq.lazy.expect("member");
-                let to = l.computed + Tokens::new(n - l.join);
+                let to = l.tokens_at(n);
                 if seq.alloc.tokens() >= to || step_changes.iter().any(|&(s, ..)| s == slot) {
                     // A stale entry (left by a give-back) or a second copy:
                     // the member holds this step's blocks already, and its
@@ -744,7 +752,7 @@ impl Batcher {
                 }
                 let seq = self.seqs[slot as usize].as_mut().expect("member slot");
                 let l = seq.lazy.expect("member");
-                let to = l.computed + Tokens::new(target.max(l.join + 1) - l.join);
+                let to = l.tokens_at(target);
                 if seq.alloc.tokens() <= to {
                     continue;
                 }
@@ -909,7 +917,7 @@ impl Batcher {
                 generation[slot as usize] == g
                     && seqs[slot as usize].as_ref().is_some_and(|seq| {
                         let l = seq.lazy.expect("member");
-                        seq.alloc.tokens() > l.computed + Tokens::new(step.max(l.join + 1) - l.join)
+                        seq.alloc.tokens() > l.tokens_at(step)
                     })
             });
             if self.ahead.is_empty() {

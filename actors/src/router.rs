@@ -163,6 +163,8 @@ pub struct Router {
     decode_down: Vec<bool>,
     /// Crashes still to come (injected faults).
     crash_timers: Vec<EventId>,
+    /// The decode loads a policy sees while a rank is down (scratch).
+    seen_loads: Vec<u64>,
     /// Requests that completed or failed, in the order they ended.
     pub records: Vec<Request>,
     /// Why the workload stopped early, if it did.
@@ -192,6 +194,7 @@ impl Router {
             decode_of: FxHashMap::default(),
             decode_down: Vec::new(),
             crash_timers: Vec::new(),
+            seen_loads: Vec::new(),
             records: Vec::new(),
             error: None,
         }
@@ -291,7 +294,7 @@ impl Router {
         }
     }
 
-    fn on_finished(&mut self, mut req: Box<Request>) {
+    fn on_finished(&mut self, req: Box<Request>) {
         let first = req.prefill_rank.map(|i| i as usize);
         match (&self.targets, first, req.decode_rank) {
             (Targets::Aggregated(_), Some(i), _) => self.first_load[i] -= (req.prompt + req.output).get(),
@@ -302,8 +305,22 @@ impl Router {
             _ => {}
         }
         self.decode_of.remove(&req.id);
+        self.record(req);
+    }
+
+    /// Keeps the record of an ended request (its prefix ids dropped).
+    fn record(&mut self, mut req: Box<Request>) {
         req.prefix = PrefixIds::none();
         self.records.push(*req);
+    }
+
+    /// After a request ended: a closed loop issues the next one, and
+    /// crashes still to come are dropped once everything has ended.
+    fn after_end(&mut self, ctx: &mut Context<'_, Msg>) {
+        if matches!(self.arrivals, ArrivalMode::Closed { .. }) {
+            self.issue_next(ctx);
+        }
+        self.drop_crashes_if_done(ctx);
     }
 }
 
@@ -335,9 +352,10 @@ impl Actor<Msg> for Router {
                 // (round robin does not look at loads).
                 let n = decode.len();
                 let chosen = if self.decode_down.iter().any(|&d| d) {
-                    let loads: Vec<u64> =
-                        (0..n).map(|d| if self.decode_down[d] { u64::MAX } else { self.decode_load[d] }).collect();
-                    self.decode_policy.choose(&req, &loads)
+                    let loads = &mut self.seen_loads;
+                    loads.clear();
+                    loads.extend((0..n).map(|d| if self.decode_down[d] { u64::MAX } else { self.decode_load[d] }));
+                    self.decode_policy.choose(&req, loads)
                 } else {
                     self.decode_policy.choose(&req, &self.decode_load)
                 };
@@ -346,12 +364,8 @@ impl Actor<Msg> for Router {
                     let reason = FailReason::NoDecodeRank;
                     ctx.send(prefill[p], Msg::CancelSource(req.id, reason)).expect("ranks outlive the run");
                     req.fail(reason, ctx.now());
-                    req.prefix = PrefixIds::none();
-                    self.records.push(*req);
-                    if matches!(self.arrivals, ArrivalMode::Closed { .. }) {
-                        self.issue_next(ctx);
-                    }
-                    self.drop_crashes_if_done(ctx);
+                    self.record(req);
+                    self.after_end(ctx);
                     return;
                 };
                 self.decode_policy.routed(&req, d);
@@ -375,10 +389,7 @@ impl Actor<Msg> for Router {
             }
             Msg::Finished(req) => {
                 self.on_finished(req);
-                if matches!(self.arrivals, ArrivalMode::Closed { .. }) {
-                    self.issue_next(ctx);
-                }
-                self.drop_crashes_if_done(ctx);
+                self.after_end(ctx);
             }
             other => unreachable!("the router gets no {other:?}"),
         }
