@@ -7,6 +7,7 @@ mod cli_sweep;
 mod cli_transfer;
 mod cli_validate;
 mod common;
+mod pinned;
 mod scenario;
 mod traces;
 mod workload;

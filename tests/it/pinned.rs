@@ -1,0 +1,54 @@
+//! The outputs of every shipped scenario, pinned.
+//!
+//! Each shipped scenario is run as `pdsim run scenarios/<file>` runs it (its
+//! own seed and request count, the same label), and the bytes of its
+//! `report.json`, `requests.csv` and `timeline.csv` are hashed (FNV-1a, 64
+//! bits). A change of any number in them fails this test, so a change of
+//! behaviour shows up as a deliberate update of the table below, in a
+//! commit that says which rule changed it; a refactoring leaves it alone.
+//!
+//! To re-derive a row by hand: `pdsim run scenarios/<file> --out DIR`, then
+//! FNV-1a-64 (offset 0xcbf29ce484222325, prime 0x100000001b3) of each file.
+
+use std::sync::atomic::AtomicBool;
+
+use pdsim::{report, runner, scenario};
+
+use crate::common::scenario_file;
+
+/// (file, report.json, requests.csv, timeline.csv).
+const PINNED: [(&str, u64, u64, u64); 8] = [
+    ("default.toml", 0x95ef_ee1b_11f3_66a1, 0x13af_98a1_2e46_eb03, 0x16dd_0b29_1e31_3f46),
+    ("glm-5.3-flash-1p1d.toml", 0x5bec_63be_3376_b12e, 0x6ac5_b6f7_b31d_da3a, 0xe7b8_881d_1f5f_8c21),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0x89ca_d8fb_16c9_8b7f, 0xb760_b92c_0d27_21ea, 0x71aa_94a7_a48c_22a3),
+    ("glm-5.3-flash-2p2d.toml", 0x97ab_f519_d792_f677, 0xbed3_1e7e_aa97_a40f, 0x46d0_b5e7_f9c0_9aa8),
+    ("gpt-oss-1p1d.toml", 0x584c_b954_0315_1e59, 0x98eb_d371_18ba_9cbd, 0x65d3_41fa_e1d1_c2cd),
+    ("llama-3.1-8b-1p1d.toml", 0x21e7_98ee_4315_1dbf, 0x2470_b011_ba83_5157, 0x269e_3fc5_e8fc_dcca),
+    ("llama-3.1-8b-aggregated.toml", 0xae97_648c_48d8_6c36, 0x2a60_b16c_16ad_c6c7, 0xd657_f61d_916e_941e),
+    ("mamba2-hybrid-1p1d.toml", 0xb8c0_2563_eb22_3529, 0x76e6_fb5d_d74e_d826, 0x906b_182b_9329_3245),
+];
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[test]
+fn shipped_scenarios_give_their_pinned_outputs() {
+    let mut wrong = Vec::new();
+    for (file, want_report, want_requests, want_timeline) in PINNED {
+        let s = scenario::load(scenario_file(file)).unwrap();
+        let label = format!("scenarios/{file}");
+        let run = runner::simulate(&s, s.seed(), None, |_| {}, &AtomicBool::new(false)).unwrap();
+        assert_eq!(run.output.violations, Vec::<String>::new(), "{file}");
+        let disaggregated = s.deployment().prefill.is_some();
+        let (mut rep, mut req, mut tl) = (Vec::new(), Vec::new(), Vec::new());
+        report::write_report(&mut rep, &report::report(&s, &label, &run)).unwrap();
+        report::write_requests_csv(&mut req, &run.output.records, disaggregated).unwrap();
+        report::write_timeline_csv(&mut tl, &run.output.ranks, &run.output.links).unwrap();
+        let got = (fnv1a(&rep), fnv1a(&req), fnv1a(&tl));
+        if got != (want_report, want_requests, want_timeline) {
+            wrong.push(format!("(\"{file}\", {:#018x}, {:#018x}, {:#018x})", got.0, got.1, got.2));
+        }
+    }
+    assert!(wrong.is_empty(), "outputs changed; if on purpose, the new rows are:\n{}", wrong.join("\n"));
+}
