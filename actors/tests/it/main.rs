@@ -3,6 +3,7 @@
 mod gates;
 mod model_files;
 mod model_fixtures;
+mod pinned;
 mod rules_oracle;
 mod rules_props;
 mod sim;
