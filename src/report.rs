@@ -289,7 +289,7 @@ pub struct Report<'a> {
     pub requests_override: Option<u64>,
     /// What the workload read and made.
     pub workload: &'a SourceStats,
-    /// SPEC §7 metrics.
+    /// The metrics of `actors::metrics::Summary`.
     pub summary: &'a Summary,
     /// Every rank, prefill (or aggregated) ranks first.
     pub ranks: Vec<RankSummary>,

@@ -6,20 +6,20 @@
 //! - [`config`], [`workload`]: what a simulation runs (the deployment, the
 //!   request stream).
 //! - [`sim`]: builds a deployment and runs it: [`router`], [`ranks`]
-//!   (prefill, decode, aggregated) over a [`batcher`] and a [`pool`] each,
+//!   (prefill, decode, aggregated) over a [`scheduler`] each (which owns the
+//!   rank's KV pool),
 //!   [`link`]s, exchanging [`msg::Msg`]; [`metrics`] summarises.
-pub mod batcher;
 pub mod config;
 mod fxmap;
 pub mod link;
 pub mod metrics;
 pub mod model;
 pub mod msg;
-pub mod pool;
 pub mod ranks;
 pub mod request;
 pub mod router;
 pub mod rules;
+pub mod scheduler;
 pub mod sim;
 pub mod steptime;
 pub mod units;

@@ -3,7 +3,7 @@
 
 use sim_core::{ActorId, SimTime};
 
-use crate::request::{FailReason, ReqId, Request};
+use crate::request::{Command, FailReason, ReqId, Request};
 use crate::units::Bytes;
 
 /// Every message an actor of this crate sends or receives.
@@ -61,4 +61,27 @@ pub enum Msg {
     LeaseLost(ReqId, SimTime),
     /// Decode rank `index` → router: it is down; send it nothing more.
     RankDown(u32),
+}
+
+impl Msg {
+    /// The protocol command this message is, if it is one.
+    pub const fn command(&self) -> Option<Command> {
+        Some(match self {
+            Msg::SubmitHandoffPrefill(_) => Command::SubmitHandoffPrefill,
+            Msg::ReleaseSource(_) => Command::ReleaseSource,
+            Msg::CancelSource(..) => Command::CancelSource,
+            Msg::ReserveDestination(_) => Command::ReserveDestination,
+            Msg::CancelDestination(..) => Command::CancelDestination,
+            Msg::Submit(_) => Command::Submit,
+            _ => return None,
+        })
+    }
+
+    /// The request a command carries, taken out of it.
+    pub fn into_request(self) -> Option<Box<Request>> {
+        match self {
+            Msg::SubmitHandoffPrefill(r) | Msg::ReserveDestination(r) | Msg::Submit(r) => Some(r),
+            _ => None,
+        }
+    }
 }

@@ -1,52 +1,65 @@
 //! The rank actors: PrefillRank (the source of handoffs), DecodeRank (the
 //! destination) and AggregatedRank (no handoff, the baseline).
 //!
-//! Each wraps a [`Batcher`] and its [`KvPool`](crate::pool::KvPool). A rank
-//! accepts only the commands of its side of the handoff (SPEC §5): a command
-//! of the other side is refused, and the request it carries fails with the
-//! refusal as its reason.
+//! Each wraps a [`Scheduler`](crate::scheduler), which owns its KV pool, and
+//! handles every message through one protocol (`handle_message`): cut a
+//! planned run, refuse or handle, start a step, sample. A rank accepts only
+//! the commands of its side of the handoff ([`Command::accepted_by`]): a
+//! command of the other side is refused, and the request it carries fails
+//! with the refusal as its reason.
 
 use std::collections::{BTreeSet, VecDeque};
 
 use sim_core::rand::Rng;
 use sim_core::{Actor, ActorId, Context, EventId, SimDuration, SimTime};
 
-use crate::batcher::{Batcher, Finished, Seq};
 use crate::fxmap::FxHashMap;
 use crate::metrics::{Metric, Timeline};
 use crate::model::{Model, Role};
 use crate::msg::Msg;
-use crate::pool::Alloc;
 use crate::request::{Command, FailReason, Outcome, ReqId, Request};
 use crate::rules;
+use crate::scheduler::{Finished, PoolReport, Reservation, Scheduler, Source, StepStats};
 use crate::units::Tokens;
-use crate::workload::PrefixIds;
 
 /// What every rank has.
-pub struct RankCore {
+pub(crate) struct RankCore {
     /// Index among the ranks of its role.
-    pub index: u32,
-    /// Its role.
-    pub role: Role,
+    index: u32,
+    role: Role,
     router: ActorId,
-    /// The scheduler and its pool.
-    pub batcher: Batcher,
+    /// The scheduler, which owns the pool.
+    sched: Scheduler,
     /// Sampled use over time.
-    pub timeline: Timeline,
+    timeline: Timeline,
     /// Commands it refused (with no request to fail, or with one).
-    pub refusals: Vec<FailReason>,
+    refusals: Vec<FailReason>,
     finished: Vec<Finished>,
     step_timer: Option<EventId>,
 }
 
+/// A rank's end-of-run parts, for its report.
+pub(crate) struct RankParts {
+    pub(crate) index: u32,
+    pub(crate) stats: StepStats,
+    pub(crate) pool: PoolReport,
+    pub(crate) refusals: Vec<FailReason>,
+    pub(crate) timeline: Timeline,
+    /// Requests still in its queue, their blocks given back.
+    #[expect(clippy::vec_box, reason = "requests travel boxed in messages; unboxing them to box again copies each")]
+    pub(crate) unfinished: Vec<Box<Request>>,
+    /// What is wrong with its pool, if anything.
+    pub(crate) violation: Option<String>,
+}
+
 impl RankCore {
     /// A rank's common part.
-    pub fn new(index: u32, role: Role, router: ActorId, batcher: Batcher, interval: SimDuration) -> Self {
+    pub(crate) fn new(index: u32, role: Role, router: ActorId, sched: Scheduler, interval: SimDuration) -> Self {
         RankCore {
             index,
             role,
             router,
-            batcher,
+            sched,
             timeline: Timeline::new(interval),
             refusals: Vec::new(),
             finished: Vec::new(),
@@ -60,44 +73,18 @@ impl RankCore {
     }
 
     /// Refuses a command of the other side; fails the request it carries.
-    fn refuse(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
-        let (command, req) = match msg {
-            Msg::SubmitHandoffPrefill(r) => (Command::SubmitHandoffPrefill, Some(r)),
-            Msg::ReserveDestination(r) => (Command::ReserveDestination, Some(r)),
-            Msg::Submit(r) => (Command::Submit, Some(r)),
-            Msg::ReleaseSource(_) => (Command::ReleaseSource, None),
-            Msg::CancelSource(..) => (Command::CancelSource, None),
-            Msg::CancelDestination(..) => (Command::CancelDestination, None),
-            other => unreachable!("{other:?} is not a command"),
-        };
+    fn refuse(&mut self, command: Command, msg: Msg, ctx: &mut Context<'_, Msg>) {
         let reason = FailReason::Refused { role: self.role, command };
         self.refusals.push(reason);
-        if let Some(mut req) = req {
+        if let Some(mut req) = msg.into_request() {
             req.fail(reason, ctx.now());
             self.finish(req, ctx);
         }
     }
 
-    /// The fewest blocks `req` must hold at once on this rank: a prefill
-    /// rank's last step (with checkpoint blocks where the version takes
-    /// them); a generating rank's first decode step or its last, whichever
-    /// holds more. A lower bound, so a request above the budget can never
-    /// fit; one that passes may still fail later if a chunked prefill's
-    /// window blocks push it over (the batcher catches that).
-    fn least_blocks(&self, req: &Request) -> u64 {
-        let pool = &self.batcher.pool;
-        match self.role {
-            Role::Prefill => pool.blocks_needed(req.transferred_tokens, self.batcher.checkpoints()),
-            Role::Decode | Role::Aggregated => {
-                let last = req.prompt.saturating_add(req.output).saturating_sub(Tokens::new(1));
-                pool.blocks_needed(req.prompt, false).max(pool.blocks_needed(last, false))
-            }
-        }
-    }
-
     /// Fails a request that cannot fit in this rank's pool.
     fn fits(&self, req: &mut Request, now: SimTime) -> bool {
-        let (needed, capacity) = (self.least_blocks(req), self.batcher.pool.num_blocks());
+        let (needed, capacity) = self.sched.least_blocks(req);
         if needed <= capacity {
             return true;
         }
@@ -108,7 +95,7 @@ impl RankCore {
     /// Ends a fast-forwarded run of decode steps at the step in progress,
     /// because something may change the batch.
     fn cut(&mut self, ctx: &mut Context<'_, Msg>) {
-        if let Some(end) = self.batcher.cut(ctx.now()) {
+        if let Some(end) = self.sched.cut(ctx.now()) {
             if let Some(t) = self.step_timer.take() {
                 ctx.cancel(t);
             }
@@ -118,56 +105,153 @@ impl RankCore {
 
     /// Starts a step if none is in flight and there is work; fails the
     /// sequences that can never fit.
-    fn kick(&mut self, ctx: &mut Context<'_, Msg>, started: fn(&mut Request) -> &mut Option<SimTime>) {
+    fn kick(
+        &mut self,
+        ctx: &mut Context<'_, Msg>,
+        blocked_outside: bool,
+        started: fn(&mut Request) -> &mut Option<SimTime>,
+    ) {
         let now = ctx.now();
-        if let Some(dt) = self.batcher.plan_step(now, self.timeline.next_due()) {
-            self.batcher.stamp_started(now, started);
+        if let Some(dt) = self.sched.start_step(now, self.timeline.next_due(), blocked_outside, started) {
             self.step_timer = Some(ctx.schedule(dt, Msg::StepDone));
         }
-        while let Some((mut seq, needed)) = self.batcher.stuck.pop() {
+        while let Some((mut req, needed)) = self.sched.take_stuck() {
             // It could not get the blocks of its next step with nothing else
             // holding any: report what that step needed.
-            self.batcher.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
-            let capacity = self.batcher.pool.num_blocks();
-            seq.req.fail(FailReason::DoesNotFit { role: self.role, needed, capacity }, now);
-            self.finish(seq.req, ctx);
+            let capacity = self.sched.pool_report().num_blocks;
+            req.fail(FailReason::DoesNotFit { role: self.role, needed, capacity }, now);
+            self.finish(req, ctx);
         }
-    }
-
-    /// Applies the step that just ended on a generating rank: frees the
-    /// blocks of the requests that produced their last token and reports them.
-    fn complete_step(&mut self, ctx: &mut Context<'_, Msg>) {
-        let now = ctx.now();
-        let mut done = std::mem::take(&mut self.finished);
-        self.batcher.finish_step(now, &mut done);
-        for Finished { mut seq, .. } in done.drain(..) {
-            self.batcher.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
-            seq.req.outcome = Outcome::Completed;
-            seq.req.t.finished = Some(now);
-            self.finish(seq.req, ctx);
-        }
-        self.finished = done;
     }
 
     fn sample(&mut self, now: SimTime, extra: &[(Metric, u64)]) {
         if !self.timeline.due(now) {
             return;
         }
-        self.batcher.settle();
-        let pool = &self.batcher.pool;
+        let c = self.sched.counts();
         let tl = &mut self.timeline;
-        tl.push(now, Metric::KvUsed, pool.used());
-        tl.push(now, Metric::KvFree, pool.free());
-        tl.push(now, Metric::KvCachedFree, pool.cached_free());
-        for (g, &used) in pool.group_used().iter().enumerate() {
+        tl.push(now, Metric::KvUsed, c.used);
+        tl.push(now, Metric::KvFree, c.free);
+        tl.push(now, Metric::KvCachedFree, c.cached_free);
+        for (g, &used) in c.group_used.iter().enumerate() {
             tl.push(now, Metric::KvGroupUsed(g as u16), used);
         }
-        tl.push(now, Metric::Waiting, self.batcher.waiting() as u64);
-        tl.push(now, Metric::Running, self.batcher.running() as u64);
+        tl.push(now, Metric::Waiting, c.waiting as u64);
+        tl.push(now, Metric::Running, c.running as u64);
         for &(m, v) in extra {
             tl.push(now, m, v);
         }
     }
+
+    /// Takes what the rank's report needs, giving back every block its
+    /// queue still holds.
+    pub(crate) fn take_parts(&mut self) -> RankParts {
+        let unfinished = self.sched.drain();
+        RankParts {
+            index: self.index,
+            stats: self.sched.stats(),
+            pool: self.sched.pool_report(),
+            refusals: std::mem::take(&mut self.refusals),
+            timeline: std::mem::take(&mut self.timeline),
+            unfinished,
+            violation: self.sched.check().err(),
+        }
+    }
+
+    /// Index among the ranks of its role.
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Gaps between consecutive output tokens on this rank.
+    pub(crate) fn itl(&self) -> &crate::metrics::Histogram {
+        self.sched.itl()
+    }
+}
+
+/// Whether a rank goes on with a message's protocol after its handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flow {
+    /// Start a step if there is work, then sample.
+    Continue,
+    /// The rank stopped (it crashed): nothing more.
+    Stop,
+}
+
+/// Timeline values a role adds to the common ones.
+type Extra = ([(Metric, u64); 2], usize);
+
+/// What a role adds to the common rank. Every rank handles a message
+/// through [`handle_message`], which runs the same protocol for every role,
+/// so a new message or role cannot forget a step of it.
+trait Side {
+    /// The role.
+    const ROLE: Role;
+    /// The stamp of a request's first step here.
+    fn started(r: &mut Request) -> &mut Option<SimTime>;
+    /// The common part.
+    fn core(&mut self) -> &mut RankCore;
+    /// Whether the rank is down for good: messages then go to
+    /// [`Side::while_down`] and nothing else runs.
+    fn down(&self) -> bool {
+        false
+    }
+    /// A message to a rank that is down.
+    fn while_down(&mut self, _msg: Msg, _ctx: &mut Context<'_, Msg>) {}
+    /// A command this role accepts, or one of its own timers.
+    fn on_message(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) -> Flow;
+    /// A sequence that finished in the step that just ended.
+    fn on_finished(&mut self, f: Finished, ctx: &mut Context<'_, Msg>);
+    /// After every message, before a step may start: returns whether
+    /// something outside the queue waits for blocks.
+    fn before_step(&mut self, ctx: &mut Context<'_, Msg>) -> bool;
+    /// The role's own timeline values.
+    fn extra(&self) -> Extra;
+}
+
+/// The protocol of every rank, for every message:
+/// 1. a rank that is down only drops (or fails) what comes;
+/// 2. anything but the end of the step in flight may change the batch or
+///    read the pool, so a planned run of decode steps is cut at the step in
+///    progress first;
+/// 3. the step's end is applied, a command the role does not accept is
+///    refused (by [`Command::accepted_by`]), anything else goes to the role;
+/// 4. the role does what must precede a step (a decode rank's
+///    reservations), a step starts if there is work, and the timeline is
+///    sampled.
+fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
+    if rank.down() {
+        rank.while_down(msg, ctx);
+        return;
+    }
+    let now = ctx.now();
+    if !matches!(msg, Msg::StepDone) {
+        rank.core().cut(ctx);
+    }
+    match msg {
+        Msg::StepDone => {
+            let core = rank.core();
+            core.step_timer = None;
+            let mut done = std::mem::take(&mut core.finished);
+            core.sched.finish_step(now, &mut done);
+            for f in done.drain(..) {
+                rank.on_finished(f, ctx);
+            }
+            rank.core().finished = done;
+        }
+        msg => match msg.command() {
+            Some(command) if !command.accepted_by(S::ROLE) => rank.core().refuse(command, msg, ctx),
+            _ => {
+                if rank.on_message(msg, ctx) == Flow::Stop {
+                    return;
+                }
+            }
+        },
+    }
+    let blocked_outside = rank.before_step(ctx);
+    rank.core().kick(ctx, blocked_outside, S::started);
+    let (extra, n) = rank.extra();
+    rank.core().sample(now, &extra[..n]);
 }
 
 fn prefill_started(r: &mut Request) -> &mut Option<SimTime> {
@@ -177,12 +261,12 @@ fn decode_started(r: &mut Request) -> &mut Option<SimTime> {
     &mut r.t.decode_started
 }
 
+const NO_EXTRA: Extra = ([(Metric::Waiting, 0); 2], 0);
+
 /// A source held for a handoff.
 #[derive(Debug)]
 struct Held {
-    alloc: Alloc,
-    prefix: PrefixIds,
-    prompt: Tokens,
+    source: Source,
     since: SimTime,
 }
 
@@ -239,8 +323,7 @@ impl Hold {
 /// releases at completion, and holds the source until the decode side
 /// releases or cancels it, or the hold expires.
 pub struct PrefillRank {
-    /// The common part.
-    pub core: RankCore,
+    core: RankCore,
     model: Model,
     hold: Hold,
     held: FxHashMap<ReqId, Held>,
@@ -252,13 +335,12 @@ pub struct PrefillRank {
     lapsing: BTreeSet<(SimTime, ReqId)>,
     /// The one timer for the oldest source's expiry.
     hold_timer: Option<EventId>,
-    /// Source counters.
-    pub sources: SourceStats,
+    sources: SourceStats,
 }
 
 impl PrefillRank {
     /// A prefill rank holding sources as `hold` says.
-    pub fn new(core: RankCore, model: Model, hold: Hold) -> Self {
+    pub(crate) fn new(core: RankCore, model: Model, hold: Hold) -> Self {
         PrefillRank {
             core,
             model,
@@ -271,25 +353,40 @@ impl PrefillRank {
         }
     }
 
+    /// Commands it refused.
+    pub fn refusals(&self) -> &[FailReason] {
+        &self.core.refusals
+    }
+
     /// Sources held now.
     pub fn held_sources(&self) -> usize {
         self.held.len()
     }
 
+    /// Source counters.
+    pub fn sources(&self) -> SourceStats {
+        self.sources
+    }
+
     /// Frees every held source (end-of-run accounting); returns how many.
-    pub fn release_all_sources(&mut self) -> usize {
+    pub(crate) fn release_all_sources(&mut self) -> usize {
         let mut ids: Vec<ReqId> = self.held.keys().copied().collect();
         ids.sort_unstable();
         for id in &ids {
-            let mut h = self.held.remove(id).expect("listed");
-            self.core.batcher.pool.release(&mut h.alloc, &h.prefix, h.prompt);
+            let h = self.held.remove(id).expect("listed");
+            self.core.sched.release_source(h.source);
         }
         ids.len()
     }
 
-    fn drop_source(&mut self, id: ReqId, ctx: &mut Context<'_, Msg>) -> Option<Held> {
-        let mut h = self.held.remove(&id)?;
-        self.core.batcher.pool.release(&mut h.alloc, &h.prefix, h.prompt);
+    /// The common part, for the end-of-run accounting.
+    pub(crate) fn core_mut(&mut self) -> &mut RankCore {
+        &mut self.core
+    }
+
+    fn drop_source(&mut self, id: ReqId, ctx: &mut Context<'_, Msg>) -> bool {
+        let Some(h) = self.held.remove(&id) else { return false };
+        self.core.sched.release_source(h.source);
         if self.held.is_empty() {
             // Nothing left to expire: the timer would only keep the run alive.
             self.expiry.clear();
@@ -298,7 +395,7 @@ impl PrefillRank {
                 ctx.cancel(t);
             }
         }
-        Some(h)
+        true
     }
 
     /// Expires every source held past its hold, then arms the timer for the
@@ -336,47 +433,28 @@ impl PrefillRank {
                 self.hold_timer = Some(ctx.schedule(at - now, Msg::HoldCheck));
                 return;
             }
-            let mut h = self.held.remove(&id).expect("checked above");
-            self.core.batcher.pool.release(&mut h.alloc, &h.prefix, h.prompt);
+            let h = self.held.remove(&id).expect("checked above");
+            self.core.sched.release_source(h.source);
             self.sources.expired += 1;
             let reason = FailReason::SourceHoldExpired { held: now - h.since };
             ctx.send(self.core.router, Msg::SourceExpired(id, reason)).expect("the router outlives the run");
         }
         self.hold_timer = None;
     }
-
-    fn on_finished(&mut self, f: Finished, ctx: &mut Context<'_, Msg>) {
-        let now = ctx.now();
-        let Finished { seq, .. } = f;
-        let Seq { mut req, mut alloc, computed, .. } = seq;
-        // The source release of SPEC §4: keep in-window and running-state
-        // blocks, free the rest (checkpoint blocks included). Shrinking
-        // never falls short.
-        self.core
-            .batcher
-            .pool
-            .resize(&mut alloc, computed, computed, false)
-            .expect("releasing blocks needs no free blocks");
-        req.t.prefill_done = Some(now);
-        req.transferred_tokens = computed;
-        let prefix = if req.prefix.ids.is_empty() { PrefixIds::none() } else { req.prefix.clone() };
-        let id = req.id;
-        self.held.insert(id, Held { alloc, prefix, prompt: req.prompt, since: now });
-        self.sources.held += 1;
-        // SourceHeld first: an expiry, however short the hold, follows it.
-        ctx.send(self.core.router, Msg::SourceHeld(req)).expect("the router outlives the run");
-        // A lease is renewed for as long as the decode rank lives.
-        if let Hold::Fixed(hold) = self.hold {
-            self.expiry.push_back((now.saturating_add(hold), id));
-            if self.hold_timer.is_none() {
-                self.check_holds(ctx);
-            }
-        }
-    }
 }
 
-impl Actor<Msg> for PrefillRank {
-    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+impl Side for PrefillRank {
+    const ROLE: Role = Role::Prefill;
+
+    fn started(r: &mut Request) -> &mut Option<SimTime> {
+        prefill_started(r)
+    }
+
+    fn core(&mut self) -> &mut RankCore {
+        &mut self.core
+    }
+
+    fn on_message(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) -> Flow {
         let now = ctx.now();
         match msg {
             Msg::SubmitHandoffPrefill(mut req) => {
@@ -384,18 +462,18 @@ impl Actor<Msg> for PrefillRank {
                 let t = rules::transferred_tokens(&self.model, req.prompt);
                 req.transferred_tokens = t;
                 if self.core.fits(&mut req, now) {
-                    self.core.batcher.enqueue(Seq::new(req, Alloc::default(), Tokens::ZERO, t, false));
+                    self.core.sched.enqueue(req, t);
                 } else {
                     self.core.finish(req, ctx);
                 }
             }
             Msg::ReleaseSource(id) => match self.drop_source(id, ctx) {
-                Some(_) => self.sources.released += 1,
-                None => self.sources.stale += 1,
+                true => self.sources.released += 1,
+                false => self.sources.stale += 1,
             },
             Msg::CancelSource(id, _) => match self.drop_source(id, ctx) {
-                Some(_) => self.sources.cancelled += 1,
-                None => self.sources.stale += 1,
+                true => self.sources.cancelled += 1,
+                false => self.sources.stale += 1,
             },
             Msg::HoldCheck => {
                 self.hold_timer = None;
@@ -407,21 +485,46 @@ impl Actor<Msg> for PrefillRank {
                     self.check_holds(ctx);
                 }
             }
-            Msg::StepDone => {
-                self.core.step_timer = None;
-                let mut done = std::mem::take(&mut self.core.finished);
-                self.core.batcher.finish_step(now, &mut done);
-                for f in done.drain(..) {
-                    self.on_finished(f, ctx);
-                }
-                self.core.finished = done;
-            }
-            m @ (Msg::ReserveDestination(_) | Msg::CancelDestination(..) | Msg::Submit(_)) => self.core.refuse(m, ctx),
             other => unreachable!("a prefill rank gets no {other:?}"),
         }
-        self.core.kick(ctx, prefill_started);
-        let held = self.held.len() as u64;
-        self.core.sample(now, &[(Metric::HeldSources, held)]);
+        Flow::Continue
+    }
+
+    /// The prefill is done: the scheduler applied the source release of
+    /// the prefill side ([`rules::source_release`], applied per group by
+    /// [`rules::group_release`]); hold the source.
+    fn on_finished(&mut self, f: Finished, ctx: &mut Context<'_, Msg>) {
+        let now = ctx.now();
+        let Finished::Prefilled { mut req, source } = f else {
+            unreachable!("a prefill rank's sequences end with their prefill")
+        };
+        req.t.prefill_done = Some(now);
+        let id = req.id;
+        self.held.insert(id, Held { source, since: now });
+        self.sources.held += 1;
+        // SourceHeld first: an expiry, however short the hold, follows it.
+        ctx.send(self.core.router, Msg::SourceHeld(req)).expect("the router outlives the run");
+        // A lease is renewed for as long as the decode rank lives.
+        if let Hold::Fixed(hold) = self.hold {
+            self.expiry.push_back((now.saturating_add(hold), id));
+            if self.hold_timer.is_none() {
+                self.check_holds(ctx);
+            }
+        }
+    }
+
+    fn before_step(&mut self, _ctx: &mut Context<'_, Msg>) -> bool {
+        false
+    }
+
+    fn extra(&self) -> Extra {
+        ([(Metric::HeldSources, self.held.len() as u64), (Metric::HeldSources, 0)], 1)
+    }
+}
+
+impl Actor<Msg> for PrefillRank {
+    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+        handle_message(self, msg, ctx);
     }
 }
 
@@ -429,15 +532,14 @@ impl Actor<Msg> for PrefillRank {
 #[derive(Debug)]
 struct InTransfer {
     req: Box<Request>,
-    alloc: Alloc,
+    reservation: Reservation,
 }
 
 /// A decode rank: reserves destination blocks (waiting in order when the
 /// pool is full), pulls the KV over the link, releases the source, computes
 /// the remaining prompt token and decodes.
 pub struct DecodeRank {
-    /// The common part.
-    pub core: RankCore,
+    core: RankCore,
     model: Model,
     /// Prefill ranks, by index.
     prefill: Vec<ActorId>,
@@ -446,19 +548,17 @@ pub struct DecodeRank {
     abort_probability: f64,
     pending: VecDeque<Box<Request>>,
     transferring: FxHashMap<ReqId, InTransfer>,
-    /// Reservations that had to wait for blocks.
-    pub reservations_waited: u64,
+    reservations_waited: u64,
     /// The prefill ranks' lease on the sources this rank accepted, if they
     /// hold under a lease.
     lease: Option<SimDuration>,
-    /// When it crashed (it has stopped for good).
-    pub crashed_at: Option<SimTime>,
+    crashed_at: Option<SimTime>,
 }
 
 impl DecodeRank {
     /// A decode rank wired to the prefill ranks and their links; `lease` is
     /// the sources' lease, which it renews while it lives.
-    pub fn new(
+    pub(crate) fn new(
         core: RankCore,
         model: Model,
         prefill: Vec<ActorId>,
@@ -480,6 +580,26 @@ impl DecodeRank {
         }
     }
 
+    /// Commands it refused.
+    pub fn refusals(&self) -> &[FailReason] {
+        &self.core.refusals
+    }
+
+    /// Reservations that had to wait for blocks.
+    pub fn reservations_waited(&self) -> u64 {
+        self.reservations_waited
+    }
+
+    /// When it crashed (it has stopped for good).
+    pub fn crashed_at(&self) -> Option<SimTime> {
+        self.crashed_at
+    }
+
+    /// The common part, for the end-of-run accounting.
+    pub(crate) fn core_mut(&mut self) -> &mut RankCore {
+        &mut self.core
+    }
+
     /// The crash: every request here fails, its blocks go back, and the
     /// sources it had yet to release are left to lapse on the prefill
     /// ranks: under a fixed hold when it runs out (their hold timers run
@@ -495,12 +615,11 @@ impl DecodeRank {
             req.fail(FailReason::DecodeCrashed, now);
             self.core.finish(req, ctx);
         }
-        let mut seqs = self.core.batcher.drain();
-        seqs.sort_unstable_by_key(|s| s.req.id);
-        for mut seq in seqs {
-            self.core.batcher.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
-            seq.req.fail(FailReason::DecodeCrashed, now);
-            self.core.finish(seq.req, ctx);
+        let mut reqs = self.core.sched.drain();
+        reqs.sort_unstable_by_key(|r| r.id);
+        for mut req in reqs {
+            req.fail(FailReason::DecodeCrashed, now);
+            self.core.finish(req, ctx);
         }
         ctx.send(self.core.router, Msg::RankDown(self.core.index)).expect("the router outlives the run");
     }
@@ -537,75 +656,39 @@ impl DecodeRank {
     fn try_reserve(&mut self, ctx: &mut Context<'_, Msg>) {
         let now = ctx.now();
         while let Some(req) = self.pending.front() {
-            let pool = &mut self.core.batcher.pool;
-            let prompt = req.prompt;
-            // vLLM never serves the last prompt token from the cache.
-            let hit = pool.lookup(&req.prefix, prompt, prompt.saturating_sub(Tokens::new(1)));
-            let k = pool.hit_tokens(hit);
+            let Some((k, reservation)) = self.core.sched.reserve(req) else { break };
             let payload =
-                rules::handoff_size(&self.model, prompt, k).expect("the prompt is >= 1 token and the hit below it");
-            let t = payload.transferred_tokens;
-            let n = prompt;
-            let need = pool.blocks_after_hit(hit, n - Tokens::new(1), n, false);
-            let most = pool.pin_and_take_need(hit, need);
-            self.core.batcher.make_room(most);
-            let pool = &mut self.core.batcher.pool;
-            // All or nothing, as vLLM allocates: a reservation that waits
-            // evicts nothing.
-            if pool.can_pin_and_take(&req.prefix, prompt, hit, need).is_err() {
-                break;
-            }
-            let mut alloc = Alloc::default();
-            pool.pin(&mut alloc, &req.prefix, prompt, hit).expect("checked");
-            // Reserve what the first decode step holds (the KV of all N
-            // prompt tokens, as vLLM allocates for the whole prompt), which
-            // covers the T tokens that land; the hit never reaches past
-            // N − 1. A landed request then never waits for one more block.
-            if pool.resize(&mut alloc, n - Tokens::new(1), n, false).is_err() {
-                pool.release(&mut alloc, &req.prefix, prompt);
-                break;
-            }
+                rules::handoff_size(&self.model, req.prompt, k).expect("the prompt is >= 1 token and the hit below it");
             let mut req = self.pending.pop_front().expect("front exists");
             req.t.reserved = Some(now);
             req.decode_hit = k;
-            req.transferred_tokens = t;
+            req.transferred_tokens = payload.transferred_tokens;
             req.transfer_bytes = payload.bytes;
             req.t.transfer_started = Some(now);
             if payload.moves_nothing {
                 // A full hit: nothing to read, only the notification.
                 req.t.transfer_done = Some(now);
                 ctx.send(self.source_of(&req), Msg::ReleaseSource(req.id)).expect("prefill ranks outlive the run");
-                self.start_decode(req, alloc);
+                self.core.sched.enqueue_landed(req, reservation);
             } else {
                 let link = self.links[req.prefill_rank.expect("a handoff names its prefill rank") as usize];
                 let msg = Msg::StartTransfer { id: req.id, bytes: payload.bytes, reply_to: ctx.me() };
                 ctx.send(link, msg).expect("links outlive the run");
-                self.transferring.insert(req.id, InTransfer { req, alloc });
+                self.transferring.insert(req.id, InTransfer { req, reservation });
             }
         }
     }
 
-    /// The KV is here: queue the request to compute its last prompt token.
-    fn start_decode(&mut self, req: Box<Request>, mut alloc: Alloc) {
-        // The received blocks go into the decode rank's prefix cache, as vLLM
-        // caches them when the transfer completes.
-        let t = req.transferred_tokens;
-        self.core.batcher.pool.register(&mut alloc, &req.prefix, req.prompt, t);
-        // vLLM computes the last prompt token on the decode side: never
-        // computed by a Mamba-type prefill, recomputed for its logits otherwise.
-        let computed = req.prompt.saturating_sub(Tokens::new(1));
-        self.core.batcher.enqueue(Seq::new(req, alloc, computed, Tokens::ZERO, true));
-    }
-
     /// Takes out every request still waiting for a reservation or a
     /// transfer (their blocks returned), for the end-of-run accounting.
-    pub fn drain_in_flight(&mut self) -> Vec<Box<Request>> {
+    #[expect(clippy::vec_box, reason = "requests travel boxed in messages; unboxing them to box again copies each")]
+    pub(crate) fn drain_in_flight(&mut self) -> Vec<Box<Request>> {
         let mut out: Vec<Box<Request>> = self.pending.drain(..).collect();
         let mut ids: Vec<ReqId> = self.transferring.keys().copied().collect();
         ids.sort_unstable();
         for id in ids {
-            let InTransfer { req, mut alloc } = self.transferring.remove(&id).expect("listed");
-            self.core.batcher.pool.release(&mut alloc, &req.prefix, req.prompt);
+            let InTransfer { req, reservation } = self.transferring.remove(&id).expect("listed");
+            self.core.sched.cancel_reservation(reservation, &req);
             out.push(req);
         }
         out
@@ -620,31 +703,40 @@ impl DecodeRank {
     }
 }
 
-impl Actor<Msg> for DecodeRank {
-    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+impl Side for DecodeRank {
+    const ROLE: Role = Role::Decode;
+
+    fn started(r: &mut Request) -> &mut Option<SimTime> {
+        decode_started(r)
+    }
+
+    fn core(&mut self) -> &mut RankCore {
+        &mut self.core
+    }
+
+    fn down(&self) -> bool {
+        self.crashed_at.is_some()
+    }
+
+    /// Down: a handoff sent before the router knew fails at once, with no
+    /// heartbeat ever sent; everything else is lost.
+    fn while_down(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+        if let Msg::ReserveDestination(mut req) = msg {
+            let now = ctx.now();
+            req.t.reserve_requested = Some(now);
+            self.lapse(&req, ctx);
+            req.fail(FailReason::DecodeCrashed, now);
+            self.core.finish(req, ctx);
+        }
+    }
+
+    fn on_message(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) -> Flow {
         let now = ctx.now();
-        if self.crashed_at.is_some() {
-            // Down: a handoff sent before the router knew fails at once,
-            // with no heartbeat ever sent; everything else is lost.
-            if let Msg::ReserveDestination(mut req) = msg {
-                req.t.reserve_requested = Some(now);
-                self.lapse(&req, ctx);
-                req.fail(FailReason::DecodeCrashed, now);
-                self.core.finish(req, ctx);
-            }
-            return;
-        }
-        if matches!(msg, Msg::Crash) {
-            self.core.cut(ctx);
-            self.crash(ctx);
-            return;
-        }
-        if !matches!(msg, Msg::StepDone) {
-            // Everything else may touch the pool or the batch: end a planned
-            // run of decode steps at the step in progress first.
-            self.core.cut(ctx);
-        }
         match msg {
+            Msg::Crash => {
+                self.crash(ctx);
+                return Flow::Stop;
+            }
             Msg::ReserveDestination(mut req) => {
                 req.t.reserve_requested = Some(now);
                 if self.abort_probability > 0.0 && ctx.rng().random_bool(self.abort_probability) {
@@ -669,78 +761,127 @@ impl Actor<Msg> for DecodeRank {
             }
             Msg::TransferCompleted(id) => {
                 // A transfer whose destination was cancelled meanwhile is dropped.
-                if let Some(InTransfer { mut req, alloc }) = self.transferring.remove(&id) {
+                if let Some(InTransfer { mut req, reservation }) = self.transferring.remove(&id) {
                     req.t.transfer_done = Some(now);
                     ctx.send(self.source_of(&req), Msg::ReleaseSource(id)).expect("prefill ranks outlive the run");
-                    self.start_decode(req, alloc);
+                    self.core.sched.enqueue_landed(req, reservation);
                 }
             }
             Msg::CancelDestination(id, reason) => {
-                if let Some(InTransfer { mut req, mut alloc }) = self.transferring.remove(&id) {
-                    self.core.batcher.pool.release(&mut alloc, &req.prefix, req.prompt);
+                if let Some(InTransfer { mut req, reservation }) = self.transferring.remove(&id) {
+                    self.core.sched.cancel_reservation(reservation, &req);
                     req.fail(reason, now);
                     self.core.finish(req, ctx);
                 } else {
                     self.fail_pending(id, reason, ctx);
                 }
             }
-            Msg::StepDone => {
-                self.core.step_timer = None;
-                self.core.complete_step(ctx)
-            }
-            m @ (Msg::SubmitHandoffPrefill(_) | Msg::ReleaseSource(_) | Msg::CancelSource(..) | Msg::Submit(_)) => {
-                self.core.refuse(m, ctx)
-            }
             other => unreachable!("a decode rank gets no {other:?}"),
         }
-        self.try_reserve(ctx);
-        self.core.batcher.blocked_outside = !self.pending.is_empty();
-        self.core.kick(ctx, decode_started);
-        let extra = [
-            (Metric::PendingReservations, self.pending.len() as u64),
-            (Metric::Transferring, self.transferring.len() as u64),
-        ];
-        self.core.sample(now, &extra);
+        Flow::Continue
     }
+
+    fn on_finished(&mut self, f: Finished, ctx: &mut Context<'_, Msg>) {
+        complete(&self.core, f, ctx);
+    }
+
+    /// Reservations go first, in arrival order; the ones left wait for
+    /// blocks, which the step about to be planned must know.
+    fn before_step(&mut self, ctx: &mut Context<'_, Msg>) -> bool {
+        self.try_reserve(ctx);
+        !self.pending.is_empty()
+    }
+
+    fn extra(&self) -> Extra {
+        (
+            [
+                (Metric::PendingReservations, self.pending.len() as u64),
+                (Metric::Transferring, self.transferring.len() as u64),
+            ],
+            2,
+        )
+    }
+}
+
+impl Actor<Msg> for DecodeRank {
+    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+        handle_message(self, msg, ctx);
+    }
+}
+
+/// A generating sequence produced its last token: report it completed.
+fn complete(core: &RankCore, f: Finished, ctx: &mut Context<'_, Msg>) {
+    let Finished::Completed(mut req) = f else { unreachable!("a generating rank's sequences end with their output") };
+    req.outcome = Outcome::Completed;
+    req.t.finished = Some(ctx.now());
+    core.finish(req, ctx);
 }
 
 /// A rank that prefills and decodes with no handoff: the baseline. It
 /// refuses every handoff command.
 pub struct AggregatedRank {
-    /// The common part.
-    pub core: RankCore,
+    core: RankCore,
 }
 
-impl Actor<Msg> for AggregatedRank {
-    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+impl AggregatedRank {
+    /// An aggregated rank.
+    pub(crate) fn new(core: RankCore) -> Self {
+        AggregatedRank { core }
+    }
+
+    /// Commands it refused.
+    pub fn refusals(&self) -> &[FailReason] {
+        &self.core.refusals
+    }
+
+    /// The common part, for the end-of-run accounting.
+    pub(crate) fn core_mut(&mut self) -> &mut RankCore {
+        &mut self.core
+    }
+}
+
+impl Side for AggregatedRank {
+    const ROLE: Role = Role::Aggregated;
+
+    fn started(r: &mut Request) -> &mut Option<SimTime> {
+        prefill_started(r)
+    }
+
+    fn core(&mut self) -> &mut RankCore {
+        &mut self.core
+    }
+
+    fn on_message(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) -> Flow {
         let now = ctx.now();
-        if !matches!(msg, Msg::StepDone) {
-            // As on a decode rank: anything else may touch the batch or be
-            // followed by a timeline sample, so a planned run ends at the
-            // step in progress first.
-            self.core.cut(ctx);
-        }
         match msg {
             Msg::Submit(mut req) => {
                 req.t.prefill_queued = Some(now);
                 if self.core.fits(&mut req, now) {
-                    self.core.batcher.enqueue(Seq::new(req, Alloc::default(), Tokens::ZERO, Tokens::ZERO, false));
+                    self.core.sched.enqueue(req, Tokens::ZERO);
                 } else {
                     self.core.finish(req, ctx);
                 }
             }
-            Msg::StepDone => {
-                self.core.step_timer = None;
-                self.core.complete_step(ctx)
-            }
-            m @ (Msg::SubmitHandoffPrefill(_)
-            | Msg::ReleaseSource(_)
-            | Msg::CancelSource(..)
-            | Msg::ReserveDestination(_)
-            | Msg::CancelDestination(..)) => self.core.refuse(m, ctx),
             other => unreachable!("an aggregated rank gets no {other:?}"),
         }
-        self.core.kick(ctx, prefill_started);
-        self.core.sample(now, &[]);
+        Flow::Continue
+    }
+
+    fn on_finished(&mut self, f: Finished, ctx: &mut Context<'_, Msg>) {
+        complete(&self.core, f, ctx);
+    }
+
+    fn before_step(&mut self, _ctx: &mut Context<'_, Msg>) -> bool {
+        false
+    }
+
+    fn extra(&self) -> Extra {
+        NO_EXTRA
+    }
+}
+
+impl Actor<Msg> for AggregatedRank {
+    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
+        handle_message(self, msg, ctx);
     }
 }

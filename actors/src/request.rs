@@ -5,7 +5,7 @@ use std::fmt;
 
 use sim_core::{SimDuration, SimTime};
 
-use crate::model::Role;
+use crate::model::{HandoffSide, Role};
 use crate::units::{Bytes, Tokens};
 use crate::workload::PrefixIds;
 
@@ -166,6 +166,27 @@ impl Command {
             Command::Submit => "Submit",
         }
     }
+
+    /// The end of a handoff the command belongs to; `None` for
+    /// [`Command::Submit`], which serves a request with no handoff.
+    pub const fn side(self) -> Option<HandoffSide> {
+        match self {
+            Command::SubmitHandoffPrefill | Command::ReleaseSource | Command::CancelSource => Some(HandoffSide::Source),
+            Command::ReserveDestination | Command::CancelDestination => Some(HandoffSide::Destination),
+            Command::Submit => None,
+        }
+    }
+
+    /// Whether a rank of `role` accepts it: a handoff command by
+    /// [`Role::accepts`] (source commands only on prefill ranks,
+    /// destination commands only on decode ranks), a local one only on an
+    /// aggregated rank. Every rank's refusals follow this.
+    pub const fn accepted_by(self, role: Role) -> bool {
+        match self.side() {
+            Some(side) => role.accepts(side),
+            None => matches!(role, Role::Aggregated),
+        }
+    }
 }
 
 /// Why a request failed. Every failed request keeps one.
@@ -207,15 +228,17 @@ impl fmt::Display for FailReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FailReason::Refused { role, command } => {
-                let side = match command {
-                    Command::SubmitHandoffPrefill | Command::ReleaseSource | Command::CancelSource => "source",
-                    Command::ReserveDestination | Command::CancelDestination => "destination",
-                    Command::Submit => "local",
+                let side = match command.side() {
+                    Some(HandoffSide::Source) => "source",
+                    Some(HandoffSide::Destination) => "destination",
+                    None => "local",
                 };
-                let what = match role {
-                    Role::Aggregated => "no handoff commands".to_string(),
-                    Role::Prefill => "only source commands".to_string(),
-                    Role::Decode => "only destination commands".to_string(),
+                let what = if role.accepts(HandoffSide::Source) {
+                    "only source commands"
+                } else if role.accepts(HandoffSide::Destination) {
+                    "only destination commands"
+                } else {
+                    "no handoff commands"
                 };
                 write!(f, "{role} rank refused {side} command {}: it accepts {what}", command.as_str())
             }

@@ -584,16 +584,22 @@ pub fn source_release(
     computed: Tokens,
     with_checkpoints: bool,
 ) -> SourceRelease {
-    let groups = model
-        .groups()
-        .iter()
-        .map(|g| {
-            let held = blocks_for_step(g, last_step_from, computed, with_checkpoints);
-            let keep = blocks_held(g, computed);
-            debug_assert!(keep <= held, "group {:?} keeps more than it holds", g.name());
-            let keep = keep.min(held);
-            GroupRelease { held, keep, free: held - keep }
-        })
-        .collect();
+    let groups = model.groups().iter().map(|g| group_release(g, last_step_from, computed, with_checkpoints)).collect();
     SourceRelease { groups }
+}
+
+/// [`source_release`] for one group: what it held during the last prefill
+/// step (`last_step_from..computed`), keeps as the source, and frees. The
+/// prefill rank's pool applies exactly this, group by group.
+pub fn group_release(
+    group: &CacheGroup,
+    last_step_from: Tokens,
+    computed: Tokens,
+    with_checkpoints: bool,
+) -> GroupRelease {
+    let held = blocks_for_step(group, last_step_from, computed, with_checkpoints);
+    let keep = blocks_held(group, computed);
+    debug_assert!(keep <= held, "group {:?} keeps more than it holds", group.name());
+    let keep = keep.min(held);
+    GroupRelease { held, keep, free: held - keep }
 }

@@ -6,17 +6,17 @@ use std::sync::Arc;
 
 use sim_core::{ActorId, SimDuration, SimTime, Simulation};
 
-use crate::batcher::{Batcher, BatcherStats, Mode};
 use crate::config::{DeploymentSpec, LinkTopology, RoleSpec, SloSpec};
 use crate::link::{LinkStats, NixlLink};
 use crate::metrics::{self, Histogram, Summary, Timeline};
 use crate::model::{CacheGroup, CacheGroupKind, CacheGroupSpec, GateError, Model, ModelSpec, RankRules, Role};
 use crate::model::{check_pairing, check_rank};
 use crate::msg::Msg;
-use crate::pool::KvPool;
 use crate::ranks::{AggregatedRank, DecodeRank, Hold, PrefillRank, RankCore, SourceStats};
 use crate::request::{FailReason, Outcome, Request};
 use crate::router::{RoutePolicy, Router, Targets, policy};
+use crate::scheduler::pool::KvPool;
+use crate::scheduler::{BatchPolicy, Limits, Mode, Scheduler, StepStats, VllmPolicy};
 use crate::steptime::{self, StepTimeModel};
 use crate::units::{Bandwidth, Tokens};
 use crate::workload::{ArrivalMode, RequestSource, WorkloadError};
@@ -74,18 +74,23 @@ pub struct Deployment {
 struct Plugins {
     step_time: Vec<(Role, StepTimeFactory)>,
     route: Vec<(Role, PolicyFactory)>,
+    batch: Vec<(Role, BatchPolicyFactory)>,
 }
 
 impl std::fmt::Debug for Plugins {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let step_time: Vec<Role> = self.step_time.iter().map(|(r, _)| *r).collect();
         let route: Vec<Role> = self.route.iter().map(|(r, _)| *r).collect();
-        f.debug_struct("Plugins").field("step_time", &step_time).field("route", &route).finish()
+        let batch: Vec<Role> = self.batch.iter().map(|(r, _)| *r).collect();
+        f.debug_struct("Plugins").field("step_time", &step_time).field("route", &route).field("batch", &batch).finish()
     }
 }
 
 /// Makes a step-time model for one rank: see [`Deployment::set_step_time_model`].
 pub type StepTimeFactory = Arc<dyn Fn() -> Box<dyn StepTimeModel> + Send + Sync>;
+
+/// Makes a batching policy for one rank: see [`Deployment::set_batch_policy`].
+pub type BatchPolicyFactory = Arc<dyn Fn() -> Box<dyn BatchPolicy> + Send + Sync>;
 
 /// Makes a routing policy over a number of ranks: see [`Deployment::set_route_policy`].
 pub type PolicyFactory = Arc<dyn Fn(usize) -> Box<dyn RoutePolicy> + Send + Sync>;
@@ -144,12 +149,12 @@ impl Deployment {
             }
             steptime::build(&rs.step_time).map_err(|e| field_err(format!("{name}.{}", e.field), e.problem))?;
             if let Model::Grouped(g) = &m
-                && g.groups().len() > crate::pool::MAX_GROUPS
+                && g.groups().len() > crate::scheduler::pool::MAX_GROUPS
             {
                 let n = g.groups().len();
                 return Err(field_err(
                     "model.cache_groups",
-                    format!("{n} groups; pdsim supports at most {}", crate::pool::MAX_GROUPS),
+                    format!("{n} groups; pdsim supports at most {}", crate::scheduler::pool::MAX_GROUPS),
                 ));
             }
             let groups = match &m {
@@ -279,6 +284,16 @@ impl Deployment {
         self.plugins.step_time.push((role, Arc::new(make)));
     }
 
+    /// Gives every rank of `role` a batching policy of the caller's own, made
+    /// by `make` (once per rank), in place of vLLM's
+    /// ([`VllmPolicy`]): it decides, step by
+    /// step, what runs, what is admitted and what is preempted, through the
+    /// operations of [`Step`](crate::scheduler::Step).
+    pub fn set_batch_policy(&mut self, role: Role, make: impl Fn() -> Box<dyn BatchPolicy> + Send + Sync + 'static) {
+        self.plugins.batch.retain(|(r, _)| *r != role);
+        self.plugins.batch.push((role, Arc::new(make)));
+    }
+
     /// Routes requests to the ranks of `role` with a policy of the caller's
     /// own, made by `make` from the number of ranks, in place of the spec's
     /// router policy. [`Role::Prefill`] or [`Role::Aggregated`] sets the
@@ -325,17 +340,22 @@ impl Deployment {
         self.roles.iter().find(|r| r.role == role)
     }
 
-    fn batcher(&self, plan: &RolePlan, mode: Mode) -> Batcher {
+    fn scheduler(&self, plan: &RolePlan, mode: Mode) -> Scheduler {
         let s = &plan.spec;
         let pool = KvPool::new(plan.groups.clone(), s.num_blocks, s.prefix_caching);
         let model = match self.plugins.step_time.iter().find(|(r, _)| *r == plan.role) {
             Some((_, make)) => make(),
             None => steptime::build(&s.step_time).expect("checked in build"),
         };
+        let policy = match self.plugins.batch.iter().find(|(r, _)| *r == plan.role) {
+            Some((_, make)) => make(),
+            None => Box::new(VllmPolicy),
+        };
         let checkpoints = mode == Mode::PrefillOnly && plan.rules.prefill_checkpoint_blocks();
-        let mut b = Batcher::new(mode, s.max_num_batched_tokens, s.max_num_seqs, checkpoints, pool, model);
-        b.check_invariants = self.spec.check_invariants;
-        b.lazy_decoding = self.lazy_decoding;
+        let limits = Limits { max_num_batched_tokens: s.max_num_batched_tokens, max_num_seqs: s.max_num_seqs as usize };
+        let mut b = Scheduler::new(mode, limits, checkpoints, pool, model, policy);
+        b.set_check_invariants(self.spec.check_invariants);
+        b.set_lazy_decoding(self.lazy_decoding);
         b
     }
 }
@@ -348,7 +368,7 @@ pub struct RankReport {
     /// Its role.
     pub role: Role,
     /// Step counters.
-    pub stats: BatcherStats,
+    pub stats: StepStats,
     /// Pool budget.
     pub num_blocks: u64,
     /// Most blocks in use at once.
@@ -550,7 +570,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         };
         let mut prefill = Vec::new();
         for i in 0..p.spec.count {
-            let core = RankCore::new(i, Role::Prefill, router, dep.batcher(p, Mode::PrefillOnly), dep.interval);
+            let core = RankCore::new(i, Role::Prefill, router, dep.scheduler(p, Mode::PrefillOnly), dep.interval);
             let id =
                 sim.add_actor(&format!("prefill{i}"), PrefillRank::new(core, dep.model.clone(), hold)).expect("unique");
             prefill.push(id);
@@ -572,7 +592,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
             let links: Vec<ActorId> = (0..p.spec.count)
                 .map(|i| shared.unwrap_or_else(|| add_link(&mut sim, format!("link-p{i}-d{j}"))))
                 .collect();
-            let core = RankCore::new(j, Role::Decode, router, dep.batcher(d, Mode::Generate), dep.interval);
+            let core = RankCore::new(j, Role::Decode, router, dep.scheduler(d, Mode::Generate), dep.interval);
             let abort = spec.faults.decode_abort_probability;
             let rank = DecodeRank::new(core, dep.model.clone(), prefill.clone(), links, abort, dep.lease);
             let id = sim.add_actor(&format!("decode{j}"), rank).expect("unique");
@@ -592,8 +612,8 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         let a = dep.plan(Role::Aggregated).expect("aggregated");
         let mut all = Vec::new();
         for i in 0..a.spec.count {
-            let core = RankCore::new(i, Role::Aggregated, router, dep.batcher(a, Mode::Generate), dep.interval);
-            let id = sim.add_actor(&format!("aggregated{i}"), AggregatedRank { core }).expect("unique");
+            let core = RankCore::new(i, Role::Aggregated, router, dep.scheduler(a, Mode::Generate), dep.interval);
+            let id = sim.add_actor(&format!("aggregated{i}"), AggregatedRank::new(core)).expect("unique");
             all.push(id);
             ranks.push(RankId::Aggregated(id));
         }
@@ -628,45 +648,44 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
                 // A run stopped at a time limit leaves sources held for
                 // requests in flight; a run that ended by itself must not.
                 let held = pr.release_all_sources();
+                let s = pr.sources();
+                let core = pr.core_mut();
                 if held > 0 && !cut_short {
-                    violations.push(format!("prefill{}: {held} sources still held", pr.core.index));
+                    violations.push(format!("prefill{}: {held} sources still held", core.index()));
                 }
-                let s = pr.sources;
-                (&mut pr.core, Some(s), 0, Role::Prefill)
+                (core, Some(s), 0, Role::Prefill)
             }
             RankId::Decode(id) => {
                 let dr = sim.actor_mut::<DecodeRank>(id).expect("decode rank");
-                let w = dr.reservations_waited;
+                let w = dr.reservations_waited();
                 unfinished.extend(dr.drain_in_flight());
-                (&mut dr.core, None, w, Role::Decode)
+                (dr.core_mut(), None, w, Role::Decode)
             }
             RankId::Aggregated(id) => {
                 let ar = sim.actor_mut::<AggregatedRank>(id).expect("aggregated rank");
-                (&mut ar.core, None, 0, Role::Aggregated)
+                (ar.core_mut(), None, 0, Role::Aggregated)
             }
         };
-        let name = format!("{}{}", name_role.as_str(), core.index);
-        for mut seq in core.batcher.drain() {
-            core.batcher.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
-            unfinished.push(seq.req);
-        }
-        if let Err(e) = core.batcher.pool.check() {
+        itl.merge(core.itl());
+        let parts = core.take_parts();
+        let name = format!("{}{}", name_role.as_str(), parts.index);
+        unfinished.extend(parts.unfinished);
+        if let Some(e) = parts.violation {
             violations.push(format!("{name}: {e}"));
         }
-        itl.merge(&core.batcher.itl);
         let plan = dep.plan(name_role).expect("role exists");
         reports.push(RankReport {
             name,
             role: name_role,
-            stats: core.batcher.stats,
-            num_blocks: core.batcher.pool.num_blocks(),
-            peak_used_blocks: core.batcher.pool.peak_used,
-            evicted_blocks: core.batcher.pool.evicted_blocks,
+            stats: parts.stats,
+            num_blocks: parts.pool.num_blocks,
+            peak_used_blocks: parts.pool.peak_used,
+            evicted_blocks: parts.pool.evicted_blocks,
             groups: group_names(plan),
-            refusals: core.refusals.iter().map(|r| r.to_string()).collect(),
+            refusals: parts.refusals.iter().map(|r| r.to_string()).collect(),
             sources,
             reservations_waited: waited,
-            timeline: std::mem::take(&mut core.timeline),
+            timeline: parts.timeline,
         });
     }
     if !cut_short && !unfinished.is_empty() {

@@ -1,6 +1,6 @@
 //! `pdsim transfer SCENARIO --prompt-tokens N`: the KV handoff of one
 //! prompt, priced with the scenario's model and link by the transfer rules
-//! of `actors::rules` (SPEC §3).
+//! of `actors::rules` (the grouped transfer rules).
 
 use std::path::PathBuf;
 

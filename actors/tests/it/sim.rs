@@ -136,7 +136,7 @@ fn ranks_refuse_the_other_sides_commands() {
     b.sim.schedule(t, p, Msg::CancelDestination(2, FailReason::DecodeAborted)).unwrap();
     b.sim.run();
     let decode = b.sim.actor::<DecodeRank>(d).unwrap();
-    let texts: Vec<String> = decode.core.refusals.iter().map(|r| r.to_string()).collect();
+    let texts: Vec<String> = decode.refusals().iter().map(|r| r.to_string()).collect();
     assert_eq!(
         texts,
         [
@@ -146,7 +146,7 @@ fn ranks_refuse_the_other_sides_commands() {
         ]
     );
     let prefill = b.sim.actor::<PrefillRank>(p).unwrap();
-    let texts: Vec<String> = prefill.core.refusals.iter().map(|r| r.to_string()).collect();
+    let texts: Vec<String> = prefill.refusals().iter().map(|r| r.to_string()).collect();
     assert_eq!(
         texts,
         [
@@ -182,7 +182,7 @@ fn an_aggregated_grouped_rank_refuses_every_handoff_command() {
     b.sim.schedule(t, a, Msg::CancelDestination(2, FailReason::DecodeAborted)).unwrap();
     b.sim.run();
     let rank = b.sim.actor::<AggregatedRank>(a).unwrap();
-    let texts: Vec<String> = rank.core.refusals.iter().map(|r| r.to_string()).collect();
+    let texts: Vec<String> = rank.refusals().iter().map(|r| r.to_string()).collect();
     let expect =
         |side: &str, cmd: &str| format!("aggregated rank refused {side} command {cmd}: it accepts no handoff commands");
     assert_eq!(

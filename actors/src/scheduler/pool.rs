@@ -107,12 +107,12 @@ pub struct KvPool {
     lru: BTreeMap<u64, u64>,
     tick: u64,
     /// Most blocks ever in use (private + shared).
-    pub peak_used: u64,
+    peak_used: u64,
     /// Cached blocks evicted to make room.
-    pub evicted_blocks: u64,
+    evicted_blocks: u64,
     /// Set while some blocks are held ahead of the step that needs them, so
     /// that they never count towards the peak.
-    pub suspend_peak: bool,
+    suspend_peak: bool,
 }
 
 impl KvPool {
@@ -142,14 +142,6 @@ impl KvPool {
         }
     }
 
-    /// The groups, in model order.
-    pub fn groups(&self) -> &[CacheGroup] {
-        &self.groups
-    }
-    /// Full-attention groups: the blocks one cache entry covers.
-    pub fn fa_groups(&self) -> u64 {
-        self.fa_groups
-    }
     /// The budget.
     pub fn num_blocks(&self) -> u64 {
         self.num_blocks
@@ -173,6 +165,19 @@ impl KvPool {
     /// Blocks kept in the prefix cache with no request pinning them.
     pub fn cached_free(&self) -> u64 {
         self.cached_free
+    }
+    /// Most blocks ever in use at once.
+    pub fn peak_used(&self) -> u64 {
+        self.peak_used
+    }
+    /// Cached blocks evicted to make room.
+    pub fn evicted_blocks(&self) -> u64 {
+        self.evicted_blocks
+    }
+    /// Stops (or resumes) counting blocks in use towards the peak, while
+    /// blocks are held ahead of the steps that need them.
+    pub fn suspend_peak(&mut self, suspended: bool) {
+        self.suspend_peak = suspended;
     }
 
     /// Plain free blocks (cached-but-unpinned ones not counted).
@@ -354,13 +359,21 @@ impl KvPool {
         prefix.key_through(Tokens::new((u64::from(block) + 1) * b.get()), prompt)
     }
 
-    /// Leading full-attention blocks of the prompt present in the cache,
-    /// counting only blocks that end at or before `limit` tokens (vLLM never
-    /// serves the last prompt token from the cache).
-    pub fn lookup(&self, prefix: &PrefixIds, prompt: Tokens, limit: Tokens) -> u32 {
+    /// Leading full-attention blocks of the prompt present in the cache
+    /// that a sequence computing towards `goal` tokens may use: only blocks
+    /// that end before its last token, since the cache never serves the
+    /// last token of what is to be computed (vLLM's
+    /// `get_computed_blocks` looks up at most `num_tokens − 1` tokens, so
+    /// that the last one is computed for its logits). This is the one place
+    /// that rule lives.
+    ///
+    /// B = 16, a 64-token prompt fully cached: 63 tokens may hit, so 3
+    /// blocks (48 tokens), never 4.
+    pub fn cached_prefix(&self, prefix: &PrefixIds, prompt: Tokens, goal: Tokens) -> u32 {
         if !self.caching || prefix.ids.is_empty() {
             return 0;
         }
+        let limit = goal.saturating_sub(Tokens::new(1));
         let max = limit.blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
         let mut n = 0u32;
         while u64::from(n) < max {
@@ -385,7 +398,7 @@ impl KvPool {
     /// allocation against the free and evictable blocks first (the hit's
     /// own evictable blocks excepted), so a failed attempt changes nothing.
     /// Callers check with this before [`KvPool::pin`].
-    pub fn can_pin_and_take(&self, prefix: &PrefixIds, prompt: Tokens, n: u32, need: u64) -> Result<(), Shortfall> {
+    fn can_pin_and_take(&self, prefix: &PrefixIds, prompt: Tokens, n: u32, need: u64) -> Result<(), Shortfall> {
         let need = self.pin_and_take_need(n, need);
         let mut available = self.free + self.cached_free;
         for i in 0..n {
@@ -403,7 +416,7 @@ impl KvPool {
     /// The most private blocks pinning `n` cached blocks and then growing to
     /// `need` holds at once: a window group may hold one block more at the
     /// hit than after it.
-    pub fn pin_and_take_need(&self, n: u32, need: u64) -> u64 {
+    pub(crate) fn pin_and_take_need(&self, n: u32, need: u64) -> u64 {
         let t = self.hit_tokens(n);
         need.max(if n == 0 { 0 } else { self.private_need(t, t, false, n) })
     }
@@ -412,7 +425,7 @@ impl KvPool {
     /// (`n` from [`KvPool::lookup`]) and allocates the other groups' blocks
     /// at that point; its state becomes "`n` blocks computed". On a
     /// shortfall nothing changes.
-    pub fn pin(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, n: u32) -> Result<(), Shortfall> {
+    fn pin(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, n: u32) -> Result<(), Shortfall> {
         debug_assert!(alloc.is_empty());
         if n == 0 {
             return Ok(());
@@ -438,6 +451,59 @@ impl KvPool {
         *alloc = Alloc { from: t, to: t, checkpoints: false, shared: n, private: need, stable_to: Tokens::ZERO };
         self.note_peak();
         Ok(())
+    }
+
+    /// Pins the first `hit` cached blocks of the prompt for an empty
+    /// `alloc` (`hit` from [`KvPool::cached_prefix`]), then allocates it for
+    /// the step `from..to` (with or without checkpoint blocks): all or
+    /// nothing, as vLLM's `allocate_slots` checks the whole allocation
+    /// against the free and evictable blocks (the hit's own evictable blocks
+    /// excepted) before it touches any. On a shortfall nothing changes, no
+    /// cached block is evicted, and the shortfall counts every block the
+    /// allocation would hold (the hit's included).
+    ///
+    /// Used by admission and by a decode rank's reservation alike.
+    pub fn pin_and_allocate(
+        &mut self,
+        alloc: &mut Alloc,
+        prefix: &PrefixIds,
+        prompt: Tokens,
+        hit: u32,
+        (from, to): (Tokens, Tokens),
+        checkpoints: bool,
+    ) -> Result<(), Shortfall> {
+        debug_assert!(alloc.is_empty());
+        let need = self.blocks_after_hit(hit, from, to, checkpoints);
+        if let Err(short) = self.can_pin_and_take(prefix, prompt, hit, need) {
+            let needed = need + u64::from(hit) * self.fa_groups;
+            return Err(Shortfall { needed, available: short.available });
+        }
+        self.pin(alloc, prefix, prompt, hit).expect("checked: pinning fits");
+        // The check covered the larger of the pinned state and the step's, so
+        // the step fits too.
+        self.resize(alloc, from, to, checkpoints).expect("checked: the step fits after pinning");
+        Ok(())
+    }
+
+    /// The source release of a completed handoff prefill: frees, group by
+    /// group, what [`rules::group_release`] says the group frees (a window
+    /// group's blocks below the window, a state group's checkpoint blocks),
+    /// keeping the source. Freed blocks go back to the free list; full
+    /// attention frees nothing, so cached blocks stay cached.
+    pub fn release_to_source(&mut self, alloc: &mut Alloc) {
+        let mut freed = 0u64;
+        for (i, g) in self.groups.iter().enumerate() {
+            let r = rules::group_release(g, alloc.from, alloc.to, alloc.checkpoints);
+            let free = r.free().get();
+            debug_assert_eq!(r.keep().get(), Self::group_blocks(g, alloc.to, alloc.to, false));
+            self.group_used[i] -= free;
+            freed += free;
+        }
+        debug_assert!(freed <= alloc.private, "a source frees only private blocks");
+        self.private -= freed;
+        self.free += freed;
+        alloc.private -= freed;
+        (alloc.from, alloc.checkpoints, alloc.stable_to) = (alloc.to, false, Tokens::ZERO);
     }
 
     fn ref_entry(&mut self, k: u64) {

@@ -1,0 +1,195 @@
+//! The decoding set: decoding costs nothing per sequence per step.
+//!
+//! A sequence that has produced a token and goes on decoding joins the
+//! rank's decoding set: from then on it computes one token and produces one
+//! token every step, so its state is a function of the rank's step counter
+//! (tokens = tokens at joining + steps since), kept without touching it. The
+//! set keeps a heap of the steps at which members finish and a heap of the
+//! steps at which a member's blocks change (once per block of tokens); the
+//! step log ([`super::plan::StepLog`]) keeps the end time of every step since
+//! the oldest member joined. A step costs O(1) plus the members that finish
+//! or need a block in it; first-token, last-token and every inter-token gap
+//! come out as if each step had been handled one by one (gaps go into the
+//! histogram once per step, counted over the members, and a finishing
+//! member's longest gap is read off the step log).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use sim_core::SimDuration;
+
+use super::Core;
+use super::seqs::SeqKey;
+use crate::units::Tokens;
+
+/// A member of the decoding set: the step count when it joined, and its
+/// computed and generated tokens then.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Member {
+    pub(super) join: u64,
+    pub(super) computed: Tokens,
+    pub(super) generated: Tokens,
+    /// The first step whose gap (from the step before) is one of its
+    /// inter-token gaps: the step after joining, or the one after that when
+    /// it joined before its first token.
+    first_gap: u64,
+}
+
+impl Member {
+    /// Tokens a member holds the KV of through step `n` (at least its first
+    /// step after joining).
+    pub(super) fn tokens_at(self, n: u64) -> Tokens {
+        self.computed + Tokens::new(n.max(self.join + 1) - self.join)
+    }
+
+    /// The first step at which it needs blocks its allocation, held the
+    /// same up to `stable_to` tokens, does not have.
+    pub(super) fn change_step(self, stable_to: Tokens) -> u64 {
+        self.join.saturating_add(stable_to.get().saturating_sub(self.computed.get())).saturating_add(1)
+    }
+}
+
+/// A heap entry: (step, sequence, membership).
+pub(super) type Due = Reverse<(u64, SeqKey, u32)>;
+
+/// The members and what is due for them.
+#[derive(Default)]
+pub(super) struct DecodingSet {
+    /// Members.
+    pub(super) count: u64,
+    /// Σ over members of (computed at joining − step at joining): a member's
+    /// context after step n is its term + n.
+    ctx: i128,
+    /// (step of its last token, key, membership) per member.
+    finishes: BinaryHeap<Due>,
+    /// (first step whose blocks it does not hold yet, key, membership).
+    pub(super) changes: BinaryHeap<Due>,
+    /// Members that joined before their first token, in the run in flight.
+    pub(super) fresh: Vec<SeqKey>,
+    /// (step, gap before it) with gaps strictly decreasing: the longest gap
+    /// of any suffix of steps is the first entry inside it.
+    gaps: Vec<(u64, SimDuration)>,
+}
+
+impl DecodingSet {
+    /// Context after step `n` summed over the members.
+    pub(super) fn context(&self, n: u64) -> u64 {
+        u64::try_from(self.ctx + i128::from(self.count) * i128::from(n)).expect("context is positive")
+    }
+
+    /// Notes the gap before step `n`, for the longest gaps of members.
+    pub(super) fn note_gap(&mut self, n: u64, gap: SimDuration) {
+        while self.gaps.last().is_some_and(|&(_, g)| g <= gap) {
+            self.gaps.pop();
+        }
+        self.gaps.push((n, gap));
+    }
+}
+
+impl Core {
+    /// Puts the running sequence `key` into the decoding set: after it
+    /// produced a token (`has_token`), or before its first token when its
+    /// first step is a decode step.
+    pub(super) fn join(&mut self, key: SeqKey, has_token: bool) {
+        let step = self.log.step;
+        let seq = self.seqs.get_mut(key);
+        let first_gap = if has_token { step + 1 } else { step + 2 };
+        let m = Member { join: step, computed: seq.computed, generated: seq.req.generated, first_gap };
+        if !has_token {
+            self.dec.fresh.push(key);
+        }
+        seq.member = Some(m);
+        self.dec.count += 1;
+        self.dec.ctx += i128::from(m.computed.get()) - i128::from(step);
+        let g = seq.membership;
+        let last = step + (seq.req.output - seq.req.generated).get();
+        self.dec.finishes.push(Reverse((last, key, g)));
+        let change = if seq.alloc.stable_to() > m.computed { m.change_step(seq.alloc.stable_to()) } else { step + 1 };
+        self.dec.changes.push(Reverse((change, key, g)));
+    }
+
+    /// Takes `key` out of the decoding set, bringing its counts, its last
+    /// token and its longest gap up to the current step.
+    pub(super) fn leave(&mut self, key: SeqKey) {
+        let step = self.log.step;
+        let last = self.log.end(step);
+        let seq = self.seqs.get_mut(key);
+        let m = seq.member.take().expect("member");
+        let d = step - m.join;
+        seq.computed = m.computed + Tokens::new(d);
+        seq.req.generated = m.generated + Tokens::new(d);
+        if d > 0 {
+            seq.last_token = Some(last);
+            seq.req.t.last_token = Some(last);
+            // The longest gap among steps first_gap..=step.
+            let gaps = &self.dec.gaps;
+            let i = gaps.partition_point(|&(n, _)| n < m.first_gap);
+            if let Some(&(_, longest)) = gaps.get(i) {
+                seq.req.max_itl = seq.req.max_itl.max(longest);
+            }
+        }
+        self.dec.count -= 1;
+        self.dec.ctx -= i128::from(m.computed.get()) - i128::from(m.join);
+        seq.membership = seq.membership.wrapping_add(1);
+    }
+
+    /// Brings every member of the decoding set up to date and empties it.
+    pub(super) fn materialize_all(&mut self) {
+        if self.dec.count == 0 {
+            return;
+        }
+        // One by one, every sequence's blocks must be the stepping ones.
+        self.settle();
+        for i in 0..self.seqs.running.len() {
+            let key = self.seqs.running[i];
+            if self.seqs.contains(key) && self.seqs.get(key).member.is_some() {
+                self.leave(key);
+            }
+        }
+        self.dec.finishes.clear();
+        self.dec.changes.clear();
+    }
+
+    /// The step of the next member's last token.
+    pub(super) fn next_finish(&mut self) -> Option<u64> {
+        while let Some(&Reverse((f, key, g))) = self.dec.finishes.peek() {
+            if self.seqs.member(key, g).is_some() {
+                return Some(f);
+            }
+            self.dec.finishes.pop();
+        }
+        None
+    }
+
+    /// After a run of steps `before + 1 ..= step`: the members' first
+    /// tokens (for those that joined before theirs) and the blocks their
+    /// first step completed.
+    pub(super) fn first_tokens_of_fresh(&mut self, before: u64) {
+        let first_end = self.log.end(before + 1);
+        for key in std::mem::take(&mut self.dec.fresh) {
+            let seq = self.seqs.get_mut(key);
+            seq.req.t.first_token.get_or_insert(first_end);
+            // Its first step computed the last prompt token: register the
+            // block that completed, as a per-sequence step would.
+            let computed = seq.member.expect("member").computed + Tokens::new(1);
+            self.pool.register(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, computed);
+        }
+    }
+
+    /// Takes out the members whose last token came out by the current step
+    /// (to the step's finished sequences); returns whether there were any.
+    pub(super) fn pop_finished_members(&mut self) -> bool {
+        let mut any = false;
+        while let Some(f) = self.next_finish() {
+            if f > self.log.step {
+                break;
+            }
+            let Reverse((_, key, _)) = self.dec.finishes.pop().expect("peeked");
+            self.leave(key);
+            any = true;
+            let seq = self.seqs.remove(key);
+            self.done.push(seq);
+        }
+        any
+    }
+}

@@ -1,0 +1,497 @@
+//! The scheduler of one rank: a vLLM-like continuous-batching scheduler
+//! that owns the rank's KV pool and its sequences.
+//!
+//! A room with one door. Everything a rank does with blocks goes through
+//! `Scheduler`: queueing requests, starting and finishing steps, a
+//! prefill rank's sources, a decode rank's reservations, reading the pool's
+//! counts. Each entry keeps the invariants itself (blocks a planned run
+//! holds ahead are settled before anything reads or allocates them;
+//! allocations are all or nothing), so a caller cannot break them by
+//! forgetting a step. The one thing a rank must do is call
+//! `Scheduler::cut` before it handles anything but the end of the step in
+//! flight; the rank's single entry point (`ranks::Rank`) does.
+//!
+//! Inside, one concern per file:
+//! - [`policy`]: what runs, what is admitted and what is preempted in a
+//!   step ([`BatchPolicy`]; [`VllmPolicy`] is vLLM's rules and the default);
+//! - [`step`]: the operations a policy may use while it forms a step;
+//! - `decoding`: the decoding set, which makes a decoding sequence cost
+//!   nothing per step;
+//! - `plan`: one event per step, and one per run of pure decode steps,
+//!   with the blocks held ahead of the steps that need them;
+//! - `seqs`: the sequences, in a slotmap, with the queue and running list;
+//! - `pool`: the KV block pool, with the prefix cache;
+//! - `stats`: step counters and inter-token gaps.
+//!
+//! One step is one engine event: the rank starts the step, the step-time
+//! model says how long it takes, and the rank finishes it when the timer
+//! fires. The work per step is proportional to the batch, never to the
+//! tokens in it.
+
+mod decoding;
+mod plan;
+pub mod policy;
+pub(crate) mod pool;
+mod seqs;
+mod stats;
+pub mod step;
+
+#[cfg(test)]
+mod tests;
+
+use sim_core::{SimDuration, SimTime};
+
+pub use policy::{BatchPolicy, VllmPolicy};
+pub use stats::StepStats;
+pub use step::{Replan, Step};
+
+use crate::metrics::Histogram;
+use crate::request::Request;
+use crate::steptime::StepTimeModel;
+use crate::units::Tokens;
+use crate::workload::PrefixIds;
+use plan::{Ahead, StepLog};
+use pool::{Alloc, KvPool};
+use seqs::{Seq, SeqKey, Seqs};
+use stats::Stats;
+
+/// What a rank's sequences compute towards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Compute the (backed-off) prompt, then hand it off: no output tokens.
+    PrefillOnly,
+    /// Compute the prompt, then generate output tokens one step at a time.
+    Generate,
+}
+
+/// The scheduler's limits per step.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Tokens computed per step at most.
+    pub(crate) max_num_batched_tokens: u64,
+    /// Sequences running at once at most.
+    pub(crate) max_num_seqs: usize,
+}
+
+/// The longest run of decode steps planned as one event.
+pub(crate) const DEFAULT_MAX_RUN: usize = 4096;
+
+/// A sequence that finished in the step that just ended.
+#[derive(Debug)]
+pub(crate) enum Finished {
+    /// It produced its last output token; its blocks are free.
+    Completed(Box<Request>),
+    /// A prefill-only sequence computed its tokens (T, now the request's
+    /// `transferred_tokens`); it keeps the blocks of the handoff (the
+    /// source release applied).
+    Prefilled {
+        /// The request.
+        req: Box<Request>,
+        /// Its blocks, held for the transfer.
+        source: Source,
+    },
+}
+
+/// A prefill rank's source: the blocks of a handoff, held for the transfer
+/// until [`Scheduler::release_source`].
+#[derive(Debug)]
+#[must_use = "a source's blocks stay held until released"]
+pub(crate) struct Source {
+    alloc: Alloc,
+    prefix: PrefixIds,
+    prompt: Tokens,
+}
+
+/// A decode rank's reservation for a handoff: the blocks the landed KV goes
+/// into, until it joins the queue ([`Scheduler::enqueue_landed`]) or is
+/// cancelled ([`Scheduler::cancel_reservation`]).
+#[derive(Debug)]
+#[must_use = "a reservation's blocks stay held until it lands or is cancelled"]
+pub(crate) struct Reservation {
+    alloc: Alloc,
+}
+
+/// The pool's counts, read with nothing held ahead.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Counts<'a> {
+    pub(crate) used: u64,
+    pub(crate) free: u64,
+    pub(crate) cached_free: u64,
+    pub(crate) group_used: &'a [u64],
+    pub(crate) waiting: usize,
+    pub(crate) running: usize,
+}
+
+/// What a rank needs from its scheduler's end of the run.
+#[derive(Clone, Debug)]
+pub(crate) struct PoolReport {
+    pub(crate) num_blocks: u64,
+    pub(crate) peak_used: u64,
+    pub(crate) evicted_blocks: u64,
+}
+
+/// The scheduler of one rank. See the module documentation.
+pub(crate) struct Scheduler {
+    policy: Box<dyn BatchPolicy>,
+    core: Core,
+}
+
+/// The scheduler's state; each file of the module works on its part.
+struct Core {
+    mode: Mode,
+    limits: Limits,
+    /// Prefill steps that end the prompt take the groups' checkpoint blocks.
+    checkpoints: bool,
+    pool: KvPool,
+    step_time: Box<dyn StepTimeModel>,
+    seqs: Seqs,
+    /// The step in flight's sequences outside the decoding set.
+    batch: Vec<SeqKey>,
+    stepping: bool,
+    step_started: SimTime,
+    stats: Stats,
+    check_invariants: bool,
+    /// Sequences that cannot fit in the pool even alone, with the blocks
+    /// their step needed (their blocks are still held).
+    stuck: Vec<(Seq, u64)>,
+    /// Blocks the last admission that fell short needed in all.
+    last_need: u64,
+    max_run: usize,
+    lazy_decoding: bool,
+    log: StepLog,
+    dec: decoding::DecodingSet,
+    ahead: Ahead,
+    /// Something outside the batch waits for blocks (a decode rank's
+    /// reservations), as of the step being planned.
+    blocked_outside: bool,
+    /// Sequences finished in the step being finished, in order.
+    done: Vec<Seq>,
+}
+
+impl Scheduler {
+    /// A scheduler over `pool`, with its step-time model and batching
+    /// policy. `checkpoints`: prefill steps that end the prompt take the
+    /// groups' checkpoint blocks.
+    pub(crate) fn new(
+        mode: Mode,
+        limits: Limits,
+        checkpoints: bool,
+        pool: KvPool,
+        step_time: Box<dyn StepTimeModel>,
+        policy: Box<dyn BatchPolicy>,
+    ) -> Self {
+        let core = Core {
+            mode,
+            limits,
+            checkpoints,
+            pool,
+            step_time,
+            seqs: Seqs::default(),
+            batch: Vec::new(),
+            stepping: false,
+            step_started: SimTime::ZERO,
+            stats: Stats::default(),
+            check_invariants: false,
+            stuck: Vec::new(),
+            last_need: 0,
+            max_run: DEFAULT_MAX_RUN,
+            lazy_decoding: true,
+            log: StepLog::default(),
+            dec: decoding::DecodingSet::default(),
+            ahead: Ahead::default(),
+            blocked_outside: false,
+            done: Vec::new(),
+        };
+        Scheduler { policy, core }
+    }
+
+    /// Checks the pool's conservation after every step (a broken one panics:
+    /// it is a bug in pdsim).
+    pub(crate) fn set_check_invariants(&mut self, on: bool) {
+        self.core.check_invariants = on;
+    }
+
+    /// Uses the decoding set (on by default). Off, every step handles every
+    /// sequence one by one: the reference the decoding set is tested against.
+    pub(crate) fn set_lazy_decoding(&mut self, on: bool) {
+        self.core.lazy_decoding = on;
+    }
+
+    /// The longest run of decode steps planned as one event.
+    #[cfg(test)]
+    pub(crate) fn set_max_run(&mut self, steps: usize) {
+        self.core.max_run = steps.max(1);
+    }
+
+    /// Queues a new request: a prefill-only rank computes `prefill_target`
+    /// tokens of it (T), a generating one its prompt and output.
+    pub(crate) fn enqueue(&mut self, req: Box<Request>, prefill_target: Tokens) {
+        self.core.seqs.enqueue(Seq::new(req, Alloc::default(), Tokens::ZERO, prefill_target, false));
+    }
+
+    /// The fewest blocks `req` must hold at once here, and the pool's
+    /// budget: a prefill-only rank's last step (with checkpoint blocks
+    /// where the version takes them); a generating rank's first decode step
+    /// or its last, whichever holds more. A lower bound, so a request above
+    /// the budget can never fit; one that passes may still fail later if a
+    /// chunked prefill's window blocks push it over (the scheduler fails it
+    /// then, [`Scheduler::take_stuck`]).
+    pub(crate) fn least_blocks(&self, req: &Request) -> (u64, u64) {
+        let pool = &self.core.pool;
+        let needed = match self.core.mode {
+            Mode::PrefillOnly => pool.blocks_needed(req.transferred_tokens, self.core.checkpoints),
+            Mode::Generate => {
+                let last = req.prompt.saturating_add(req.output).saturating_sub(Tokens::new(1));
+                pool.blocks_needed(req.prompt, false).max(pool.blocks_needed(last, false))
+            }
+        };
+        (needed, pool.num_blocks())
+    }
+
+    /// Starts the next step (or run of decode steps, ending at the latest
+    /// at `horizon`) if none is in flight and there is work; returns the
+    /// time until it ends. `blocked_outside`: something outside the queue
+    /// waits for blocks (a decode rank's reservations). Requests first
+    /// scheduled now get `started` stamped.
+    pub(crate) fn start_step(
+        &mut self,
+        now: SimTime,
+        horizon: SimTime,
+        blocked_outside: bool,
+        started: fn(&mut Request) -> &mut Option<SimTime>,
+    ) -> Option<SimDuration> {
+        self.core.blocked_outside = blocked_outside;
+        let dt = self.core.plan_step(self.policy.as_mut(), now, horizon)?;
+        let core = &mut self.core;
+        for &key in core.batch.iter().chain(&core.dec.fresh) {
+            started(&mut core.seqs.get_mut(key).req).get_or_insert(now);
+        }
+        Some(dt)
+    }
+
+    /// A sequence that can never fit in the pool, even alone, with the
+    /// blocks its step needed (its blocks given back); the rank fails it.
+    pub(crate) fn take_stuck(&mut self) -> Option<(Box<Request>, u64)> {
+        let (mut seq, needed) = self.core.stuck.pop()?;
+        self.core.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
+        Some((seq.req, needed))
+    }
+
+    /// Something may change the batch at `now`: ends a planned run at the
+    /// end of the step in progress. Returns the run's new end, if it moved
+    /// (the rank reschedules its step timer).
+    pub(crate) fn cut(&mut self, now: SimTime) -> Option<SimTime> {
+        self.core.cut(now)
+    }
+
+    /// Applies the step (or run of steps) that just ended at `now`; appends
+    /// the sequences that finished to `done`, their blocks freed (or, for a
+    /// prefill, held as the source).
+    pub(crate) fn finish_step(&mut self, now: SimTime, done: &mut Vec<Finished>) {
+        self.core.finish_step(now);
+        let core = &mut self.core;
+        for seq in core.done.drain(..) {
+            done.push(core_finished(&mut core.pool, core.mode, seq));
+        }
+        if core.check_invariants
+            && let Err(e) = core.pool.check()
+        {
+            panic!("KV pool invariant broken at {now}: {e}");
+        }
+    }
+
+    /// Gives back a prefill's source (transfer done, cancelled or expired).
+    pub(crate) fn release_source(&mut self, source: Source) {
+        let Source { mut alloc, prefix, prompt } = source;
+        self.core.pool.release(&mut alloc, &prefix, prompt);
+    }
+
+    /// Reserves, for the handoff of `req`, what its first decode step holds
+    /// (the KV of all N prompt tokens, as vLLM allocates for the whole
+    /// prompt), after pinning the prompt's cached prefix; all or nothing.
+    /// Returns the tokens the cache covers (never the last prompt token)
+    /// and the reservation, or `None` when the pool cannot give it now
+    /// (nothing changed, nothing evicted).
+    pub(crate) fn reserve(&mut self, req: &Request) -> Option<(Tokens, Reservation)> {
+        let core = &mut self.core;
+        let n = req.prompt;
+        let hit = core.pool.cached_prefix(&req.prefix, n, n);
+        let need = core.pool.blocks_after_hit(hit, n - Tokens::new(1), n, false);
+        core.make_room(core.pool.pin_and_take_need(hit, need));
+        let mut alloc = Alloc::default();
+        core.pool.pin_and_allocate(&mut alloc, &req.prefix, n, hit, (n - Tokens::new(1), n), false).ok()?;
+        Some((core.pool.hit_tokens(hit), Reservation { alloc }))
+    }
+
+    /// Gives back a reservation whose transfer will not land.
+    pub(crate) fn cancel_reservation(&mut self, reservation: Reservation, req: &Request) {
+        let mut alloc = reservation.alloc;
+        self.core.pool.release(&mut alloc, &req.prefix, req.prompt);
+    }
+
+    /// The KV of `req` landed in `reservation`: its blocks go into the
+    /// prefix cache (as vLLM caches them when the transfer completes), and
+    /// it queues to compute its last prompt token (vLLM computes it on the
+    /// decode side: never computed by a Mamba-type prefill, recomputed for
+    /// its logits otherwise).
+    pub(crate) fn enqueue_landed(&mut self, req: Box<Request>, reservation: Reservation) {
+        let mut alloc = reservation.alloc;
+        self.core.pool.register(&mut alloc, &req.prefix, req.prompt, req.transferred_tokens);
+        let computed = req.prompt.saturating_sub(Tokens::new(1));
+        self.core.seqs.enqueue(Seq::new(req, alloc, computed, Tokens::ZERO, true));
+    }
+
+    /// The pool's counts and the queue lengths, as stepping one event at a
+    /// time would have them now.
+    pub(crate) fn counts(&mut self) -> Counts<'_> {
+        let core = &mut self.core;
+        core.settle();
+        Counts {
+            used: core.pool.used(),
+            free: core.pool.free(),
+            cached_free: core.pool.cached_free(),
+            group_used: core.pool.group_used(),
+            waiting: core.seqs.waiting.len(),
+            running: core.seqs.running.len(),
+        }
+    }
+
+    /// Removes every sequence, its blocks given back (end-of-run accounting,
+    /// or a crash).
+    #[expect(clippy::vec_box, reason = "requests travel boxed in messages; unboxing them to box again copies each")]
+    pub(crate) fn drain(&mut self) -> Vec<Box<Request>> {
+        let core = &mut self.core;
+        core.materialize_all();
+        core.batch.clear();
+        let mut out = Vec::new();
+        for mut seq in core.seqs.drain() {
+            core.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
+            out.push(seq.req);
+        }
+        out
+    }
+
+    /// The pool's conservation: what is wrong, if anything.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        self.core.pool.check()
+    }
+
+    /// Step counters.
+    pub(crate) fn stats(&self) -> StepStats {
+        self.core.stats.counters
+    }
+
+    /// Gaps between consecutive output tokens.
+    pub(crate) fn itl(&self) -> &Histogram {
+        &self.core.stats.itl
+    }
+
+    /// The pool's budget, peak and evictions.
+    pub(crate) fn pool_report(&self) -> PoolReport {
+        let pool = &self.core.pool;
+        PoolReport { num_blocks: pool.num_blocks(), peak_used: pool.peak_used(), evicted_blocks: pool.evicted_blocks() }
+    }
+}
+
+/// A finished sequence as the rank gets it: a generating one's blocks
+/// freed, a prefill's source release applied ([`crate::rules::source_release`]: a window group
+/// keeps its in-window blocks, a state group its running block; the rest,
+/// checkpoint blocks included, is freed).
+fn core_finished(pool: &mut KvPool, mode: Mode, seq: Seq) -> Finished {
+    let Seq { mut req, mut alloc, computed, .. } = seq;
+    match mode {
+        Mode::Generate => {
+            pool.release(&mut alloc, &req.prefix, req.prompt);
+            Finished::Completed(req)
+        }
+        Mode::PrefillOnly => {
+            pool.release_to_source(&mut alloc);
+            let prefix = if req.prefix.ids.is_empty() { PrefixIds::none() } else { req.prefix.clone() };
+            let prompt = req.prompt;
+            req.transferred_tokens = computed;
+            Finished::Prefilled { req, source: Source { alloc, prefix, prompt } }
+        }
+    }
+}
+
+impl Core {
+    /// Applies the step (or run of steps) that just ended at `now`: the
+    /// finished sequences go to `self.done`, in order.
+    fn finish_step(&mut self, now: SimTime) {
+        debug_assert!(self.stepping);
+        debug_assert_eq!(now, self.log.last_end());
+        self.stepping = false;
+        let mode = self.mode;
+        let before = self.log.step;
+        let k = self.log.complete();
+        self.stats.run(k, now - self.step_started);
+        // The decoding set: one token per member per step, one gap per step.
+        for n in before + 1..=self.log.step {
+            let gap = self.log.end(n) - self.log.end(n - 1);
+            // Members that joined before their first token have no gap at
+            // the run's first step.
+            let fresh = if n == before + 1 { self.dec.fresh.len() as u64 } else { 0 };
+            self.stats.gaps(gap, self.dec.count - fresh);
+            self.dec.note_gap(n, gap);
+        }
+        self.stats.decoded(self.dec.count, k);
+        if !std::mem::take(&mut self.ahead.cut_short) {
+            self.keep_ahead_past(self.log.step);
+        }
+        self.pool.note_peak();
+        for (n, used) in self.ahead.step_used.drain(..) {
+            if n <= self.log.step {
+                self.pool.note_peak_of(used);
+            }
+        }
+        self.first_tokens_of_fresh(before);
+        // Everything else in the step, one by one (a step with any is a single step).
+        let mut any_done = false;
+        for bi in 0..self.batch.len() {
+            let key = self.batch[bi];
+            let seq = self.seqs.get_mut(key);
+            seq.computed += seq.step_tokens;
+            self.stats.computed(seq.step_tokens.get());
+            self.pool.register(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, seq.computed);
+            if seq.computed < seq.goal(mode) {
+                continue;
+            }
+            let finished = match mode {
+                Mode::PrefillOnly => true,
+                Mode::Generate => {
+                    seq.req.generated += Tokens::new(1);
+                    let gap = match seq.last_token {
+                        None => {
+                            seq.req.t.first_token.get_or_insert(now);
+                            None
+                        }
+                        Some(prev) => {
+                            let gap = now - prev;
+                            seq.req.max_itl = seq.req.max_itl.max(gap);
+                            Some(gap)
+                        }
+                    };
+                    self.stats.output_token(gap);
+                    seq.last_token = Some(now);
+                    seq.req.t.last_token = Some(now);
+                    seq.req.generated >= seq.req.output
+                }
+            };
+            if finished {
+                any_done = true;
+                let seq = self.seqs.remove(key);
+                self.done.push(seq);
+            } else if self.lazy_decoding {
+                self.join(key, true);
+            }
+        }
+        // Members whose last token came out in this run.
+        if self.pop_finished_members() {
+            any_done = true;
+        }
+        if any_done {
+            self.seqs.retain_running();
+        }
+        self.log.forget_before_last();
+    }
+}

@@ -1,0 +1,375 @@
+//! Run planning: one event per step, and one event per run of pure decode
+//! steps.
+//!
+//! Runs of steps in which nothing but decoding happens are planned as one
+//! event: up to the first member's last token, the rank's next timeline
+//! sample, or the scheduler's longest run, with the blocks members need
+//! over the run taken when it starts. Anything that could change the batch
+//! (a new sequence, freed blocks) cuts the run at the end of the step in
+//! progress ([`Core::cut`]). The blocks members need later in a run are
+//! taken from plain free blocks when the run starts (a run stops before a
+//! step that would need an eviction) and given back when a cut leaves them
+//! ahead and anything needs or reads them ([`Core::settle`]), so whenever
+//! anything looks at the pool it holds what stepping one event at a time
+//! would have made it. Steps that need more (a prefill chunk, an admission,
+//! a preemption) are planned one at a time, per sequence, with every member
+//! of the decoding set brought up to date first when a preemption may be
+//! needed.
+//!
+//! Every entry of the scheduler that reads or allocates settles first (or
+//! makes room: settles when what it takes would need blocks held ahead).
+
+use std::cmp::Reverse;
+use std::collections::VecDeque;
+
+use sim_core::{SimDuration, SimTime};
+
+use super::Core;
+use super::policy::BatchPolicy;
+use super::seqs::SeqKey;
+use super::step::Step;
+use crate::steptime::BatchShape;
+use crate::units::Tokens;
+
+/// The steps: how many completed, and the end times of steps
+/// `base ..`: completed ones, then the `planned` ones in flight.
+pub(super) struct StepLog {
+    /// Steps completed.
+    pub(super) step: u64,
+    ends: VecDeque<SimTime>,
+    base: u64,
+    /// Steps of the event in flight.
+    pub(super) planned: usize,
+}
+
+impl Default for StepLog {
+    fn default() -> Self {
+        // Step 0 ends at time zero.
+        StepLog { step: 0, ends: VecDeque::from([SimTime::ZERO]), base: 0, planned: 0 }
+    }
+}
+
+impl StepLog {
+    /// End time of step `n` (step 0 ends at time zero).
+    pub(super) fn end(&self, n: u64) -> SimTime {
+        self.ends[(n - self.base) as usize]
+    }
+
+    /// The end of the last step planned.
+    pub(super) fn last_end(&self) -> SimTime {
+        *self.ends.back().expect("step 0 at least")
+    }
+
+    fn push(&mut self, end: SimTime) {
+        self.ends.push_back(end);
+    }
+
+    /// How many of the ends just pushed to drop to keep `k`.
+    fn to_drop(&self, k: u64) -> usize {
+        let pushed = self.ends.len() as u64 - (self.step - self.base) - 1;
+        (pushed - k) as usize
+    }
+
+    fn drop_last(&mut self, n: usize) {
+        self.ends.truncate(self.ends.len() - n);
+    }
+
+    /// Completes the `planned` steps in flight.
+    pub(super) fn complete(&mut self) -> u64 {
+        let k = self.planned as u64;
+        self.planned = 0;
+        self.step += k;
+        k
+    }
+
+    /// Only the end of the last step is needed from here on.
+    pub(super) fn forget_before_last(&mut self) {
+        self.ends.drain(..(self.step - self.base) as usize);
+        self.base = self.step;
+    }
+}
+
+/// The blocks a run took ahead of the steps that need them.
+#[derive(Default)]
+pub(super) struct Ahead {
+    /// Members given blocks of steps after the first of the run in flight
+    /// (taken from plain free blocks; given back by `settle` once a cut run
+    /// leaves them ahead and anything needs or reads them).
+    pub(super) members: Vec<(SeqKey, u32)>,
+    /// Blocks the changes held ahead gave back (a window group's blocks
+    /// leaving the window before the step that frees them).
+    pub(super) freed: u64,
+    /// (step, blocks in use after its block changes) for the steps of the
+    /// run in flight, for the peak.
+    pub(super) step_used: Vec<(u64, u64)>,
+    /// The step being planned frees blocks while something waits for
+    /// blocks: it runs alone.
+    freed_next: bool,
+    /// Scratch for [`Core::take_blocks`]: (key, membership, tokens at the step).
+    step_changes: Vec<(SeqKey, u32, Tokens)>,
+    /// The run in flight was cut short.
+    pub(super) cut_short: bool,
+}
+
+impl Core {
+    /// Plans the next step with `policy`, or a run of steps of pure decoding
+    /// ending at the latest at `horizon`. Returns the time until the event
+    /// that ends it, or `None` if there is nothing to run (or a step is in
+    /// flight).
+    pub(super) fn plan_step(
+        &mut self,
+        policy: &mut dyn BatchPolicy,
+        now: SimTime,
+        horizon: SimTime,
+    ) -> Option<SimDuration> {
+        if self.stepping {
+            return None;
+        }
+        // The decoding set first, costing nothing per member; if it does not
+        // fit the budget, its blocks, or a sequence needs a preemption, fall
+        // back to planning every sequence one by one.
+        let mut shape = None;
+        self.ahead.freed_next = false;
+        let budget = self.limits.max_num_batched_tokens;
+        if self.lazy_decoding && self.dec.count <= budget && self.take_blocks(self.log.step + 1).is_ok() {
+            let members = BatchShape {
+                new_tokens: self.dec.count,
+                seqs: self.dec.count,
+                context_tokens: self.dec.context(self.log.step + 1),
+            };
+            let mut step = Step::new(self, true, members, budget - members.new_tokens);
+            if policy.schedule(&mut step).is_ok() {
+                shape = Some(step.shape());
+            }
+        }
+        let mut shape = match shape {
+            Some(s) => s,
+            None => {
+                self.materialize_all();
+                let mut step = Step::new(self, false, BatchShape::default(), budget);
+                policy.schedule(&mut step).expect("planning one by one preempts instead of replanning");
+                step.shape()
+            }
+        };
+        if self.batch.is_empty() && self.dec.count == 0 {
+            return None;
+        }
+        // The blocks of the step about to run (unless a cut run still holds
+        // some ahead).
+        self.pool.note_peak();
+        self.stepping = true;
+        self.step_started = now;
+        let mut end = now + self.step_time.step_time(&shape);
+        self.log.push(end);
+        let mut k = 1u64;
+        if self.batch.is_empty() {
+            // Pure decoding: the same batch until the first member finishes.
+            let last = self.next_finish().expect("members have finish steps");
+            let mut most = (last - self.log.step).min(self.max_run as u64);
+            if self.ahead.freed_next {
+                most = 1; // see take_blocks
+            }
+            while k < most && end < horizon {
+                shape.context_tokens += self.dec.count;
+                end += self.step_time.step_time(&shape);
+                self.log.push(end);
+                k += 1;
+            }
+            if k > 1
+                && let Err(short) = self.take_blocks(self.log.step + k)
+            {
+                // Stop the run before the first step whose blocks are missing.
+                k = short - 1 - self.log.step;
+                let n = self.log.to_drop(k);
+                self.log.drop_last(n);
+            }
+        }
+        self.log.planned = k as usize;
+        Some(self.log.last_end() - now)
+    }
+
+    /// Gives every member the blocks of each step up to `e` it has not got
+    /// yet, step by step in step order, as stepping one event at a time
+    /// would. On a shortfall, returns the first step whose blocks are missing
+    /// (the changes of earlier steps stay made). Past the next step, blocks
+    /// are recorded as held ahead, so that a cut can give them back and the
+    /// pool is, whenever anything else looks at it, what stepping one event
+    /// at a time would have made it.
+    ///
+    /// A step's changes are made all or none, and only from plain free
+    /// blocks: if the blocks its members grow by exceed them, it is a
+    /// shortfall (for the next step, the caller then plans every sequence
+    /// one by one, with evictions and preemptions in their order). A window
+    /// group's holding also shrinks as tokens leave the window; since the
+    /// growth alone must fit, the order stepping one by one visits the
+    /// members in cannot matter, and blocks freed by one member never serve
+    /// another's growth in the same step earlier than stepping would.
+    fn take_blocks(&mut self, e: u64) -> Result<(), u64> {
+        // Pool counts read while blocks of a cut run are still held ahead
+        // are not the stepping ones, so they only count towards the peak
+        // once given back.
+        let exact = self.ahead.members.is_empty();
+        let mut step_changes = std::mem::take(&mut self.ahead.step_changes);
+        let result = loop {
+            let n = match self.dec.changes.peek() {
+                Some(&Reverse((n, ..))) if n <= e => n,
+                _ => break Ok(()),
+            };
+            let ahead = n > self.log.step + 1;
+            // This step's changes, and how many blocks they grow by.
+            step_changes.clear();
+            let mut grow = 0u64;
+            let mut net = 0i64;
+            while let Some(&Reverse((m, key, g))) = self.dec.changes.peek() {
+                if m != n {
+                    break;
+                }
+                self.dec.changes.pop();
+                let Some(seq) = self.seqs.member(key, g) else { continue };
+                let to = seq.member.expect("member").tokens_at(n);
+                if seq.alloc.tokens() >= to || step_changes.iter().any(|&(k, ..)| k == key) {
+                    // A stale entry (left by a give-back) or a second copy:
+                    // the member holds this step's blocks already, and its
+                    // live entry carries on.
+                    continue;
+                }
+                let delta = self.pool.change_in_blocks(&seq.alloc, to - Tokens::new(1), to);
+                grow += delta.max(0) as u64;
+                net += delta;
+                step_changes.push((key, g, to));
+            }
+            if !ahead && !self.ahead.members.is_empty() {
+                self.make_room(grow);
+                if self.ahead.members.is_empty() {
+                    // Given back: the members' blocks moved, so gather the
+                    // step again (settle queued their changes anew).
+                    for &(key, g, _) in &step_changes {
+                        self.dec.changes.push(Reverse((n, key, g)));
+                    }
+                    continue;
+                }
+            }
+            // Blocks freed at the start of step n (a window group's leaving
+            // the window) can let something waiting for blocks in: a waiting
+            // sequence at step n's admission, a decode rank's reservation at
+            // its end, when stepping one by one retries them. Step n must
+            // then start a plan of its own and run alone.
+            let waiters = self.blocked_outside || !self.seqs.waiting.is_empty();
+            if grow > self.pool.free_plain() || (net < 0 && waiters && ahead) {
+                for &(key, g, _) in &step_changes {
+                    self.dec.changes.push(Reverse((n, key, g)));
+                }
+                break Err(n);
+            }
+            if net < 0 && waiters {
+                self.ahead.freed_next = true;
+            }
+            for &(key, g, to) in &step_changes {
+                let seq = self.seqs.get_mut(key);
+                let m = seq.member.expect("member");
+                let free_before = self.pool.free_plain();
+                self.pool
+                    .resize_from_free(&mut seq.alloc, to - Tokens::new(1), to)
+                    .expect("the step's growth fits the plain free blocks");
+                if ahead {
+                    self.ahead.members.push((key, g));
+                    self.ahead.freed += self.pool.free_plain().saturating_sub(free_before);
+                    self.pool.suspend_peak(true);
+                }
+                let next = m.change_step(seq.alloc.stable_to());
+                self.dec.changes.push(Reverse((next, key, g)));
+            }
+            if exact {
+                self.ahead.step_used.push((n, self.pool.used()));
+            }
+        };
+        self.ahead.step_changes = step_changes;
+        result
+    }
+
+    /// Gives back the blocks members hold ahead of the steps that need them,
+    /// bringing the pool to what stepping one event at a time would hold now
+    /// (through the step in flight, or the last completed one).
+    pub(super) fn settle(&mut self) {
+        if self.ahead.members.is_empty() {
+            return;
+        }
+        let target = if self.stepping { self.log.step + self.log.planned as u64 } else { self.log.step };
+        let ahead = std::mem::take(&mut self.ahead.members);
+        // Blocks given back first, then the window blocks taken back that a
+        // member freed ahead of the step that frees them: the end state is
+        // the stepping one, which fits, so the second pass always finds room.
+        for regrow in [false, true] {
+            for &(key, g) in &ahead {
+                let Some(seq) = self.seqs.member_mut(key, g) else { continue };
+                let m = seq.member.expect("member");
+                let to = m.tokens_at(target);
+                if seq.alloc.tokens() <= to {
+                    continue;
+                }
+                let from = to - Tokens::new(1);
+                if (self.pool.extra_needed(&seq.alloc, from, to, false) > 0) != regrow {
+                    continue;
+                }
+                self.pool
+                    .resize_from_free(&mut seq.alloc, from, to)
+                    .expect("blocks given back first leave room for the ones taken back");
+                // The old heap entry stays; take_blocks skips it when it
+                // comes up (the member holds that step's blocks by then).
+                let next = m.change_step(seq.alloc.stable_to());
+                self.dec.changes.push(Reverse((next, key, g)));
+            }
+        }
+        self.ahead.freed = 0;
+        self.ahead.step_used.retain(|&(n, _)| n <= target);
+        self.pool.suspend_peak(false);
+        self.pool.note_peak();
+    }
+
+    /// Settles first if taking `extra` blocks would need blocks held ahead
+    /// (so an allocation never fails or evicts because of them).
+    ///
+    /// Blocks held ahead make the plain free count smaller than stepping
+    /// one by one would, but blocks a window group freed ahead make it
+    /// larger; counting the latter out, an allocation that the count allows
+    /// succeeds from plain free blocks either way.
+    pub(super) fn make_room(&mut self, extra: u64) {
+        if !self.ahead.members.is_empty() && extra + self.ahead.freed > self.pool.free_plain() {
+            self.settle();
+        }
+    }
+
+    /// Something may change the batch at `now`: ends a planned run at the end
+    /// of the step in progress. Returns the run's new end, if it moved.
+    pub(super) fn cut(&mut self, now: SimTime) -> Option<SimTime> {
+        if !self.stepping || self.log.planned < 2 {
+            return None;
+        }
+        let log = &mut self.log;
+        let first = log.ends.len() - log.planned;
+        let keep = log.ends.range(first..).take_while(|&&e| e < now).count() + 1;
+        if keep >= log.planned {
+            return None;
+        }
+        log.ends.truncate(first + keep);
+        log.planned = keep;
+        // The blocks taken for the steps that will not run now stay held
+        // until something needs them or looks at the pool (`settle`).
+        self.ahead.cut_short = true;
+        Some(log.last_end())
+    }
+
+    /// After a run that ran to its end: every block it took ahead is now
+    /// needed. Blocks an earlier, cut run took for steps past this one's
+    /// end stay ahead.
+    pub(super) fn keep_ahead_past(&mut self, step: u64) {
+        let seqs = &self.seqs;
+        self.ahead.members.retain(|&(key, g)| {
+            seqs.member(key, g).is_some_and(|seq| seq.alloc.tokens() > seq.member.expect("member").tokens_at(step))
+        });
+        if self.ahead.members.is_empty() {
+            self.ahead.freed = 0;
+            self.pool.suspend_peak(false);
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! What a batching policy may do while it forms one step: the operations of
+//! [`Step`], each of which keeps the scheduler's invariants (blocks held
+//! ahead are settled before an allocation needs them, allocations are all
+//! or nothing, members of the decoding set are counted, never visited).
+
+use super::seqs::SeqKey;
+use super::{Core, Mode};
+use crate::steptime::BatchShape;
+use crate::units::Tokens;
+
+/// The step cannot be formed with the decoding set in place (a sequence
+/// needs a preemption): the scheduler brings every member up to date and
+/// asks the policy again. Only the scheduler makes one; a policy passes it
+/// on with `?`.
+#[derive(Debug)]
+pub struct Replan(());
+
+/// One step being formed: the running sequences (in admission order), the
+/// waiting queue (in queue order) and the token budget left.
+///
+/// Members of the decoding set (sequences that decode one token a step)
+/// are already in the step and already counted in the budget; the running
+/// indices a policy visits skip them ([`Step::next_to_compute`]).
+pub struct Step<'a> {
+    core: &'a mut Core,
+    /// Planning with the decoding set in place (a preemption replans).
+    lazy: bool,
+    shape: BatchShape,
+    budget: u64,
+    preempted: usize,
+}
+
+impl<'a> Step<'a> {
+    pub(super) fn new(core: &'a mut Core, lazy: bool, shape: BatchShape, budget: u64) -> Self {
+        core.batch.clear();
+        Step { core, lazy, shape, budget, preempted: 0 }
+    }
+
+    pub(super) fn shape(&self) -> BatchShape {
+        self.shape
+    }
+
+    /// Tokens the step may still compute (`max_num_batched_tokens` less
+    /// what is scheduled).
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// The rank's `max_num_seqs`.
+    pub fn max_num_seqs(&self) -> usize {
+        self.core.limits.max_num_seqs
+    }
+
+    /// Sequences admitted (running), members of the decoding set included.
+    pub fn running(&self) -> usize {
+        self.core.seqs.running.len()
+    }
+
+    /// Sequences waiting to be admitted.
+    pub fn waiting(&self) -> usize {
+        self.core.seqs.waiting.len()
+    }
+
+    /// Sequences preempted while forming this step: they wait at the front
+    /// of the queue.
+    pub fn preempted(&self) -> usize {
+        self.preempted
+    }
+
+    /// Whether nothing is in the step yet (members of the decoding set
+    /// count as in it, as stepping one by one would).
+    pub fn is_empty(&self) -> bool {
+        self.core.batch.is_empty() && self.core.dec.count == 0
+    }
+
+    /// The first running index from `from` on whose sequence is not in the
+    /// decoding set; O(1) when every running sequence is.
+    pub fn next_to_compute(&self, from: usize) -> Option<usize> {
+        let seqs = &self.core.seqs;
+        if seqs.running.len() as u64 == self.core.dec.count {
+            return None;
+        }
+        (from..seqs.running.len()).find(|&i| seqs.get(seqs.running[i]).member.is_none())
+    }
+
+    /// Tokens the running sequence at `i` has to compute before its next
+    /// output token (or its hand-off).
+    pub fn tokens_left(&self, i: usize) -> Tokens {
+        let seq = self.core.seqs.get(self.core.seqs.running[i]);
+        seq.goal(self.core.mode) - seq.computed
+    }
+
+    /// Gives the running sequence at `i` the blocks of its next `k` tokens
+    /// (at most what it has left) and puts them in the step. `false`, with
+    /// nothing changed, when the pool cannot give them.
+    pub fn schedule_running(&mut self, i: usize, k: u64) -> bool {
+        let core = &mut *self.core;
+        let key = core.seqs.running[i];
+        let (mode, checkpoints) = (core.mode, core.checkpoints);
+        let seq = core.seqs.get(key);
+        let k = k.min((seq.goal(mode) - seq.computed).get());
+        let (from, to) = (seq.computed, seq.computed + Tokens::new(k));
+        let ckpt = checkpoints && mode == Mode::PrefillOnly && to == seq.goal(mode);
+        let extra = core.pool.extra_needed(&seq.alloc, from, to, ckpt);
+        core.make_room(extra);
+        let seq = core.seqs.get_mut(key);
+        if core.pool.resize(&mut seq.alloc, from, to, ckpt).is_err() {
+            return false;
+        }
+        self.put(key, k, to);
+        true
+    }
+
+    /// Preempts the most recently admitted running sequence (recompute: its
+    /// blocks are freed and it goes to the front of the queue); returns the
+    /// running index it had. With the decoding set in place, asks for a
+    /// replan instead.
+    pub fn preempt_last(&mut self) -> Result<usize, Replan> {
+        if self.lazy {
+            return Err(Replan(()));
+        }
+        let core = &mut *self.core;
+        let key = core.seqs.running.pop().expect("running is not empty");
+        let seq = core.seqs.get_mut(key);
+        core.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
+        seq.computed = Tokens::ZERO;
+        seq.looked_up = false;
+        seq.req.preemptions += 1;
+        core.stats.preempted();
+        core.seqs.waiting.push_front(key);
+        self.preempted += 1;
+        Ok(core.seqs.running.len())
+    }
+
+    /// Tries to admit the waiting sequence at `wi` with its first chunk of
+    /// this step (what the budget allows of what it has left): a sequence
+    /// new to the cache pins its cached prefix and allocates the chunk, all
+    /// or nothing. On success it leaves the queue, runs, and its tokens are
+    /// taken from the budget.
+    pub fn admit(&mut self, wi: usize) -> bool {
+        let key = self.core.seqs.waiting[wi];
+        if !self.first_chunk(key) {
+            return false;
+        }
+        let core = &mut *self.core;
+        core.seqs.waiting.remove(wi);
+        core.seqs.running.push(key);
+        // A sequence whose first step is already a decode step (a handoff
+        // landed: one token left to compute) joins the decoding set at once.
+        let seq = core.seqs.get(key);
+        if self.lazy
+            && core.mode == Mode::Generate
+            && seq.step_tokens.get() == 1
+            && seq.computed + seq.step_tokens == seq.goal(core.mode)
+        {
+            core.batch.pop();
+            core.join(key, false);
+        }
+        true
+    }
+
+    /// Whether the waiting sequence at `wi` can never fit: it failed to get
+    /// its blocks with nothing else running or holding any.
+    pub fn never_fits(&self, wi: usize) -> bool {
+        let core = &*self.core;
+        let own = core.pool.held_by(&core.seqs.get(core.seqs.waiting[wi]).alloc);
+        core.seqs.running.is_empty() && core.pool.used() == own
+    }
+
+    /// Takes the waiting sequence at `wi` out: the rank fails it as one that
+    /// does not fit, with the blocks its last attempt needed.
+    pub fn give_up(&mut self, wi: usize) {
+        let core = &mut *self.core;
+        let key = core.seqs.waiting.remove(wi).expect("a waiting index");
+        let seq = core.seqs.remove(key);
+        core.stuck.push((seq, core.last_need));
+    }
+
+    /// The first chunk of the waiting sequence `key`, allocated and put in
+    /// the step; `false` when the pool cannot give it (nothing changed).
+    fn first_chunk(&mut self, key: SeqKey) -> bool {
+        let budget = self.budget;
+        let core = &mut *self.core;
+        let (mode, checkpoints) = (core.mode, core.checkpoints);
+        if !core.ahead.members.is_empty() {
+            // What the admission takes, at most: a fresh sequence's whole
+            // first step (no hit assumed), or an allocated one's growth.
+            let seq = core.seqs.get(key);
+            let k = (seq.goal(mode) - seq.computed).get().min(budget);
+            let (from, to) = (seq.computed, seq.computed + Tokens::new(k));
+            let need = if seq.looked_up {
+                core.pool.extra_needed(&seq.alloc, from, to, checkpoints)
+            } else {
+                core.pool.blocks_after_hit(0, Tokens::ZERO, Tokens::new(k), checkpoints)
+            };
+            core.make_room(need);
+        }
+        let pool = &mut core.pool;
+        let seq = core.seqs.get_mut(key);
+        let goal = seq.goal(mode);
+        if !seq.looked_up {
+            let hit = pool.cached_prefix(&seq.req.prefix, seq.req.prompt, goal);
+            let from = pool.hit_tokens(hit);
+            let to = from + Tokens::new((goal - from).get().min(budget));
+            let ckpt = checkpoints && mode == Mode::PrefillOnly && to == goal;
+            if let Err(short) =
+                pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit, (from, to), ckpt)
+            {
+                core.last_need = short.needed;
+                return false;
+            }
+            seq.computed = from;
+            seq.looked_up = true;
+            if seq.req.preemptions == 0 {
+                // A decode rank looks up at reservation, so a first lookup
+                // here is the prefill's (or the aggregated rank's).
+                seq.req.prefill_hit = from;
+            }
+        } else {
+            let k = (goal - seq.computed).get().min(budget);
+            let (from, to) = (seq.computed, seq.computed + Tokens::new(k));
+            let ckpt = checkpoints && mode == Mode::PrefillOnly && to == goal;
+            if let Err(short) = pool.resize(&mut seq.alloc, from, to, ckpt) {
+                core.last_need = pool.held_by(&seq.alloc) + short.needed;
+                return false;
+            }
+        }
+        let seq = core.seqs.get(key);
+        let k = (goal - seq.computed).get().min(budget);
+        let to = seq.computed + Tokens::new(k);
+        self.put(key, k, to);
+        true
+    }
+
+    /// Puts `k` tokens of `key`, reaching `to`, in the step.
+    fn put(&mut self, key: SeqKey, k: u64, to: Tokens) {
+        let core = &mut *self.core;
+        core.seqs.get_mut(key).step_tokens = Tokens::new(k);
+        core.batch.push(key);
+        self.budget -= k;
+        self.shape.new_tokens += k;
+        self.shape.seqs += 1;
+        self.shape.context_tokens += to.get();
+    }
+}

@@ -1,0 +1,256 @@
+//! Unit tests of the scheduler and the pool, one rule each.
+
+use sim_core::{SimDuration, SimTime};
+
+use super::pool::{Alloc, KvPool};
+use super::*;
+use crate::model::{CacheGroup, CacheGroupKind, CacheGroupSpec, Role};
+use crate::request::Request;
+use crate::steptime::{BatchShape, StepTimeModel};
+use crate::units::{Blocks, Bytes, Tokens};
+use crate::workload::PrefixIds;
+
+/// Every step takes 1 ms.
+struct Fixed;
+impl StepTimeModel for Fixed {
+    fn step_time(&self, _: &BatchShape) -> SimDuration {
+        SimDuration::from_millis(1)
+    }
+}
+
+fn group(kind: CacheGroupKind, b: u64, window: Option<u64>) -> CacheGroup {
+    CacheGroupSpec {
+        name: "g".into(),
+        kind,
+        block_size_tokens: Tokens::new(b),
+        page_bytes: Bytes::new(1),
+        transfer_bytes_per_block: Some(Bytes::new(1)),
+        prefix_cacheable: Some(kind != CacheGroupKind::SlidingWindow),
+        window_tokens: window.map(Tokens::new),
+        checkpoint_blocks: Some(Blocks::ZERO),
+    }
+    .validate(Role::Aggregated, 0)
+    .unwrap()
+}
+
+/// One full-attention group of 16-token blocks.
+fn fa_pool(num_blocks: u64) -> KvPool {
+    KvPool::new(vec![group(CacheGroupKind::FullAttention, 16, None)], num_blocks, true)
+}
+
+fn sched(mode: Mode, budget: u64, max_seqs: usize, num_blocks: u64) -> Scheduler {
+    let limits = Limits { max_num_batched_tokens: budget, max_num_seqs: max_seqs };
+    let mut s = Scheduler::new(mode, limits, false, fa_pool(num_blocks), Box::new(Fixed), Box::new(VllmPolicy));
+    s.set_check_invariants(true);
+    s
+}
+
+fn req(id: u64, prompt: u64, output: u64) -> Box<Request> {
+    Box::new(Request::new(id, Tokens::new(prompt), Tokens::new(output), PrefixIds::none(), SimTime::ZERO))
+}
+
+/// A prompt named by 16-token ids `ids` (shared content where they agree).
+fn prefixed(id: u64, ids: &[u64], output: u64) -> Box<Request> {
+    let prefix = PrefixIds { block_tokens: Tokens::new(16), ids: ids.to_vec() };
+    Box::new(Request::new(id, Tokens::new(16 * ids.len() as u64), Tokens::new(output), prefix, SimTime::ZERO))
+}
+
+fn started(r: &mut Request) -> &mut Option<SimTime> {
+    &mut r.t.prefill_started
+}
+
+/// Starts a step at `now`; returns (request id, tokens) of the sequences
+/// computed one by one in it, in scheduling order.
+fn step(s: &mut Scheduler, now: SimTime) -> Vec<(u64, u64)> {
+    s.start_step(now, SimTime::MAX, false, started).expect("a step starts");
+    let core = &s.core;
+    core.batch.iter().map(|&k| (core.seqs.get(k).req.id, core.seqs.get(k).step_tokens.get())).collect()
+}
+
+/// Finishes the step in flight; returns the finished requests' ids.
+fn finish(s: &mut Scheduler) -> Vec<u64> {
+    let now = s.core.log.last_end();
+    let mut done = Vec::new();
+    s.finish_step(now, &mut done);
+    done.iter()
+        .map(|f| match f {
+            Finished::Completed(r) | Finished::Prefilled { req: r, .. } => r.id,
+        })
+        .collect()
+}
+
+#[test]
+fn running_sequences_go_first_then_admission_in_queue_order_within_the_token_budget() {
+    let mut s = sched(Mode::Generate, 100, 8, 1_000);
+    s.set_lazy_decoding(false);
+    s.enqueue(req(0, 60, 2), Tokens::ZERO);
+    s.enqueue(req(1, 60, 2), Tokens::ZERO);
+    s.enqueue(req(2, 60, 2), Tokens::ZERO);
+    // Budget 100: request 0 takes 60, request 1 its first chunk of 40;
+    // request 2 waits for the next step.
+    assert_eq!(step(&mut s, SimTime::ZERO), [(0, 60), (1, 40)]);
+    finish(&mut s);
+    // Next: 0 decodes 1 token, 1 finishes its prompt (20), and 2 takes
+    // all 60 of its prompt (79 left in the budget).
+    let t = s.core.log.last_end();
+    assert_eq!(step(&mut s, t), [(0, 1), (1, 20), (2, 60)]);
+}
+
+#[test]
+fn max_num_seqs_caps_the_running_sequences() {
+    let mut s = sched(Mode::Generate, 1_000, 2, 1_000);
+    for id in 0..3 {
+        s.enqueue(req(id, 10, 5), Tokens::ZERO);
+    }
+    assert_eq!(step(&mut s, SimTime::ZERO), [(0, 10), (1, 10)]);
+    assert_eq!(s.counts().waiting, 1);
+}
+
+#[test]
+fn a_sequence_short_of_blocks_preempts_the_most_recently_admitted() {
+    // 8 blocks of 16 tokens. Three 32-token prompts take 2 blocks each (6);
+    // as they decode, each needs a third block at token 33: the first two
+    // get them (8), the third finds none and preempts itself, the most
+    // recently admitted; it goes back to the front of the queue.
+    let mut s = sched(Mode::Generate, 1_000, 8, 8);
+    s.set_lazy_decoding(false);
+    for id in 0..3 {
+        s.enqueue(req(id, 32, 10), Tokens::ZERO);
+    }
+    assert_eq!(step(&mut s, SimTime::ZERO), [(0, 32), (1, 32), (2, 32)]);
+    finish(&mut s);
+    let t = s.core.log.last_end();
+    assert_eq!(step(&mut s, t), [(0, 1), (1, 1)]);
+    assert_eq!(s.stats().preemptions, 1);
+    let front = s.core.seqs.waiting[0];
+    assert_eq!(s.core.seqs.get(front).req.id, 2);
+    assert_eq!(s.core.seqs.get(front).req.preemptions, 1);
+    assert_eq!(s.counts().used, 6, "the victim's 2 blocks went back; 0 and 1 hold 3 each");
+}
+
+#[test]
+fn a_request_that_can_never_fit_is_given_up() {
+    // 3 blocks, a 64-token prompt needs 4.
+    let mut s = sched(Mode::Generate, 1_000, 8, 3);
+    s.enqueue(req(7, 64, 1), Tokens::ZERO);
+    assert!(s.start_step(SimTime::ZERO, SimTime::MAX, false, started).is_none());
+    let (r, needed) = s.take_stuck().expect("given up");
+    assert_eq!((r.id, needed), (7, 4));
+    assert_eq!(s.counts().used, 0);
+}
+
+#[test]
+fn the_cache_never_serves_the_last_token_to_compute() {
+    let mut pool = fa_pool(100);
+    let r = prefixed(0, &[1, 2, 3, 4], 1);
+    let mut a = Alloc::default();
+    pool.pin_and_allocate(&mut a, &r.prefix, r.prompt, 0, (Tokens::ZERO, r.prompt), false).unwrap();
+    pool.register(&mut a, &r.prefix, r.prompt, r.prompt);
+    // All 4 blocks (64 tokens) cached; a 64-token goal may hit 63 tokens:
+    // floor(63 / 16) = 3 blocks.
+    assert_eq!(pool.cached_prefix(&r.prefix, r.prompt, r.prompt), 3);
+    // A goal past the prompt (a recompute with generated tokens) may hit all 4.
+    assert_eq!(pool.cached_prefix(&r.prefix, r.prompt, Tokens::new(65)), 4);
+}
+
+#[test]
+fn a_failed_pin_and_allocate_changes_nothing_and_evicts_nothing() {
+    // 10 blocks; a first request computes and frees 4 named blocks, which
+    // stay cached and unpinned. A second request (a 6-block prompt sharing
+    // them, then 6 more blocks than fit) must fail without evicting any.
+    let mut pool = fa_pool(10);
+    let a_req = prefixed(0, &[1, 2, 3, 4], 1);
+    let mut a = Alloc::default();
+    pool.pin_and_allocate(&mut a, &a_req.prefix, a_req.prompt, 0, (Tokens::ZERO, a_req.prompt), false).unwrap();
+    pool.register(&mut a, &a_req.prefix, a_req.prompt, a_req.prompt);
+    pool.release(&mut a, &a_req.prefix, a_req.prompt);
+    assert_eq!((pool.cached_free(), pool.free_plain()), (4, 6));
+    let b_req = prefixed(1, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], 1);
+    let hit = pool.cached_prefix(&b_req.prefix, b_req.prompt, b_req.prompt);
+    assert_eq!(hit, 4);
+    let mut b = Alloc::default();
+    // 12 blocks in all, 4 of them the hit: 8 more, 6 plain free.
+    let short = pool
+        .pin_and_allocate(&mut b, &b_req.prefix, b_req.prompt, hit, (Tokens::new(64), b_req.prompt), false)
+        .unwrap_err();
+    assert_eq!(short.needed, 12);
+    assert!(b.is_empty());
+    assert_eq!((pool.cached_free(), pool.free_plain(), pool.used(), pool.evicted_blocks()), (4, 6, 0, 0));
+    pool.check().unwrap();
+}
+
+#[test]
+fn eviction_takes_the_least_recently_freed_cached_block_first() {
+    let mut pool = fa_pool(3);
+    // Three one-block requests, freed in the order 2, 0, 1.
+    let reqs: Vec<Box<Request>> = (0..3).map(|i| prefixed(i, &[100 + i], 1)).collect();
+    let mut allocs = [Alloc::default(); 3];
+    for (r, a) in reqs.iter().zip(allocs.iter_mut()) {
+        pool.pin_and_allocate(a, &r.prefix, r.prompt, 0, (Tokens::ZERO, r.prompt), false).unwrap();
+        pool.register(a, &r.prefix, r.prompt, r.prompt);
+    }
+    for i in [2, 0, 1] {
+        pool.release(&mut allocs[i], &reqs[i].prefix, reqs[i].prompt);
+    }
+    // One plain block needed: request 2's block goes (freed first).
+    let mut x = Alloc::default();
+    pool.pin_and_allocate(&mut x, &PrefixIds::none(), Tokens::new(16), 0, (Tokens::ZERO, Tokens::new(16)), false)
+        .unwrap();
+    assert_eq!(pool.evicted_blocks(), 1);
+    let hit = |pool: &KvPool, i: usize| pool.cached_prefix(&reqs[i].prefix, reqs[i].prompt, Tokens::new(17));
+    assert_eq!((hit(&pool, 0), hit(&pool, 1), hit(&pool, 2)), (1, 1, 0));
+}
+
+#[test]
+fn a_source_release_frees_what_the_rule_frees_per_group() {
+    // Full attention and a window of 32 tokens, B = 16: a 1,024-token
+    // prefill in one step holds 64 + 64 blocks; the source keeps 64 + 2
+    // (rules::group_release: the window keeps cdiv(1024,16) − floor(993/16)
+    // = 64 − 62 = 2).
+    let groups =
+        vec![group(CacheGroupKind::FullAttention, 16, None), group(CacheGroupKind::SlidingWindow, 16, Some(32))];
+    let mut pool = KvPool::new(groups, 1_000, true);
+    let mut a = Alloc::default();
+    pool.pin_and_allocate(&mut a, &PrefixIds::none(), Tokens::new(1_024), 0, (Tokens::ZERO, Tokens::new(1_024)), false)
+        .unwrap();
+    assert_eq!(pool.group_used(), [64, 64]);
+    pool.release_to_source(&mut a);
+    assert_eq!(pool.group_used(), [64, 2]);
+    assert_eq!(pool.used(), 66);
+    pool.check().unwrap();
+}
+
+#[test]
+fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
+    // A seeded mix of prompts, outputs and shared prefixes on a small pool
+    // (preemptions included), decoding set on: the pool balances after
+    // every step (check_invariants) and holds nothing at the end.
+    let mut s = sched(Mode::Generate, 256, 16, 40);
+    s.set_max_run(7);
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    for id in 0..40 {
+        let ids: Vec<u64> = (0..1 + next(6)).map(|j| if j < 2 { j } else { 1_000 * id + j }).collect();
+        s.enqueue(prefixed(id, &ids, 1 + next(40)), Tokens::ZERO);
+    }
+    let (mut now, mut completed, mut steps) = (SimTime::ZERO, 0, 0);
+    while let Some(dt) = s.start_step(now, SimTime::MAX, false, started) {
+        now += dt;
+        completed += finish(&mut s).len();
+        while s.take_stuck().is_some() {
+            completed += 1;
+        }
+        steps += 1;
+        assert!(steps < 100_000, "the run ends");
+    }
+    assert_eq!(completed, 40);
+    assert!(s.stats().preemptions > 0, "the pool was under pressure");
+    let c = s.counts();
+    assert_eq!((c.used, c.waiting, c.running), (0, 0, 0));
+    s.check().unwrap();
+}
