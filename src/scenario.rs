@@ -599,7 +599,7 @@ impl<'a> Ctx<'a> {
         // everything it does first, with the same paths, so this only
         // guards against the two drifting apart.
         Deployment::build(&model, &deployment).map_err(|e| match e {
-            ConfigError::Field { field, problem } => self.err(&field, problem),
+            ConfigError::Field(f) => self.err(&f.field, f.problem),
             ConfigError::Gate(g) => self.gate(&deployment, &g),
         })?;
         check_slo(&slo).map_err(|i| self.issue(i.under("slo")))?;
