@@ -6,3 +6,4 @@ mod model_fixtures;
 mod rules_oracle;
 mod rules_props;
 mod sim;
+mod validate;
