@@ -80,16 +80,15 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 
-use actors::config::{DeploymentSpec, RoleSpec, SloSpec, StepTimeSpec};
-use actors::model::{GateError, Location, Model, ModelSpec, Role, check_pairing, check_rank};
+use actors::config::{DeploymentSpec, SloSpec};
+use actors::model::{GateError, Location, Model, ModelSpec, Role};
 use actors::sim::{ConfigError, Deployment};
-use actors::units::Bandwidth;
+use actors::validate::{self, FieldError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
-use crate::check::{Issue, at_least_one, non_negative, positive};
 use crate::trace::TraceReader;
 use crate::workload::WorkloadSpec;
 
@@ -575,8 +574,19 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn issue(&self, issue: Issue) -> ScenarioError {
-        self.err(&issue.path, issue.message)
+    /// A refused field, placed at the field it names; a missing `[prefill]`
+    /// or `[decode]` is placed at the other one, which the file has.
+    fn field(&self, e: FieldError) -> ScenarioError {
+        let partner = match e.field.as_str() {
+            "prefill" => "decode",
+            "decode" => "prefill",
+            _ => return self.err(&e.field, e.problem),
+        };
+        if self.entries.contains_key(e.field.as_str()) {
+            self.err(&e.field, e.problem)
+        } else {
+            self.err_near(partner, &e.field, e.problem)
+        }
     }
 
     fn build(&self) -> Result<Scenario, ScenarioError> {
@@ -593,17 +603,17 @@ impl<'a> Ctx<'a> {
         })?;
         let mut workload = workload.ok_or_else(|| self.err("workload", "missing table [workload]"))?;
 
-        let roles = self.check_deployment(&deployment, &model)?;
-        let validated = self.check_model(&deployment, &model, &roles)?;
-        // actors' own check of what it will run; the checks above catch
-        // everything it does first, with the same paths, so this only
-        // guards against the two drifting apart.
-        Deployment::build(&model, &deployment).map_err(|e| match e {
-            ConfigError::Field { field, problem } => self.err(&field, problem),
-            ConfigError::Gate(g) => self.gate(&deployment, &g),
-        })?;
-        check_slo(&slo).map_err(|i| self.issue(i.under("slo")))?;
-        workload.check().map_err(|i| self.issue(i.under("workload")))?;
+        // Every check of the deployment and its model is actors'; this only
+        // places the error in the file.
+        let validated = Deployment::build(&model, &deployment)
+            .map_err(|e| match e {
+                ConfigError::Field(f) => self.field(f),
+                ConfigError::Gate(g) => self.gate(&deployment, &g),
+            })?
+            .model()
+            .clone();
+        validate::slo(&slo).map_err(|e| self.field(e.under("slo")))?;
+        workload.check().map_err(|e| self.field(e.under("workload")))?;
 
         // Resolve the trace path against the file that named it, and check
         // that the file opens and its header is right.
@@ -639,94 +649,6 @@ impl<'a> Ctx<'a> {
             }
         }
         Ok(spec)
-    }
-
-    /// The roles present, after checking their shape and every field.
-    fn check_deployment(&self, d: &DeploymentSpec, model: &ModelSpec) -> Result<Vec<Role>, ScenarioError> {
-        let roles: Vec<Role> = match (&d.prefill, &d.decode, &d.aggregated) {
-            (Some(_), Some(_), None) => vec![Role::Prefill, Role::Decode],
-            (None, None, Some(_)) => vec![Role::Aggregated],
-            (None, None, None) => {
-                return Err(self.err(
-                    "prefill",
-                    "missing table [prefill] (a disaggregated deployment needs [prefill] and [decode]; \
-                     an aggregated one, [aggregated])",
-                ));
-            }
-            (Some(_), None, None) => {
-                return Err(self.err_near(
-                    "prefill",
-                    "decode",
-                    "missing table [decode] (a disaggregated deployment needs prefill and decode ranks)",
-                ));
-            }
-            (None, Some(_), None) => {
-                return Err(self.err_near(
-                    "decode",
-                    "prefill",
-                    "missing table [prefill] (a disaggregated deployment needs prefill and decode ranks)",
-                ));
-            }
-            (_, _, Some(_)) => {
-                return Err(self.err(
-                    "aggregated",
-                    "cannot be combined with [prefill]/[decode] (a deployment is either disaggregated \
-                     or aggregated; write two scenarios to compare them)",
-                ));
-            }
-        };
-        let grouped = !model.cache_groups.is_empty();
-        for &role in &roles {
-            let spec = match role {
-                Role::Prefill => d.prefill.as_ref(),
-                Role::Decode => d.decode.as_ref(),
-                Role::Aggregated => d.aggregated.as_ref(),
-            };
-            if let Some(spec) = spec {
-                check_role(spec, grouped).map_err(|i| self.issue(i.under(role.as_str())))?;
-            }
-        }
-        let link = &d.link;
-        if let Err(why) = Bandwidth::parse_gb_per_s(link.bandwidth_gb_s) {
-            positive("link.bandwidth_gb_s", link.bandwidth_gb_s).map_err(|i| self.issue(i))?;
-            return Err(self.err("link.bandwidth_gb_s", why));
-        }
-        non_negative("link.latency_us", link.latency_us).map_err(|i| self.issue(i))?;
-        let p = d.faults.decode_abort_probability;
-        if !(0.0..=1.0).contains(&p) {
-            return Err(self.err("faults.decode_abort_probability", format!("must be in [0, 1], got {p}")));
-        }
-        if let Some(s) = d.faults.source_hold_s {
-            positive("faults.source_hold_s", s).map_err(|i| self.issue(i))?;
-        }
-        positive("timeline_interval_ms", d.timeline_interval_ms).map_err(|i| self.issue(i))?;
-        Ok(roles)
-    }
-
-    /// The model gates of actors for every role present: the model itself,
-    /// the rank's vLLM version, and the prefill/decode pairing.
-    fn check_model(&self, d: &DeploymentSpec, model: &ModelSpec, roles: &[Role]) -> Result<Model, ScenarioError> {
-        let mut validated: Vec<(Role, Model)> = Vec::new();
-        for &role in roles {
-            let m = model.validate(role).map_err(|e| self.gate(d, &e))?;
-            let role_spec = match role {
-                Role::Prefill => d.prefill.as_ref(),
-                Role::Decode => d.decode.as_ref(),
-                Role::Aggregated => d.aggregated.as_ref(),
-            };
-            let version = role_spec.and_then(|r| r.vllm_version.as_deref()).or(d.vllm_version.as_deref());
-            check_rank(role, &m, version).map_err(|e| self.gate(d, &e))?;
-            validated.push((role, m));
-        }
-        // One model per scenario, so the pairing always holds; checked anyway
-        // so that a future per-role model cannot skip it.
-        if let (Some((_, p)), Some((_, dm))) =
-            (validated.iter().find(|(r, _)| *r == Role::Prefill), validated.iter().find(|(r, _)| *r == Role::Decode))
-        {
-            check_pairing(p, dm).map_err(|e| self.gate(d, &e))?;
-        }
-        let (_, m) = validated.into_iter().next().expect("check_deployment found at least one role");
-        Ok(m)
     }
 
     /// A gate error of actors, placed at the field it names.
@@ -765,65 +687,6 @@ impl DeserializeDefault for DeploymentSpec {
     fn deserialize_default() -> Self {
         toml::from_str("").expect("every DeploymentSpec field has a default")
     }
-}
-
-/// Checks one role's ranks; paths are relative to the role's table.
-fn check_role(r: &RoleSpec, grouped: bool) -> Result<(), Issue> {
-    at_least_one("count", u64::from(r.count))?;
-    at_least_one("tp", u64::from(r.tp))?;
-    at_least_one("num_blocks", r.num_blocks)?;
-    at_least_one("max_num_batched_tokens", r.max_num_batched_tokens)?;
-    at_least_one("max_num_seqs", u64::from(r.max_num_seqs))?;
-    if let Some(b) = r.block_size_tokens {
-        if grouped {
-            return Err(Issue::new(
-                "block_size_tokens",
-                "not allowed with a grouped model (its cache groups carry their block sizes)",
-            ));
-        }
-        at_least_one("block_size_tokens", b.get())?;
-    }
-    check_step_time(&r.step_time).map_err(|i| i.under("step_time"))
-}
-
-fn check_step_time(s: &StepTimeSpec) -> Result<(), Issue> {
-    match s {
-        StepTimeSpec::Linear { fixed_us, per_token_us, per_seq_us, per_context_token_us } => {
-            non_negative("fixed_us", *fixed_us)?;
-            non_negative("per_token_us", *per_token_us)?;
-            non_negative("per_seq_us", *per_seq_us)?;
-            non_negative("per_context_token_us", *per_context_token_us)
-        }
-        StepTimeSpec::Table { points, per_context_token_us } => {
-            if points.is_empty() {
-                return Err(Issue::new("points", "must have at least one [tokens, µs] point"));
-            }
-            for (i, [tokens, us]) in points.iter().enumerate() {
-                non_negative(&format!("points[{i}]"), *tokens)?;
-                non_negative(&format!("points[{i}]"), *us)?;
-                if i > 0 && *tokens <= points[i - 1][0] {
-                    return Err(Issue::new(
-                        format!("points[{i}]"),
-                        format!(
-                            "tokens {tokens} is not above the previous point's {} (points must be strictly \
-                             increasing in tokens)",
-                            points[i - 1][0]
-                        ),
-                    ));
-                }
-            }
-            non_negative("per_context_token_us", *per_context_token_us)
-        }
-    }
-}
-
-fn check_slo(s: &SloSpec) -> Result<(), Issue> {
-    for (name, v) in [("ttft_ms", s.ttft_ms), ("tpot_ms", s.tpot_ms), ("e2e_ms", s.e2e_ms)] {
-        if let Some(v) = v {
-            positive(name, v)?;
-        }
-    }
-    Ok(())
 }
 
 fn quoted(keys: &[&str]) -> String {

@@ -42,7 +42,7 @@ use actors::workload::{PrefixIds, RequestSource, RequestSpec, WorkloadError};
 use serde::{Deserialize, Serialize};
 use sim_core::SimTime;
 
-use crate::check::{Issue, at_least_one, positive};
+use crate::check::{FieldError, at_least_one, positive};
 
 /// Tokens one Mooncake `hash_ids` entry covers.
 pub const MOONCAKE_BLOCK_TOKENS: u64 = 512;
@@ -102,9 +102,9 @@ impl fmt::Display for TraceFormat {
 
 impl TraceSpec {
     /// Checks the fields (not the file); paths are relative to the table.
-    pub fn check(&self) -> Result<(), Issue> {
+    pub fn check(&self) -> Result<(), FieldError> {
         if self.path.as_os_str().is_empty() {
-            return Err(Issue::new("path", "must not be empty"));
+            return Err(FieldError::new("path", "must not be empty"));
         }
         positive("time_scale", self.time_scale)?;
         if let Some(limit) = self.limit {

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use sim_core::rng::{ActorRng, stream_for};
 use sim_core::{SimDuration, SimTime};
 
-use crate::check::{Issue, at_least_one, non_negative, positive};
+use crate::check::{FieldError, at_least_one, non_negative, positive};
 use crate::trace::{TraceReader, TraceSpec};
 
 /// Tokens one id of a synthetic shared prefix covers (vLLM's default block
@@ -156,40 +156,43 @@ pub struct SharedPrefixSpec {
 }
 
 impl WorkloadSpec {
-    /// Checks every field; paths in the [`Issue`] are relative to the
+    /// Checks every field; paths in the [`FieldError`] are relative to the
     /// `[workload]` table (`arrival.rate_per_s`).
-    pub fn check(&self) -> Result<(), Issue> {
+    pub fn check(&self) -> Result<(), FieldError> {
         if let Some(n) = self.requests {
             at_least_one("requests", n)?;
         }
         match &self.trace {
             None => {
                 if self.requests.is_none() {
-                    return Err(Issue::new("requests", "missing field (a synthetic workload needs a request count)"));
+                    return Err(FieldError::new(
+                        "requests",
+                        "missing field (a synthetic workload needs a request count)",
+                    ));
                 }
                 match &self.arrival {
                     None => {
-                        return Err(Issue::new(
+                        return Err(FieldError::new(
                             "arrival",
                             "missing field (poisson, gamma or closed_loop; or give a [workload.trace])",
                         ));
                     }
                     Some(ArrivalSpec::Trace) => {
-                        return Err(Issue::new("arrival", "kind \"trace\" needs a [workload.trace] to replay"));
+                        return Err(FieldError::new("arrival", "kind \"trace\" needs a [workload.trace] to replay"));
                     }
                     Some(a) => a.check().map_err(|i| i.under("arrival"))?,
                 }
                 let Some(prompt) = &self.prompt_tokens else {
-                    return Err(Issue::new("prompt_tokens", "missing field (a synthetic workload needs one)"));
+                    return Err(FieldError::new("prompt_tokens", "missing field (a synthetic workload needs one)"));
                 };
                 prompt.check().map_err(|i| i.under("prompt_tokens"))?;
                 let Some(output) = &self.output_tokens else {
-                    return Err(Issue::new("output_tokens", "missing field (a synthetic workload needs one)"));
+                    return Err(FieldError::new("output_tokens", "missing field (a synthetic workload needs one)"));
                 };
                 output.check().map_err(|i| i.under("output_tokens"))?;
                 let (p, o) = (prompt.largest(), output.largest());
                 if p + o > MAX_REQUEST_TOKENS {
-                    return Err(Issue::new(
+                    return Err(FieldError::new(
                         "output_tokens",
                         format!(
                             "up to {p} prompt and {o} output tokens: a request holds at most {MAX_REQUEST_TOKENS} together"
@@ -208,7 +211,7 @@ impl WorkloadSpec {
                     ("shared_prefix", self.shared_prefix.is_some()),
                 ] {
                     if present {
-                        return Err(Issue::new(name, "not allowed with a trace (the trace gives every request)"));
+                        return Err(FieldError::new(name, "not allowed with a trace (the trace gives every request)"));
                     }
                 }
                 if let Some(a) = &self.arrival {
@@ -271,16 +274,16 @@ impl WorkloadSpec {
 /// An arrival rate: positive, and at least one request in 11.6 days
 /// (1e-6 per second), since slower rates only push simulated time past its
 /// range.
-fn rate(path: &str, v: f64) -> Result<(), Issue> {
+fn rate(path: &str, v: f64) -> Result<(), FieldError> {
     positive(path, v)?;
     if v < 1e-6 {
-        return Err(Issue::new(path, format!("must be at least 1e-6 requests per second, got {v}")));
+        return Err(FieldError::new(path, format!("must be at least 1e-6 requests per second, got {v}")));
     }
     Ok(())
 }
 
 impl ArrivalSpec {
-    fn check(&self) -> Result<(), Issue> {
+    fn check(&self) -> Result<(), FieldError> {
         match *self {
             ArrivalSpec::Poisson { rate_per_s } => rate("rate_per_s", rate_per_s),
             ArrivalSpec::Gamma { rate_per_s, cv } => {
@@ -295,7 +298,7 @@ impl ArrivalSpec {
 
 impl LengthSpec {
     /// Checks the parameters; paths are relative to the distribution.
-    pub fn check(&self) -> Result<(), Issue> {
+    pub fn check(&self) -> Result<(), FieldError> {
         self.check_ranges()?;
         let largest = self.largest();
         if largest > MAX_REQUEST_TOKENS - 1 {
@@ -304,7 +307,7 @@ impl LengthSpec {
                 LengthSpec::Empirical { .. } => "values",
                 _ => "max",
             };
-            return Err(Issue::new(
+            return Err(FieldError::new(
                 field,
                 format!(
                     "{largest} tokens is more than a request may hold ({MAX_REQUEST_TOKENS} prompt and output together)"
@@ -312,7 +315,7 @@ impl LengthSpec {
             ));
         }
         if self.sampler().is_none() {
-            return Err(Issue::new("std", "out of range: the distribution cannot be sampled"));
+            return Err(FieldError::new("std", "out of range: the distribution cannot be sampled"));
         }
         Ok(())
     }
@@ -327,13 +330,13 @@ impl LengthSpec {
         }
     }
 
-    fn check_ranges(&self) -> Result<(), Issue> {
+    fn check_ranges(&self) -> Result<(), FieldError> {
         match self {
             LengthSpec::Fixed { value } => at_least_one("value", *value),
             LengthSpec::Uniform { min, max } => {
                 at_least_one("min", *min)?;
                 if max < min {
-                    return Err(Issue::new("max", format!("must be >= min {min}, got {max}")));
+                    return Err(FieldError::new("max", format!("must be >= min {min}, got {max}")));
                 }
                 Ok(())
             }
@@ -347,10 +350,10 @@ impl LengthSpec {
             }
             LengthSpec::Empirical { values } => {
                 if values.is_empty() {
-                    return Err(Issue::new("values", "must not be empty"));
+                    return Err(FieldError::new("values", "must not be empty"));
                 }
                 match values.iter().position(|&v| v == 0) {
-                    Some(i) => Err(Issue::new(format!("values[{i}]"), "must be >= 1, got 0")),
+                    Some(i) => Err(FieldError::new(format!("values[{i}]"), "must be >= 1, got 0")),
                     None => Ok(()),
                 }
             }

@@ -2,8 +2,8 @@
 //!
 //! These are plain data with serde derives so that the harness can read them
 //! from scenario files (unknown fields refused); this crate never touches a
-//! file. [`crate::sim::Deployment::build`] checks them and reports the first
-//! problem with the field's path.
+//! file. [`crate::sim::Deployment::build`] checks them with
+//! [`crate::validate`] and reports the first problem with the field's path.
 
 use serde::{Deserialize, Serialize};
 

@@ -4,7 +4,7 @@
 //!   groups and the configuration gates; the grouped transfer rules of vLLM's
 //!   NIXL connector.
 //! - [`config`], [`workload`]: what a simulation runs (the deployment, the
-//!   request stream).
+//!   request stream); [`validate`]: every check of a deployment.
 //! - [`sim`]: builds a deployment and runs it: [`router`], [`ranks`]
 //!   (prefill, decode, aggregated) over a [`scheduler`] each (which owns the
 //!   rank's KV pool),
@@ -23,4 +23,5 @@ pub mod scheduler;
 pub mod sim;
 pub mod steptime;
 pub mod units;
+pub mod validate;
 pub mod workload;

@@ -9,8 +9,7 @@ use sim_core::{ActorId, SimDuration, SimTime, Simulation};
 use crate::config::{DeploymentSpec, LinkTopology, RoleSpec, SloSpec};
 use crate::link::{LinkStats, NixlLink};
 use crate::metrics::{self, Histogram, Summary, Timeline};
-use crate::model::{CacheGroup, CacheGroupKind, CacheGroupSpec, GateError, Model, ModelSpec, RankRules, Role};
-use crate::model::{check_pairing, check_rank};
+use crate::model::{CacheGroup, CacheGroupKind, Model, ModelSpec, RankRules, Role};
 use crate::msg::Msg;
 use crate::ranks::{AggregatedRank, DecodeRank, Hold, PrefillRank, RankCore, SourceStats};
 use crate::request::{FailReason, Outcome, Request};
@@ -19,27 +18,10 @@ use crate::scheduler::pool::KvPool;
 use crate::scheduler::{BatchPolicy, Limits, Mode, Scheduler, StepStats, VllmPolicy};
 use crate::steptime::{self, StepTimeModel};
 use crate::units::{Bandwidth, Tokens};
+use crate::validate;
 use crate::workload::{ArrivalMode, RequestSource, WorkloadError};
 
-/// A deployment spec that failed a check: the field's path and what is wrong.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    /// A field of the deployment.
-    #[error("{field}: {problem}")]
-    Field {
-        /// Dotted path, e.g. `decode.num_blocks`.
-        field: String,
-        /// What is wrong.
-        problem: String,
-    },
-    /// A model or pairing gate.
-    #[error(transparent)]
-    Gate(#[from] GateError),
-}
-
-fn field_err(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
-    ConfigError::Field { field: field.into(), problem: problem.into() }
-}
+pub use crate::validate::ConfigError;
 
 /// The most ranks of one role (links per pair grow with the product).
 pub const MAX_RANKS: u32 = 1024;
@@ -95,178 +77,26 @@ pub type BatchPolicyFactory = Arc<dyn Fn() -> Box<dyn BatchPolicy> + Send + Sync
 /// Makes a routing policy over a number of ranks: see [`Deployment::set_route_policy`].
 pub type PolicyFactory = Arc<dyn Fn(usize) -> Box<dyn RoutePolicy> + Send + Sync>;
 
-fn finite_nonneg(field: &str, v: f64) -> Result<f64, ConfigError> {
-    if v.is_finite() && v >= 0.0 {
-        Ok(v)
-    } else {
-        Err(field_err(field, format!("must be a finite number >= 0, got {v}")))
-    }
-}
-
 impl Deployment {
     /// Checks `spec` for `model`: the roles present, each rank's gates, the
     /// pairing of prefill and decode, and every number.
     pub fn build(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Deployment, ConfigError> {
-        let mut roles = Vec::new();
-        let present =
-            [(Role::Prefill, &spec.prefill), (Role::Decode, &spec.decode), (Role::Aggregated, &spec.aggregated)];
-        match (&spec.prefill, &spec.decode, &spec.aggregated) {
-            (Some(_), Some(_), None) | (None, None, Some(_)) => {}
-            (_, _, Some(_)) => {
-                return Err(field_err("aggregated", "an aggregated deployment has no prefill or decode ranks"));
-            }
-            (None, _, None) => {
-                return Err(field_err(
-                    "prefill",
-                    "missing: a disaggregated deployment needs prefill ranks (or give aggregated ranks)",
-                ));
-            }
-            (Some(_), None, None) => {
-                return Err(field_err("decode", "missing: a disaggregated deployment needs decode ranks"));
-            }
-        }
-        let mut validated: Vec<(Role, Model)> = Vec::new();
-        for (role, rs) in present {
-            let Some(rs) = rs else { continue };
-            let name = role.as_str();
-            let m = model.validate(role)?;
-            let version = rs.vllm_version.as_deref().or(spec.vllm_version.as_deref());
-            let rules = check_rank(role, &m, version)?;
-            if rs.count == 0 || rs.count > MAX_RANKS {
-                return Err(field_err(
-                    format!("{name}.count"),
-                    format!("must be from 1 to {MAX_RANKS}, got {}", rs.count),
-                ));
-            }
-            if rs.num_blocks == 0 {
-                return Err(field_err(format!("{name}.num_blocks"), "must be at least 1"));
-            }
-            if rs.max_num_batched_tokens == 0 {
-                return Err(field_err(format!("{name}.max_num_batched_tokens"), "must be at least 1"));
-            }
-            if rs.max_num_seqs == 0 {
-                return Err(field_err(format!("{name}.max_num_seqs"), "must be at least 1"));
-            }
-            steptime::build(&rs.step_time).map_err(|e| field_err(format!("{name}.{}", e.field), e.problem))?;
-            if let Model::Grouped(g) = &m
-                && g.groups().len() > crate::scheduler::pool::MAX_GROUPS
-            {
-                let n = g.groups().len();
-                return Err(field_err(
-                    "model.cache_groups",
-                    format!("{n} groups; pdsim supports at most {}", crate::scheduler::pool::MAX_GROUPS),
-                ));
-            }
-            let groups = match &m {
-                Model::Grouped(g) => {
-                    if rs.block_size_tokens.is_some() {
-                        return Err(field_err(
-                            format!("{name}.block_size_tokens"),
-                            "only for linear models; a grouped model's groups carry their block sizes",
-                        ));
-                    }
-                    g.groups().to_vec()
-                }
-                Model::Linear(l) => {
-                    let b = rs.block_size_tokens.unwrap_or(Tokens::new(16));
-                    if b.is_zero() {
-                        return Err(field_err(format!("{name}.block_size_tokens"), "must be at least 1"));
-                    }
-                    let page = b.checked_bytes(l.kv_bytes_per_token()).ok_or_else(|| {
-                        field_err("model.kv_bytes_per_token", "times the block size overflows 64 bits")
-                    })?;
-                    let spec = CacheGroupSpec {
-                        name: "kv".into(),
-                        kind: CacheGroupKind::FullAttention,
-                        block_size_tokens: b,
-                        page_bytes: page,
-                        transfer_bytes_per_block: Some(page),
-                        prefix_cacheable: Some(true),
-                        window_tokens: None,
-                        checkpoint_blocks: None,
-                    };
-                    vec![spec.validate(role, 0)?]
-                }
-            };
-            // Every byte count a request can reach stays below a full pool's.
-            let per_block = groups.iter().try_fold(0u64, |acc, g| acc.checked_add(g.transfer_bytes_per_block().get()));
-            if per_block.and_then(|b| b.checked_mul(rs.num_blocks)).is_none() {
-                return Err(field_err(
-                    format!("{name}.num_blocks"),
-                    "the bytes of a full pool (num_blocks x transfer bytes of a block in every group) overflow 64 bits",
-                ));
-            }
-            roles.push(RolePlan { role, spec: rs.clone(), rules, groups });
-            validated.push((role, m));
-        }
-        // One scenario has one model, but each role validates its own copy,
-        // so the pairing gate sees what each side would run.
-        if let [(Role::Prefill, p), (Role::Decode, d)] = validated.as_slice() {
-            check_pairing(p, d)?;
-        }
-        let model = validated.pop().expect("at least one role is present").1;
-        let l = &spec.link;
-        let bandwidth =
-            Bandwidth::parse_gb_per_s(l.bandwidth_gb_s).map_err(|why| field_err("link.bandwidth_gb_s", why))?;
-        let latency_us = finite_nonneg("link.latency_us", l.latency_us)?;
-        if latency_us > 1e9 {
-            return Err(field_err("link.latency_us", format!("must be at most 1e9 (1,000 s), got {latency_us}")));
-        }
-        let latency = SimDuration::from_secs_f64(latency_us / 1e6);
-        let p = spec.faults.decode_abort_probability;
-        if !(0.0..=1.0).contains(&p) {
-            return Err(field_err("faults.decode_abort_probability", format!("must be within 0..=1, got {p}")));
-        }
-        let hold = match spec.faults.source_hold_s {
-            Some(s) if !(s.is_finite() && (1e-9..=1e7).contains(&s)) => {
-                return Err(field_err("faults.source_hold_s", format!("must be from 1e-9 to 1e7 seconds, got {s}")));
-            }
-            Some(s) => Some(SimDuration::from_secs_f64(s)),
-            None => None,
-        };
-        let lease = match spec.faults.source_lease_s {
-            Some(_) if spec.faults.source_hold_s.is_some() => {
-                return Err(field_err("faults.source_lease_s", "give source_hold_s or source_lease_s, not both"));
-            }
-            Some(s) if !(s.is_finite() && (1e-6..=1e7).contains(&s)) => {
-                return Err(field_err("faults.source_lease_s", format!("must be from 1e-6 to 1e7 seconds, got {s}")));
-            }
-            Some(s) => Some(SimDuration::from_secs_f64(s)),
-            None => None,
-        };
-        let decode_ranks = spec.decode.as_ref().map_or(0, |d| d.count);
-        let mut crashes = Vec::new();
-        for (i, c) in spec.faults.decode_crashes.iter().enumerate() {
-            if c.rank >= decode_ranks {
-                let what = if decode_ranks == 0 {
-                    "there are no decode ranks".to_string()
-                } else {
-                    format!("decode ranks are 0..{decode_ranks}")
-                };
-                return Err(field_err(format!("faults.decode_crashes[{i}].rank"), format!("{what}, got {}", c.rank)));
-            }
-            if !(c.at_s.is_finite() && (0.0..=1e6).contains(&c.at_s)) {
-                return Err(field_err(
-                    format!("faults.decode_crashes[{i}].at_s"),
-                    format!("must be from 0 to 1e6 seconds, got {}", c.at_s),
-                ));
-            }
-            crashes.push((c.rank, SimTime::ZERO.saturating_add(SimDuration::from_secs_f64(c.at_s))));
-        }
-        let ms = spec.timeline_interval_ms;
-        if !(ms.is_finite() && (1e-6..=1e9).contains(&ms)) {
-            return Err(field_err("timeline_interval_ms", format!("must be from 1e-6 to 1e9 ms, got {ms}")));
-        }
+        let checked = validate::deployment(model, spec)?;
+        let roles = checked
+            .roles
+            .into_iter()
+            .map(|r| RolePlan { role: r.role, spec: r.spec, rules: r.rules, groups: r.groups })
+            .collect();
         Ok(Deployment {
-            model,
+            model: checked.model,
             spec: spec.clone(),
             roles,
-            bandwidth,
-            latency,
-            hold,
-            lease,
-            crashes,
-            interval: SimDuration::from_millis_f64(ms),
+            bandwidth: checked.bandwidth,
+            latency: checked.latency,
+            hold: checked.faults.hold,
+            lease: checked.faults.lease,
+            crashes: checked.faults.crashes,
+            interval: checked.interval,
             lazy_decoding: true,
             plugins: Plugins::default(),
         })

@@ -7,6 +7,7 @@
 use sim_core::SimDuration;
 
 use crate::config::StepTimeSpec;
+use crate::validate::{self, FieldError};
 
 /// What a step computes, summed over its batch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -132,44 +133,18 @@ impl StepTimeModel for TableStepTime {
     }
 }
 
-/// Why a step-time spec was refused; the text names the field.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {problem}")]
-pub struct StepTimeError {
-    /// The field, e.g. `step_time.per_token_us`.
-    pub field: &'static str,
-    /// What is wrong with it.
-    pub problem: String,
-}
-
-/// Builds the model a spec describes.
-pub fn build(spec: &StepTimeSpec) -> Result<Box<dyn StepTimeModel>, StepTimeError> {
-    // Up to 1,000 s per unit: anything larger is a typo, and would push
-    // simulated time past its range.
-    let check = |field: &'static str, v: f64| {
-        if v.is_finite() && (0.0..=1e9).contains(&v) {
-            Ok(v)
-        } else {
-            Err(StepTimeError { field, problem: format!("must be a number from 0 to 1e9 (us), got {v}") })
-        }
-    };
+/// Builds the model a spec describes, once [`crate::validate`] has passed
+/// it; the error names the field (`step_time.per_token_us`).
+pub fn build(spec: &StepTimeSpec) -> Result<Box<dyn StepTimeModel>, FieldError> {
+    validate::step_time(spec).map_err(|e| e.under("step_time"))?;
     match spec {
         StepTimeSpec::Linear { fixed_us, per_token_us, per_seq_us, per_context_token_us } => {
-            Ok(Box::new(LinearStepTime::from_micros(
-                check("step_time.fixed_us", *fixed_us)?,
-                check("step_time.per_token_us", *per_token_us)?,
-                check("step_time.per_seq_us", *per_seq_us)?,
-                check("step_time.per_context_token_us", *per_context_token_us)?,
-            )))
+            Ok(Box::new(LinearStepTime::from_micros(*fixed_us, *per_token_us, *per_seq_us, *per_context_token_us)))
         }
         StepTimeSpec::Table { points, per_context_token_us } => {
-            let ctx = check("step_time.per_context_token_us", *per_context_token_us)?;
-            TableStepTime::from_micros(points, ctx).map(|t| Box::new(t) as Box<dyn StepTimeModel>).ok_or(
-                StepTimeError {
-                    field: "step_time.points",
-                    problem: "must be non-empty [tokens, us] pairs, >= 0, tokens strictly increasing".into(),
-                },
-            )
+            TableStepTime::from_micros(points, *per_context_token_us)
+                .map(|t| Box::new(t) as Box<dyn StepTimeModel>)
+                .ok_or_else(|| FieldError::new("step_time.points", "refused by the table model"))
         }
     }
 }

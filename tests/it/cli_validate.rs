@@ -239,6 +239,57 @@ fn zero_and_negative_rates_and_sizes_are_refused() {
     );
 }
 
+/// Checks that once only actors made, behind the harness's own
+/// (`source_lease_s`, `decode_crashes`, the upper bounds), are the one
+/// validator's now, placed at their line.
+#[test]
+fn checks_once_only_in_actors_name_their_line() {
+    refused(
+        "lease-range.toml",
+        &(base_scenario() + "\n[faults]\nsource_lease_s = 0\n"),
+        Some(20),
+        "faults.source_lease_s",
+        "must be from 1e-6 to 1e7 seconds, got 0",
+    );
+    refused(
+        "hold-range.toml",
+        &(base_scenario() + "\n[faults]\nsource_hold_s = 1e8\n"),
+        Some(20),
+        "faults.source_hold_s",
+        "must be from 1e-9 to 1e7 seconds, got 100000000",
+    );
+    // The second crash, on its own line of the array.
+    refused(
+        "crash-time.toml",
+        &(base_scenario()
+            + "\n[faults]\ndecode_crashes = [\n  { rank = 0, at_s = 5.0 },\n  { rank = 0, at_s = -1 },\n]\n"),
+        Some(22),
+        "faults.decode_crashes[1].at_s",
+        "must be from 0 to 1e6 seconds, got -1",
+    );
+    refused(
+        "too-many-ranks.toml",
+        &base_with_line(10, "count = 2000\nnum_blocks = 100"),
+        Some(10),
+        "decode.count",
+        "must be from 1 to 1024, got 2000",
+    );
+    refused(
+        "huge-step.toml",
+        &base_with_line(7, "step_time = { kind = \"linear\", fixed_us = 2e9 }"),
+        Some(7),
+        "prefill.step_time.fixed_us",
+        "must be at most 1e9 µs (1,000 s), got 2000000000",
+    );
+    refused(
+        "zero-interval.toml",
+        &base_with_line(4, "timeline_interval_ms = 0"),
+        Some(4),
+        "timeline_interval_ms",
+        "must be from 1e-6 to 1e9 ms, got 0",
+    );
+}
+
 #[test]
 fn roles_must_make_a_topology() {
     // No [decode]: the error points at [prefill] (line 5).

@@ -7,3 +7,4 @@ mod pinned;
 mod rules_oracle;
 mod rules_props;
 mod sim;
+mod validate;

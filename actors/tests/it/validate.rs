@@ -1,0 +1,201 @@
+//! The deployment checks of `actors::validate`, one family per test, through
+//! `Deployment::build`: the field each names and its problem.
+
+use actors::config::{CrashSpec, DeploymentSpec, LinkSpec, RoleSpec, SloSpec, StepTimeSpec};
+use actors::model::{ModelSpec, Role};
+use actors::sim::{ConfigError, Deployment, MAX_RANKS};
+use actors::units::Tokens;
+use actors::validate::{self, FieldError};
+
+use super::model_fixtures::{fa, glm_spec, linear_spec, spec};
+
+fn role() -> RoleSpec {
+    RoleSpec {
+        count: 1,
+        tp: 1,
+        num_blocks: 100,
+        max_num_batched_tokens: 8192,
+        max_num_seqs: 256,
+        block_size_tokens: None,
+        prefix_caching: true,
+        vllm_version: None,
+        step_time: StepTimeSpec::Linear {
+            fixed_us: 1_000.0,
+            per_token_us: 0.0,
+            per_seq_us: 0.0,
+            per_context_token_us: 0.0,
+        },
+    }
+}
+
+fn pd() -> DeploymentSpec {
+    DeploymentSpec {
+        vllm_version: Some("0.32.0".into()),
+        prefill: Some(role()),
+        decode: Some(role()),
+        aggregated: None,
+        link: LinkSpec::default(),
+        router: Default::default(),
+        faults: Default::default(),
+        timeline_interval_ms: 100.0,
+        check_invariants: false,
+    }
+}
+
+/// The field error `spec` is refused with, on a linear model.
+fn refused(spec: &DeploymentSpec) -> FieldError {
+    refused_for(&linear_spec(1_024), spec)
+}
+
+fn refused_for(model: &ModelSpec, spec: &DeploymentSpec) -> FieldError {
+    match Deployment::build(model, spec) {
+        Err(ConfigError::Field(e)) => e,
+        Err(ConfigError::Gate(g)) => panic!("a gate, not a field: {g}"),
+        Ok(_) => panic!("accepted"),
+    }
+}
+
+fn is(e: FieldError, field: &str, problem: &str) {
+    assert_eq!(e.field, field, "{e}");
+    assert!(e.problem.contains(problem), "{e} lacks {problem:?}");
+}
+
+#[test]
+fn valid_deployments_build() {
+    assert!(Deployment::build(&linear_spec(1_024), &pd()).is_ok());
+    assert!(Deployment::build(&glm_spec(), &pd()).is_ok());
+    let agg = DeploymentSpec { prefill: None, decode: None, aggregated: Some(role()), ..pd() };
+    assert!(Deployment::build(&linear_spec(1_024), &agg).is_ok());
+}
+
+#[test]
+fn roles_make_a_topology() {
+    is(refused(&DeploymentSpec { decode: None, ..pd() }), "decode", "missing table [decode]");
+    is(refused(&DeploymentSpec { prefill: None, ..pd() }), "prefill", "missing table [prefill]");
+    is(refused(&DeploymentSpec { prefill: None, decode: None, ..pd() }), "prefill", "an aggregated one");
+    is(refused(&DeploymentSpec { aggregated: Some(role()), ..pd() }), "aggregated", "cannot be combined");
+}
+
+#[test]
+fn role_fields_are_bounded() {
+    let with = |f: fn(&mut RoleSpec)| {
+        let mut d = pd();
+        f(d.decode.as_mut().unwrap());
+        d
+    };
+    is(refused(&with(|r| r.count = 0)), "decode.count", "must be from 1 to 1024, got 0");
+    is(refused(&with(|r| r.count = MAX_RANKS + 1)), "decode.count", "got 1025");
+    is(refused(&with(|r| r.tp = 0)), "decode.tp", "must be >= 1, got 0");
+    is(refused(&with(|r| r.num_blocks = 0)), "decode.num_blocks", "must be >= 1, got 0");
+    is(refused(&with(|r| r.max_num_batched_tokens = 0)), "decode.max_num_batched_tokens", "must be >= 1");
+    is(refused(&with(|r| r.max_num_seqs = 0)), "decode.max_num_seqs", "must be >= 1");
+    is(refused(&with(|r| r.block_size_tokens = Some(Tokens::ZERO))), "decode.block_size_tokens", "must be >= 1");
+    let grouped = with(|r| r.block_size_tokens = Some(Tokens::new(16)));
+    is(refused_for(&glm_spec(), &grouped), "decode.block_size_tokens", "not allowed with a grouped model");
+}
+
+#[test]
+fn linear_step_times_are_from_0_to_1e9_us() {
+    let with = |fixed_us: f64, per_seq_us: f64| {
+        let mut d = pd();
+        d.prefill.as_mut().unwrap().step_time =
+            StepTimeSpec::Linear { fixed_us, per_token_us: 0.0, per_seq_us, per_context_token_us: 0.0 };
+        d
+    };
+    is(refused(&with(-5.0, 0.0)), "prefill.step_time.fixed_us", "must be >= 0, got -5");
+    is(refused(&with(0.0, 2e9)), "prefill.step_time.per_seq_us", "must be at most 1e9 µs");
+    is(refused(&with(f64::NAN, 0.0)), "prefill.step_time.fixed_us", "got NaN");
+}
+
+#[test]
+fn table_step_times_need_increasing_whole_tokens() {
+    let with = |points: Vec<[f64; 2]>, per_context_token_us: f64| {
+        let mut d = pd();
+        d.decode.as_mut().unwrap().step_time = StepTimeSpec::Table { points, per_context_token_us };
+        d
+    };
+    is(refused(&with(vec![], 0.0)), "decode.step_time.points", "at least one");
+    is(refused(&with(vec![[-1.0, 5.0]], 0.0)), "decode.step_time.points[0]", "tokens must be >= 0, got -1");
+    is(refused(&with(vec![[1.0, 5.0], [8.0, -1.0]], 0.0)), "decode.step_time.points[1]", "time must be >= 0");
+    is(refused(&with(vec![[1.0, 5.0], [8.0, 2e9]], 0.0)), "decode.step_time.points[1]", "at most 1e9");
+    is(refused(&with(vec![[8.0, 5.0], [8.0, 6.0]], 0.0)), "decode.step_time.points[1]", "strictly increasing");
+    // 1.2 and 1.4 increase, but the model keeps whole tokens.
+    is(refused(&with(vec![[1.2, 5.0], [1.4, 6.0]], 0.0)), "decode.step_time.points[1]", "rounds to 1");
+    is(refused(&with(vec![[1.0, 5.0]], -1.0)), "decode.step_time.per_context_token_us", "must be >= 0");
+}
+
+#[test]
+fn the_link_has_a_positive_bandwidth_and_a_bounded_latency() {
+    let with = |bandwidth_gb_s: f64, latency_us: f64| DeploymentSpec {
+        link: LinkSpec { bandwidth_gb_s, latency_us, ..LinkSpec::default() },
+        ..pd()
+    };
+    is(refused(&with(0.0, 0.0)), "link.bandwidth_gb_s", "must be > 0, got 0");
+    is(refused(&with(1e-12, 0.0)), "link.bandwidth_gb_s", "rounds to 0 bytes per second");
+    is(refused(&with(1e30, 0.0)), "link.bandwidth_gb_s", "does not fit");
+    is(refused(&with(50.0, -1.0)), "link.latency_us", "must be >= 0, got -1");
+    is(refused(&with(50.0, 1e300)), "link.latency_us", "must be at most 1e9 µs");
+}
+
+#[test]
+fn faults_are_bounded_and_name_real_ranks() {
+    let with = |f: fn(&mut DeploymentSpec)| {
+        let mut d = pd();
+        f(&mut d);
+        d
+    };
+    is(refused(&with(|d| d.faults.decode_abort_probability = 1.5)), "faults.decode_abort_probability", "[0, 1]");
+    is(refused(&with(|d| d.faults.source_hold_s = Some(0.0))), "faults.source_hold_s", "from 1e-9 to 1e7");
+    is(refused(&with(|d| d.faults.source_lease_s = Some(1e-9))), "faults.source_lease_s", "from 1e-6 to 1e7");
+    is(
+        refused(&with(|d| {
+            d.faults.source_hold_s = Some(10.0);
+            d.faults.source_lease_s = Some(30.0);
+        })),
+        "faults.source_lease_s",
+        "not both",
+    );
+    let crash = |rank, at_s| vec![CrashSpec { rank: 0, at_s: 1.0 }, CrashSpec { rank, at_s }];
+    let mut d = pd();
+    d.faults.decode_crashes = crash(1, 1.0);
+    is(refused(&d), "faults.decode_crashes[1].rank", "decode ranks are 0..1, got 1");
+    d.faults.decode_crashes = crash(0, -1.0);
+    is(refused(&d), "faults.decode_crashes[1].at_s", "must be from 0 to 1e6 seconds, got -1");
+    let mut agg = DeploymentSpec { prefill: None, decode: None, aggregated: Some(role()), ..pd() };
+    agg.faults.decode_crashes = crash(0, 1.0);
+    is(refused(&agg), "faults.decode_crashes[0].rank", "there are no decode ranks");
+}
+
+#[test]
+fn the_timeline_interval_is_bounded() {
+    for ms in [0.0, -1.0, 1e10, f64::INFINITY] {
+        is(refused(&DeploymentSpec { timeline_interval_ms: ms, ..pd() }), "timeline_interval_ms", "1e-6 to 1e9 ms");
+    }
+}
+
+#[test]
+fn byte_counts_fit_64_bits_and_groups_are_few() {
+    let mut d = pd();
+    d.decode.as_mut().unwrap().num_blocks = u64::MAX;
+    is(refused(&d), "decode.num_blocks", "overflow 64 bits");
+    is(refused_for(&linear_spec(u64::MAX / 8), &pd()), "model.kv_bytes_per_token", "overflows 64 bits");
+    let many = spec((0..17).map(|i| fa(&format!("g{i}"), 16, 1_024)).collect());
+    let agg = DeploymentSpec { prefill: None, decode: None, aggregated: Some(role()), ..pd() };
+    is(refused_for(&many, &agg), "model.cache_groups", "17 groups; pdsim supports at most 16");
+}
+
+#[test]
+fn model_gates_keep_their_own_error() {
+    let d = DeploymentSpec { vllm_version: None, ..pd() };
+    match Deployment::build(&glm_spec(), &d) {
+        Err(ConfigError::Gate(g)) => assert_eq!((g.role, g.field()), (Role::Prefill, "vllm_version")),
+        other => panic!("expected the version gate, got {other:?}"),
+    }
+}
+
+#[test]
+fn slo_bounds_are_positive() {
+    assert_eq!(validate::slo(&SloSpec::default()), Ok(()));
+    let e = validate::slo(&SloSpec { tpot_ms: Some(0.0), ..SloSpec::default() }).unwrap_err().under("slo");
+    assert_eq!(e.to_string(), "slo.tpot_ms: must be > 0, got 0");
+}
