@@ -14,7 +14,6 @@ use crate::msg::Msg;
 use crate::ranks::{AggregatedRank, DecodeRank, Hold, PrefillRank, RankCore, SourceStats};
 use crate::request::{FailReason, Outcome, Request};
 use crate::router::{RoutePolicy, Router, Targets, policy};
-use crate::scheduler::pool::KvPool;
 use crate::scheduler::{BatchPolicy, Limits, Mode, Scheduler, StepStats, VllmPolicy};
 use crate::steptime::{self, StepTimeModel};
 use crate::units::{Bandwidth, Tokens};
@@ -172,7 +171,7 @@ impl Deployment {
 
     fn scheduler(&self, plan: &RolePlan, mode: Mode) -> Scheduler {
         let s = &plan.spec;
-        let pool = KvPool::new(plan.groups.clone(), s.num_blocks, s.prefix_caching);
+        let pool = (plan.groups.clone(), s.num_blocks, s.prefix_caching);
         let model = match self.plugins.step_time.iter().find(|(r, _)| *r == plan.role) {
             Some((_, make)) => make(),
             None => steptime::build(&s.step_time).expect("checked in build"),

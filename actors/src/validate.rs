@@ -20,7 +20,7 @@ use sim_core::{SimDuration, SimTime};
 use crate::config::{DeploymentSpec, FaultSpec, LinkSpec, RoleSpec, SloSpec, StepTimeSpec};
 use crate::model::{CacheGroup, CacheGroupKind, CacheGroupSpec, GateError, Model, ModelSpec, RankRules, Role};
 use crate::model::{check_pairing, check_rank};
-use crate::scheduler::pool::MAX_GROUPS;
+use crate::scheduler::MAX_GROUPS;
 use crate::sim::MAX_RANKS;
 use crate::units::{Bandwidth, Tokens};
 

@@ -31,7 +31,7 @@
 mod decoding;
 mod plan;
 pub mod policy;
-pub(crate) mod pool;
+mod pool;
 mod seqs;
 mod stats;
 pub mod step;
@@ -42,10 +42,12 @@ mod tests;
 use sim_core::{SimDuration, SimTime};
 
 pub use policy::{BatchPolicy, VllmPolicy};
+pub(crate) use pool::MAX_GROUPS;
 pub use stats::StepStats;
 pub use step::{Replan, Step};
 
 use crate::metrics::Histogram;
+use crate::model::CacheGroup;
 use crate::request::Request;
 use crate::steptime::StepTimeModel;
 use crate::units::Tokens;
@@ -169,10 +171,23 @@ struct Core {
 }
 
 impl Scheduler {
-    /// A scheduler over `pool`, with its step-time model and batching
+    /// A scheduler over a pool of `num_blocks` shared by `groups` (with or
+    /// without prefix caching), with its step-time model and batching
     /// policy. `checkpoints`: prefill steps that end the prompt take the
     /// groups' checkpoint blocks.
     pub(crate) fn new(
+        mode: Mode,
+        limits: Limits,
+        checkpoints: bool,
+        (groups, num_blocks, prefix_caching): (Vec<CacheGroup>, u64, bool),
+        step_time: Box<dyn StepTimeModel>,
+        policy: Box<dyn BatchPolicy>,
+    ) -> Self {
+        let pool = KvPool::new(groups, num_blocks, prefix_caching);
+        Self::with_pool(mode, limits, checkpoints, pool, step_time, policy)
+    }
+
+    fn with_pool(
         mode: Mode,
         limits: Limits,
         checkpoints: bool,

@@ -397,7 +397,7 @@ impl KvPool {
     /// for the first part before the second fails; vLLM checks the whole
     /// allocation against the free and evictable blocks first (the hit's
     /// own evictable blocks excepted), so a failed attempt changes nothing.
-    /// Callers check with this before [`KvPool::pin`].
+    /// [`KvPool::pin_and_allocate`] checks with this before it pins.
     fn can_pin_and_take(&self, prefix: &PrefixIds, prompt: Tokens, n: u32, need: u64) -> Result<(), Shortfall> {
         let need = self.pin_and_take_need(n, need);
         let mut available = self.free + self.cached_free;
@@ -422,7 +422,7 @@ impl KvPool {
     }
 
     /// Pins the first `n` cached blocks of the prompt for an empty `alloc`
-    /// (`n` from [`KvPool::lookup`]) and allocates the other groups' blocks
+    /// (`n` from [`KvPool::cached_prefix`]) and allocates the other groups' blocks
     /// at that point; its state becomes "`n` blocks computed". On a
     /// shortfall nothing changes.
     fn pin(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, n: u32) -> Result<(), Shortfall> {

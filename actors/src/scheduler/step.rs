@@ -92,12 +92,17 @@ impl<'a> Step<'a> {
 
     /// Gives the running sequence at `i` the blocks of its next `k` tokens
     /// (at most what it has left) and puts them in the step. `false`, with
-    /// nothing changed, when the pool cannot give them.
+    /// nothing changed, when the pool cannot give them, or when `i` is a
+    /// member of the decoding set (already in the step). Call it once per
+    /// sequence per step.
     pub fn schedule_running(&mut self, i: usize, k: u64) -> bool {
         let core = &mut *self.core;
         let key = core.seqs.running[i];
         let (mode, checkpoints) = (core.mode, core.checkpoints);
         let seq = core.seqs.get(key);
+        if seq.member.is_some() {
+            return false;
+        }
         let k = k.min((seq.goal(mode) - seq.computed).get());
         let (from, to) = (seq.computed, seq.computed + Tokens::new(k));
         let ckpt = checkpoints && mode == Mode::PrefillOnly && to == seq.goal(mode);

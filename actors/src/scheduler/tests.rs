@@ -40,7 +40,7 @@ fn fa_pool(num_blocks: u64) -> KvPool {
 
 fn sched(mode: Mode, budget: u64, max_seqs: usize, num_blocks: u64) -> Scheduler {
     let limits = Limits { max_num_batched_tokens: budget, max_num_seqs: max_seqs };
-    let mut s = Scheduler::new(mode, limits, false, fa_pool(num_blocks), Box::new(Fixed), Box::new(VllmPolicy));
+    let mut s = Scheduler::with_pool(mode, limits, false, fa_pool(num_blocks), Box::new(Fixed), Box::new(VllmPolicy));
     s.set_check_invariants(true);
     s
 }
