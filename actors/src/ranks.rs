@@ -124,7 +124,7 @@ impl RankCore {
         }
     }
 
-    fn sample(&mut self, now: SimTime, extra: &[(Metric, u64)]) {
+    fn sample(&mut self, now: SimTime, extra: Extra) {
         if !self.timeline.due(now) {
             return;
         }
@@ -138,7 +138,7 @@ impl RankCore {
         }
         tl.push(now, Metric::Waiting, c.waiting as u64);
         tl.push(now, Metric::Running, c.running as u64);
-        for &(m, v) in extra {
+        for (m, v) in extra.into_iter().flatten() {
             tl.push(now, m, v);
         }
     }
@@ -179,7 +179,7 @@ enum Flow {
 }
 
 /// Timeline values a role adds to the common ones.
-type Extra = ([(Metric, u64); 2], usize);
+type Extra = [Option<(Metric, u64)>; 2];
 
 /// What a role adds to the common rank. Every rank handles a message
 /// through [`handle_message`], which runs the same protocol for every role,
@@ -250,18 +250,9 @@ fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
     }
     let blocked_outside = rank.before_step(ctx);
     rank.core().kick(ctx, blocked_outside, S::started);
-    let (extra, n) = rank.extra();
-    rank.core().sample(now, &extra[..n]);
+    let extra = rank.extra();
+    rank.core().sample(now, extra);
 }
-
-fn prefill_started(r: &mut Request) -> &mut Option<SimTime> {
-    &mut r.t.prefill_started
-}
-fn decode_started(r: &mut Request) -> &mut Option<SimTime> {
-    &mut r.t.decode_started
-}
-
-const NO_EXTRA: Extra = ([(Metric::Waiting, 0); 2], 0);
 
 /// A source held for a handoff.
 #[derive(Debug)]
@@ -447,7 +438,7 @@ impl Side for PrefillRank {
     const ROLE: Role = Role::Prefill;
 
     fn started(r: &mut Request) -> &mut Option<SimTime> {
-        prefill_started(r)
+        &mut r.t.prefill_started
     }
 
     fn core(&mut self) -> &mut RankCore {
@@ -518,7 +509,7 @@ impl Side for PrefillRank {
     }
 
     fn extra(&self) -> Extra {
-        ([(Metric::HeldSources, self.held.len() as u64), (Metric::HeldSources, 0)], 1)
+        [Some((Metric::HeldSources, self.held.len() as u64)), None]
     }
 }
 
@@ -707,7 +698,7 @@ impl Side for DecodeRank {
     const ROLE: Role = Role::Decode;
 
     fn started(r: &mut Request) -> &mut Option<SimTime> {
-        decode_started(r)
+        &mut r.t.decode_started
     }
 
     fn core(&mut self) -> &mut RankCore {
@@ -793,13 +784,10 @@ impl Side for DecodeRank {
     }
 
     fn extra(&self) -> Extra {
-        (
-            [
-                (Metric::PendingReservations, self.pending.len() as u64),
-                (Metric::Transferring, self.transferring.len() as u64),
-            ],
-            2,
-        )
+        [
+            Some((Metric::PendingReservations, self.pending.len() as u64)),
+            Some((Metric::Transferring, self.transferring.len() as u64)),
+        ]
     }
 }
 
@@ -844,7 +832,7 @@ impl Side for AggregatedRank {
     const ROLE: Role = Role::Aggregated;
 
     fn started(r: &mut Request) -> &mut Option<SimTime> {
-        prefill_started(r)
+        &mut r.t.prefill_started
     }
 
     fn core(&mut self) -> &mut RankCore {
@@ -876,7 +864,7 @@ impl Side for AggregatedRank {
     }
 
     fn extra(&self) -> Extra {
-        NO_EXTRA
+        [None, None]
     }
 }
 
