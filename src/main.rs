@@ -41,6 +41,9 @@ enum Command {
     Validate(cmd::validate::Args),
     /// Price the KV handoff of one prompt with a scenario's model and link.
     Transfer(cmd::transfer::Args),
+    /// Run one rank's scheduler step by step on a small case (JSON) and
+    /// print one JSON line per schedule call, as vLLM's scheduler is logged.
+    Steps(cmd::steps::Args),
 }
 
 fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
@@ -50,6 +53,7 @@ fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
         Command::Sweep(args) => cmd::sweep::run(args),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Transfer(args) => cmd::transfer::run(args),
+        Command::Steps(args) => cmd::steps::run(args),
     }
 }
 

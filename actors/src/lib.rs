@@ -21,6 +21,7 @@ pub mod router;
 pub mod rules;
 pub mod scheduler;
 pub mod sim;
+pub mod steps;
 pub mod steptime;
 pub mod units;
 pub mod validate;

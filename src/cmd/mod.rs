@@ -15,6 +15,7 @@ use pdsim::scenario::ScenarioError;
 use pdsim::sweep::SweepError;
 
 pub mod run;
+pub mod steps;
 pub mod sweep;
 pub mod transfer;
 pub mod validate;

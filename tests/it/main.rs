@@ -3,6 +3,7 @@
 //! `validate`, `transfer`, `run` and `sweep` verbs run as a user runs them.
 
 mod cli_run;
+mod cli_steps;
 mod cli_sweep;
 mod cli_transfer;
 mod cli_validate;

@@ -48,7 +48,7 @@ pub use step::{Replan, Step};
 
 use crate::metrics::Histogram;
 use crate::model::CacheGroup;
-use crate::request::Request;
+use crate::request::{ReqId, Request};
 use crate::steptime::StepTimeModel;
 use crate::units::Tokens;
 use crate::workload::PrefixIds;
@@ -168,6 +168,8 @@ struct Core {
     blocked_outside: bool,
     /// Sequences finished in the step being finished, in order.
     done: Vec<Seq>,
+    /// Requests preempted by the last plan (kept for the step log).
+    preempted: Vec<ReqId>,
 }
 
 impl Scheduler {
@@ -216,6 +218,7 @@ impl Scheduler {
             ahead: Ahead::default(),
             blocked_outside: false,
             done: Vec::new(),
+            preempted: Vec::new(),
         };
         Scheduler { policy, core }
     }
@@ -282,6 +285,18 @@ impl Scheduler {
             started(&mut core.seqs.get_mut(key).req).get_or_insert(now);
         }
         Some(dt)
+    }
+
+    /// Moves the ids of the requests the last plan preempted to `out`.
+    pub(crate) fn take_preempted(&mut self, out: &mut Vec<ReqId>) {
+        out.append(&mut self.core.preempted);
+    }
+
+    /// The step in flight's sequences outside the decoding set, with the
+    /// tokens each computes, in scheduling order.
+    pub(crate) fn scheduled(&self) -> impl Iterator<Item = (ReqId, u64)> + '_ {
+        let seqs = &self.core.seqs;
+        self.core.batch.iter().map(|&k| (seqs.get(k).req.id, seqs.get(k).step_tokens.get()))
     }
 
     /// A sequence that can never fit in the pool, even alone, with the

@@ -125,6 +125,8 @@ impl Core {
         if self.stepping {
             return None;
         }
+        // Only the last plan's preemptions are kept (for the step log).
+        self.preempted.clear();
         // The decoding set first, costing nothing per member; if it does not
         // fit the budget, its blocks, or a sequence needs a preemption, fall
         // back to planning every sequence one by one.

@@ -131,6 +131,7 @@ impl<'a> Step<'a> {
         seq.computed = Tokens::ZERO;
         seq.looked_up = false;
         seq.req.preemptions += 1;
+        core.preempted.push(seq.req.id);
         core.stats.preempted();
         core.seqs.waiting.push_front(key);
         self.preempted += 1;

@@ -1,5 +1,6 @@
 //! Integration tests of the `actors` crate, linked once as one binary.
 
+mod conformance;
 mod gates;
 mod model_files;
 mod model_fixtures;

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Seeded random cases for the conformance suite.
+
+  gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed]
+
+writes OUT_DIR/gen-SEED-K.json for K in 0..COUNT: block sizes, token
+budgets, max_num_seqs, pool sizes (small enough to preempt), prefix
+sharing, prompt and output lengths and arrival steps, all drawn from one
+seeded stream, so the same seed gives the same cases on every machine.
+A case always fits: every request's prompt and output fit the pool alone.
+"""
+import json
+import os
+import random
+import sys
+
+
+def case(rng, groups):
+    bs = rng.choice([4, 8, 16, 32])
+    n = rng.randint(1, 8)
+    max_len = rng.choice([64, 128, 256])
+    reqs = []
+    for i in range(n):
+        prompt = rng.randint(1, max_len)
+        r = {"id": i, "arrival_step": rng.choice([0, 0, 0, rng.randint(0, 12)]), "prompt": prompt,
+             "output": rng.randint(1, 40)}
+        if rng.random() < 0.5:
+            r["prefix_group"] = rng.randint(0, 2)
+            r["prefix_tokens"] = rng.randint(1, prompt)
+        reqs.append(r)
+    need = max(-(-(r["prompt"] + r["output"]) // bs) for r in reqs)
+    seqs = rng.randint(1, 8)
+    # vLLM refuses a token budget below max_num_seqs.
+    c = {"max_num_seqs": seqs, "max_num_batched_tokens": max(seqs, rng.choice([bs, 2 * bs, 32, 64, 128, 512])),
+         "num_blocks": 1 + need + rng.randint(0, 3 * need), "block_size": bs,
+         "prefix_caching": rng.random() < 0.7, "requests": reqs}
+    if groups != "full":
+        raise SystemExit("only --groups full so far")
+    return c
+
+
+def main():
+    seed, count, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    groups = sys.argv[sys.argv.index("--groups") + 1] if "--groups" in sys.argv else "full"
+    rng = random.Random(seed)
+    os.makedirs(out, exist_ok=True)
+    for k in range(count):
+        with open(os.path.join(out, f"gen-{seed}-{k}.json"), "w") as f:
+            json.dump(case(rng, groups), f)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

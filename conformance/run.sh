@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Conformance: pdsim's scheduler against vLLM 0.33.0's own, step by step.
+#
+#   conformance/run.sh [--recorded] CASE.json...
+#
+# For each case, runs `pdsim steps CASE.json` and vLLM's real v1 Scheduler
+# (vllm_steps.py, in the venv below) on the same case, compares every step
+# and prints one verdict line; the last line is `N/M cases step-identical`.
+# With --recorded, vLLM's log is read from CASE.vllm.jsonl beside the case
+# instead (no vLLM needed). Exit 0 when every case is identical.
+#
+# The venv: $VLLM_VENV, or conformance/venv, made here on first use
+# (about 7 GB and 5-10 minutes; pip warns about vLLM's GPU-only
+# requirements, which nothing here needs).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+recorded=0
+if [[ "${1:-}" == "--recorded" ]]; then recorded=1; shift; fi
+if [[ $# -eq 0 ]]; then echo "usage: $0 [--recorded] CASE.json..." >&2; exit 2; fi
+
+cases=()
+for c in "$@"; do cases+=("$(realpath "$c")"); done
+set -- "${cases[@]}"
+(cd "$root" && cargo build --release --quiet)
+pdsim="$root/target/release/pdsim"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+if [[ $recorded -eq 0 ]]; then
+  venv="${VLLM_VENV:-$here/venv}"
+  if [[ ! -x "$venv/bin/python" ]]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q torch==2.14.0
+    "$venv/bin/pip" install -q --no-deps vllm==0.33.0
+    "$venv/bin/pip" install -q -r "$here/requirements-light.txt"
+    "$venv/bin/pip" install -q --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.11 "llguidance>=1.7,<1.8" zmq
+  fi
+  if ! (cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$venv/bin/python" vllm_batch.py "$work/vllm" "$@" 2> "$work/vllm.err"); then
+    tail -5 "$work/vllm.err" >&2
+    exit 1
+  fi
+fi
+
+same=0
+for case in "$@"; do
+  name="$(basename "$case" .json)"
+  if [[ $recorded -eq 1 ]]; then theirs="${case%.json}.vllm.jsonl"; else theirs="$work/vllm/$name.vllm.jsonl"; fi
+  if ! "$pdsim" steps "$case" > "$work/$name.pdsim.jsonl" 2> "$work/$name.err"; then
+    echo "$name: pdsim failed: $(cat "$work/$name.err")"
+    continue
+  fi
+  if verdict="$(python3 "$here/compare.py" "$work/$name.pdsim.jsonl" "$theirs")"; then same=$((same + 1)); fi
+  echo "$name: $verdict"
+done
+echo "$same/$# cases step-identical"
+[[ $same -eq $# ]]

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""vLLM 0.33.0's real v1 Scheduler, driven on CPU with fake model
+outputs. Prints one JSON line per step: which requests, tokens per request,
+preemptions, finished.
+
+Input (argv[1], JSON): {"max_num_seqs", "max_num_batched_tokens", "num_blocks",
+ "block_size", "prefix_caching", "requests": [{"id", "arrival_step", "prompt",
+ "output", "prefix_group"(opt), "prefix_tokens"(opt)}], "cache_groups"(opt)}
+
+"cache_groups" (optional): a hybrid model as a list of pdsim cache groups
+({"name", "kind": full_attention|sliding_window|state, "block_size_tokens",
+"window_tokens", "prefix_cacheable", "checkpoint_blocks"(opt), ...}), mapped to
+vLLM specs as handoff_oracle.py does: FullAttentionSpec, SlidingWindowSpec,
+MambaSpec (a prefix-cacheable state; mamba_cache_mode "align" with prefix
+caching, else "none", as vLLM's MambaModelConfig sets it) and CircularBufferSpec
+(a non-cacheable state, the tail ring). All groups share one pool of
+num_blocks blocks with equal page sizes; the scheduler and hash block sizes
+come from vLLM's resolve_kv_cache_block_sizes, as in EngineCore. Without
+"cache_groups" the driver is unchanged (one full-attention group).
+
+A request arriving at step s is added before the s-th schedule() call (the
+first call is step 0). Every scheduled request that reaches the end of its
+known tokens samples one token (never EOS); it finishes at max_tokens.
+"""
+import json
+import math
+import os
+import sys
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
+import torch  # noqa: E402
+
+from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig  # noqa: E402
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import sha256  # noqa: E402
+from vllm.v1.core.kv_cache_utils import (  # noqa: E402
+    get_request_block_hasher,
+    init_none_hash,
+    resolve_kv_cache_block_sizes,
+)
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    CircularBufferSpec,
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+)
+from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def build(cfg):
+    """Returns (scheduler, hash_block_size)."""
+    if cfg.get("cache_groups"):
+        return build_hybrid(cfg)
+    sc = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
+                         max_model_len=cfg.get("max_model_len", 8192), enable_chunked_prefill=True,
+                         async_scheduling=False, is_encoder_decoder=False)
+    mc = ModelConfig(model=os.path.join(HERE, "tiny-llama"), skip_tokenizer_init=True, dtype="float16",
+                     max_model_len=cfg.get("max_model_len", 8192))
+    cc = CacheConfig(block_size=cfg["block_size"], enable_prefix_caching=cfg["prefix_caching"])
+    vc = VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc, device_config=DeviceConfig("cpu"))
+    kvc = KVCacheConfig(num_blocks=cfg["num_blocks"], kv_cache_tensors=[],
+                        kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
+                            block_size=cfg["block_size"], num_kv_heads=1, head_size=1, dtype=torch.float32))])
+    cc.num_gpu_blocks = cfg["num_blocks"]
+    return Scheduler(vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
+                     block_size=cfg["block_size"], log_stats=True), cfg["block_size"]
+
+
+def hybrid_specs(groups, caching, max_model_len):
+    """pdsim cache groups -> vLLM specs, every page the same number of bytes
+    (vLLM's hybrid allocator needs one page size across groups)."""
+    is_mamba = [g["kind"] == "state" and g["prefix_cacheable"] for g in groups]
+    mode = "align" if caching else "none"
+    # Like vllm serve: without prefix caching a Mamba group's block spans the
+    # whole model length (MambaModelConfig sets mamba_block_size=max_model_len).
+    sizes = [g["block_size_tokens"] if not (m and not caching) else max_model_len
+             for g, m in zip(groups, is_mamba)]
+    page = 4 * math.lcm(*(b for b, m in zip(sizes, is_mamba) if not m), 1)  # float16 K+V bytes
+    specs = []
+    for g, b, m in zip(groups, sizes, is_mamba):
+        common = dict(block_size=b, num_kv_heads=1, head_size=page // (4 * b), dtype=torch.float16)
+        if g["kind"] == "full_attention":
+            specs.append(FullAttentionSpec(**common))
+        elif g["kind"] == "sliding_window":
+            specs.append(SlidingWindowSpec(**common, sliding_window=g["window_tokens"]))
+        elif m:
+            specs.append(MambaSpec(block_size=b, shapes=((page // 2,),), dtypes=(torch.float16,),
+                                   mamba_cache_mode=mode,
+                                   num_prefill_checkpoint_blocks=int(g.get("checkpoint_blocks", 0) or 0)))
+        elif g["kind"] == "state":
+            specs.append(CircularBufferSpec(**common))
+        else:
+            raise ValueError(f"unsupported cache group kind {g['kind']!r}")
+    assert len({s.page_size_bytes for s in specs}) == 1, [s.page_size_bytes for s in specs]
+    return specs
+
+
+def build_hybrid(cfg):
+    groups, caching = cfg["cache_groups"], cfg["prefix_caching"]
+    max_model_len = cfg.get("max_model_len", 8192)
+    specs = hybrid_specs(groups, caching, max_model_len)
+    has_mamba = any(isinstance(s, MambaSpec) for s in specs)
+    attn = [s.block_size for s in specs if not isinstance(s, MambaSpec)]
+    mamba = [s.block_size for s in specs if isinstance(s, MambaSpec)]
+    sc = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
+                         max_model_len=max_model_len, enable_chunked_prefill=True,
+                         async_scheduling=False, is_encoder_decoder=False)
+    mc = ModelConfig(model=os.path.join(HERE, "tiny-llama"), skip_tokenizer_init=True, dtype="float16",
+                     max_model_len=max_model_len)
+    # What MambaModelConfig.verify_and_update_config does for a Mamba model:
+    # prefix caching -> mamba_cache_mode "align", mamba_block_size = block size.
+    cc_kw = dict(block_size=attn[0] if attn else mamba[0], enable_prefix_caching=caching)
+    if has_mamba and caching:
+        cc_kw.update(mamba_cache_mode="align", mamba_block_size=mamba[0])
+    cc = CacheConfig(**cc_kw)
+    vc = VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc, device_config=DeviceConfig("cpu"))
+    kvc = KVCacheConfig(num_blocks=cfg["num_blocks"], kv_cache_tensors=[],
+                        kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], s)
+                                         for i, s in enumerate(specs)])
+    cc.num_gpu_blocks = cfg["num_blocks"]
+    sched_bs, hash_bs = resolve_kv_cache_block_sizes(kvc, vc)
+    sched = Scheduler(vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
+                      block_size=sched_bs, hash_block_size=hash_bs, log_stats=True)
+    return sched, hash_bs
+
+
+def tokens_of(r):
+    """Prompt token ids: a shared prefix per prefix_group, then unique ids."""
+    toks = []
+    if r.get("prefix_group") is not None:
+        toks = [10_000 + 1_000 * r["prefix_group"] + (i % 997) for i in range(r["prefix_tokens"])]
+    uniq = [100_000 + 10_000 * r["id"] + i for i in range(r["prompt"] - len(toks))]
+    return toks + uniq
+
+
+def main():
+    cfg = json.load(open(sys.argv[1]))
+    init_none_hash(sha256)
+    sched, hash_bs = build(cfg)
+    hasher = get_request_block_hasher(hash_bs, sha256)
+    pending = sorted(cfg["requests"], key=lambda r: (r["arrival_step"], r["id"]))
+    step = 0
+    done = set()
+    added = set()
+    while pending or sched.get_num_unfinished_requests():
+        while pending and pending[0]["arrival_step"] <= step:
+            r = pending.pop(0)
+            sp = SamplingParams(max_tokens=r["output"], ignore_eos=True)
+            sched.add_request(Request(request_id=str(r["id"]), prompt_token_ids=tokens_of(r), sampling_params=sp,
+                                      pooling_params=None, block_hasher=hasher, arrival_time=float(step)))
+            added.add(int(r["id"]))
+        out = sched.schedule()
+        sched_tokens = dict(out.num_scheduled_tokens)
+        req_ids = list(sched_tokens)
+        sampled = []
+        for rid in req_ids:
+            req = sched.requests[rid]
+            # num_computed_tokens is already advanced past this step's tokens
+            sampled.append([5] if req.num_computed_tokens >= req.num_tokens else [])
+        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                sampled_token_ids=sampled)
+        preempted = sorted(int(x) for x in getattr(out, "preempted_req_ids", None) or [])
+        sched.update_from_output(out, mro)
+        finished = sorted(int(x) for x in out.finished_req_ids) if hasattr(out, "finished_req_ids") else []
+        now_done = added - {int(x) for x in sched.requests} - done
+        hits = {}
+        print(json.dumps(dict(step=step, batch={int(k): v for k, v in sorted(sched_tokens.items(),
+                                                                             key=lambda kv: int(kv[0]))},
+                              order=[int(k) for k in req_ids], preempted=preempted,
+                              finished_after=sorted(now_done),
+                              waiting=len(sched.waiting), running=len(sched.running))), flush=True)
+        done |= now_done
+        step += 1
+        if step > 100_000:
+            raise SystemExit("no progress")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+//! `pdsim steps`: one JSON line per schedule call, and bad cases refused
+//! with the file and the field.
+
+use serde_json::Value;
+
+use crate::common::{outcome, pdsim, root, scratch};
+
+#[test]
+fn prints_one_line_per_schedule_call_with_the_batch_in_order() {
+    // case1: budget 48, requests 0 (40 tokens) and 1 (30) from step 0, 2
+    // (100) from step 1. Step 0: request 0 takes 40, request 1 the 8 left.
+    // Step 1: 0 decodes 1, 1 finishes its prompt (22), 2 takes the
+    // 48 - 1 - 22 = 25 left.
+    let case = root().join("conformance/cases/case1.json");
+    let (code, stdout, stderr) = outcome(&pdsim(&["steps", case.to_str().unwrap()]));
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines[0]["step"], 0);
+    assert_eq!(lines[0]["batch"], serde_json::json!({"0": 40, "1": 8}));
+    assert_eq!(lines[1]["batch"], serde_json::json!({"0": 1, "1": 22, "2": 25}));
+    // The batch is written in scheduling order (a parsed object would sort it).
+    let raw: Vec<&str> = stdout.lines().collect();
+    assert!(raw[1].contains(r#""batch":{"0":1,"1":22,"2":25}"#), "{}", raw[1]);
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["step"], i as u64, "steps are numbered without gaps");
+    }
+    let finished: usize = lines.iter().map(|l| l["finished_after"].as_array().unwrap().len()).sum();
+    assert_eq!(finished, 6, "every request finishes once");
+}
+
+#[test]
+fn a_bad_case_names_the_file_and_the_field() {
+    let path = scratch(
+        "steps-bad.json",
+        r#"{"max_num_seqs": 0, "max_num_batched_tokens": 32, "num_blocks": 21, "block_size": 16,
+            "prefix_caching": false, "requests": []}"#,
+    );
+    let (code, _, stderr) = outcome(&pdsim(&["steps", path.to_str().unwrap()]));
+    assert_eq!(code, 2);
+    assert!(stderr.contains("steps-bad.json: max_num_seqs: must be at least 1"), "{stderr}");
+}
