@@ -23,7 +23,7 @@ const PINNED: [(&str, u64, u64, u64); 8] = [
     ("glm-5.3-flash-2p1d-pressure.toml", 0x89ca_d8fb_16c9_8b7f, 0xb760_b92c_0d27_21ea, 0x71aa_94a7_a48c_22a3),
     ("glm-5.3-flash-2p2d.toml", 0x97ab_f519_d792_f677, 0xbed3_1e7e_aa97_a40f, 0x46d0_b5e7_f9c0_9aa8),
     ("gpt-oss-1p1d.toml", 0x584c_b954_0315_1e59, 0x98eb_d371_18ba_9cbd, 0x65d3_41fa_e1d1_c2cd),
-    ("llama-3.1-8b-1p1d.toml", 0x21e7_98ee_4315_1dbf, 0x2470_b011_ba83_5157, 0x269e_3fc5_e8fc_dcca),
+    ("llama-3.1-8b-1p1d.toml", 0x21e7_98ee_4315_1dbf, 0x2470_b011_ba83_5157, 0xb1f9_a8ec_e97b_cd49),
     ("llama-3.1-8b-aggregated.toml", 0xae97_648c_48d8_6c36, 0x2a60_b16c_16ad_c6c7, 0xd657_f61d_916e_941e),
     ("mamba2-hybrid-1p1d.toml", 0xb8c0_2563_eb22_3529, 0x76e6_fb5d_d74e_d826, 0x906b_182b_9329_3245),
 ];

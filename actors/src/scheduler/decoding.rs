@@ -161,18 +161,12 @@ impl Core {
         None
     }
 
-    /// After a run of steps `before + 1 ..= step`: the members' first
-    /// tokens (for those that joined before theirs) and the blocks their
-    /// first step completed.
+    /// After a run of steps `before + 1 ..= step`: the first tokens of the
+    /// members that joined before theirs.
     pub(super) fn first_tokens_of_fresh(&mut self, before: u64) {
         let first_end = self.log.end(before + 1);
         for key in std::mem::take(&mut self.dec.fresh) {
-            let seq = self.seqs.get_mut(key);
-            seq.req.t.first_token.get_or_insert(first_end);
-            // Its first step computed the last prompt token: register the
-            // block that completed, as a per-sequence step would.
-            let computed = seq.member.expect("member").computed + Tokens::new(1);
-            self.pool.register(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, computed);
+            self.seqs.get_mut(key).req.t.first_token.get_or_insert(first_end);
         }
     }
 

@@ -278,6 +278,33 @@ impl Scheduler {
         blocked_outside: bool,
         started: fn(&mut Request) -> &mut Option<SimTime>,
     ) -> Option<SimDuration> {
+        self.core.ahead.freed_before = false;
+        loop {
+            if let Some(dt) = self.start_one_step(now, horizon, blocked_outside, started) {
+                return Some(dt);
+            }
+            // A schedule call that only preempted is an empty step, which
+            // takes no time: schedule again (what it preempted waits now;
+            // a sequence that can never fit is given up, so this ends). The
+            // blocks it freed may let a waiter in after the next step, as
+            // stepping one by one would retry it then: that step runs alone.
+            let core = &mut self.core;
+            if core.stepping || core.preempted.is_empty() || core.seqs.waiting.is_empty() {
+                return None;
+            }
+            core.ahead.freed_before = true;
+        }
+    }
+
+    /// One schedule call: [`Scheduler::start_step`] without the new call
+    /// that follows an empty step that preempted (the step log counts it).
+    pub(crate) fn start_one_step(
+        &mut self,
+        now: SimTime,
+        horizon: SimTime,
+        blocked_outside: bool,
+        started: fn(&mut Request) -> &mut Option<SimTime>,
+    ) -> Option<SimDuration> {
         self.core.blocked_outside = blocked_outside;
         let dt = self.core.plan_step(self.policy.as_mut(), now, horizon)?;
         let core = &mut self.core;
@@ -482,7 +509,6 @@ impl Core {
             let seq = self.seqs.get_mut(key);
             seq.computed += seq.step_tokens;
             self.stats.computed(seq.step_tokens.get());
-            self.pool.register(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, seq.computed);
             if seq.computed < seq.goal(mode) {
                 continue;
             }

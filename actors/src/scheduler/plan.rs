@@ -105,6 +105,9 @@ pub(super) struct Ahead {
     /// The step being planned frees blocks while something waits for
     /// blocks: it runs alone.
     freed_next: bool,
+    /// An empty schedule call just before this one freed blocks (it only
+    /// preempted): the step being planned runs alone.
+    pub(super) freed_before: bool,
     /// Scratch for [`Core::take_blocks`]: (key, membership, tokens at the step).
     step_changes: Vec<(SeqKey, u32, Tokens)>,
     /// The run in flight was cut short.
@@ -168,8 +171,8 @@ impl Core {
             // Pure decoding: the same batch until the first member finishes.
             let last = self.next_finish().expect("members have finish steps");
             let mut most = (last - self.log.step).min(self.max_run as u64);
-            if self.ahead.freed_next {
-                most = 1; // see take_blocks
+            if self.ahead.freed_next || self.ahead.freed_before {
+                most = 1; // see take_blocks, and Scheduler::start_step
             }
             while k < most && end < horizon {
                 shape.context_tokens += self.dec.count;

@@ -11,11 +11,13 @@
 //! checkpoint blocks during the step that ends a vLLM 0.32.0 prefill).
 //!
 //! Prefix caching: a full-attention block whose content is named by the
-//! request's [`PrefixIds`] is registered under that name once computed; a
+//! request's [`PrefixIds`] is registered under that name once a step that
+//! fills it is scheduled (vLLM caches blocks when it allocates them); a
 //! later request with the same leading content pins the cached blocks
 //! instead of computing them. Cached blocks no request pins stay in the pool
 //! as free-but-cached and are evicted least recently used first when free
-//! blocks run out. Hits are counted in whole full-attention blocks (one
+//! blocks run out (a freed request's tail first, as vLLM frees in
+//! reverse). Hits are counted in whole full-attention blocks (one
 //! cached entry covers the block in every full-attention group); the window
 //! and state blocks at the hit position are allocated fresh.
 //!
@@ -485,6 +487,34 @@ impl KvPool {
         Ok(())
     }
 
+    /// Whether a sequence new to the pool, pinning `hit` cached blocks, could
+    /// hold its whole known sequence (`from..whole`, with or without
+    /// checkpoint blocks) from the free and evictable blocks now; no side
+    /// effects. vLLM admits a waiting request only then
+    /// (`scheduler_reserve_full_isl`, on by default: `kv_cache_manager.py`
+    /// `allocate_slots(full_sequence_must_fit=True)`), even though it
+    /// allocates only the first chunk. The shortfall counts every block the
+    /// sequence would hold (the hit's included).
+    ///
+    /// B = 16, 8 usable blocks, one 64-token request running (4 blocks): a
+    /// 100-token prompt needs cdiv(100, 16) = 7 > 4 free and waits, even
+    /// with a token budget of 32 whose first chunk would fit in 2.
+    ///
+    /// For window groups this counts every block of the step `from..whole`;
+    /// vLLM caps a window group's count at its per-request admission cap.
+    pub fn whole_fits(
+        &self,
+        prefix: &PrefixIds,
+        prompt: Tokens,
+        hit: u32,
+        (from, whole): (Tokens, Tokens),
+        checkpoints: bool,
+    ) -> Result<(), Shortfall> {
+        let need = self.blocks_after_hit(hit, from, whole, checkpoints);
+        self.can_pin_and_take(prefix, prompt, hit, need)
+            .map_err(|short| Shortfall { needed: need + u64::from(hit) * self.fa_groups, available: short.available })
+    }
+
     /// The source release of a completed handoff prefill: frees, group by
     /// group, what [`rules::group_release`] says the group frees (a window
     /// group's blocks below the window, a state group's checkpoint blocks),
@@ -526,8 +556,14 @@ impl KvPool {
         }
     }
 
+    /// Drops a request's pin on its first `n` cached blocks. Blocks no
+    /// request pins any more join the LRU order tail first, as vLLM frees a
+    /// request's blocks in reverse (`single_type_kv_cache_manager.py`
+    /// `free` → `block_pool.free_blocks(reversed(...))`): the end of a
+    /// prompt is evicted before its start, so an eviction costs later
+    /// requests the fewest leading hits.
     fn unpin(&mut self, n: u32, prefix: &PrefixIds, prompt: Tokens) {
-        for i in 0..n {
+        for i in (0..n).rev() {
             let k = self.key(prefix, prompt, i).expect("pinned blocks have keys");
             let e = self.entries.get_mut(&k).expect("pinned entry exists");
             e.refs -= 1;
@@ -542,7 +578,8 @@ impl KvPool {
         }
     }
 
-    /// After a step that brought the request to `computed` tokens: registers
+    /// Once a step that brings the request to `computed` tokens is
+    /// scheduled (vLLM caches blocks at allocation): registers
     /// its newly full, named full-attention blocks in the cache (or, when another request already
     /// cached the same content, shares that copy and frees its own).
     pub fn register(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {

@@ -140,9 +140,12 @@ impl<'a> Step<'a> {
 
     /// Tries to admit the waiting sequence at `wi` with its first chunk of
     /// this step (what the budget allows of what it has left): a sequence
-    /// new to the cache pins its cached prefix and allocates the chunk, all
-    /// or nothing. On success it leaves the queue, runs, and its tokens are
-    /// taken from the budget.
+    /// new to the cache is admitted only if its whole known sequence would
+    /// fit (`KvPool::whole_fits`); it then pins its cached prefix and
+    /// allocates the chunk, all or nothing. A sequence that holds its
+    /// blocks already (a landed handoff) only allocates its chunk. On
+    /// success it leaves the queue, runs, and its tokens are taken from the
+    /// budget.
     pub fn admit(&mut self, wi: usize) -> bool {
         let key = self.core.seqs.waiting[wi];
         if !self.first_chunk(key) {
@@ -153,9 +156,13 @@ impl<'a> Step<'a> {
         core.seqs.running.push(key);
         // A sequence whose first step is already a decode step (a handoff
         // landed: one token left to compute) joins the decoding set at once.
+        // Not a recompute with one token left: its first token's gap runs
+        // from its last token before the preemption, which the set's step
+        // gaps cannot give; it joins once that token is out.
         let seq = core.seqs.get(key);
         if self.lazy
             && core.mode == Mode::Generate
+            && seq.last_token.is_none()
             && seq.step_tokens.get() == 1
             && seq.computed + seq.step_tokens == seq.goal(core.mode)
         {
@@ -163,6 +170,12 @@ impl<'a> Step<'a> {
             core.join(key, false);
         }
         true
+    }
+
+    /// Whether the waiting sequence at `wi` holds blocks already (a decode
+    /// rank's landed handoff).
+    pub fn holds_blocks(&self, wi: usize) -> bool {
+        !self.core.seqs.get(self.core.seqs.waiting[wi]).alloc.is_empty()
     }
 
     /// Whether the waiting sequence at `wi` can never fit: it failed to get
@@ -194,10 +207,11 @@ impl<'a> Step<'a> {
             let seq = core.seqs.get(key);
             let k = (seq.goal(mode) - seq.computed).get().min(budget);
             let (from, to) = (seq.computed, seq.computed + Tokens::new(k));
+            // (A fresh one is checked against its whole sequence.)
             let need = if seq.looked_up {
                 core.pool.extra_needed(&seq.alloc, from, to, checkpoints)
             } else {
-                core.pool.blocks_after_hit(0, Tokens::ZERO, Tokens::new(k), checkpoints)
+                core.pool.blocks_after_hit(0, Tokens::ZERO, seq.goal(mode).max(Tokens::new(k)), checkpoints)
             };
             core.make_room(need);
         }
@@ -209,9 +223,14 @@ impl<'a> Step<'a> {
             let from = pool.hit_tokens(hit);
             let to = from + Tokens::new((goal - from).get().min(budget));
             let ckpt = checkpoints && mode == Mode::PrefillOnly && to == goal;
-            if let Err(short) =
-                pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit, (from, to), ckpt)
-            {
+            // Whole-sequence admission: it waits unless everything it knows
+            // (prompt, and output so far after a preemption) would fit.
+            let whole_ckpt = checkpoints && mode == Mode::PrefillOnly;
+            let admitted =
+                pool.whole_fits(&seq.req.prefix, seq.req.prompt, hit, (from, goal), whole_ckpt).and_then(|()| {
+                    pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit, (from, to), ckpt)
+                });
+            if let Err(short) = admitted {
                 core.last_need = short.needed;
                 return false;
             }
@@ -238,10 +257,15 @@ impl<'a> Step<'a> {
         true
     }
 
-    /// Puts `k` tokens of `key`, reaching `to`, in the step.
+    /// Puts `k` tokens of `key`, reaching `to`, in the step. The blocks the
+    /// step fills enter the prefix cache now, as vLLM caches full blocks
+    /// when it allocates them (`allocate_slots` → `cache_blocks`): a request
+    /// scheduled later in the same step already hits them.
     fn put(&mut self, key: SeqKey, k: u64, to: Tokens) {
         let core = &mut *self.core;
-        core.seqs.get_mut(key).step_tokens = Tokens::new(k);
+        let seq = core.seqs.get_mut(key);
+        seq.step_tokens = Tokens::new(k);
+        core.pool.register(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, to);
         core.batch.push(key);
         self.budget -= k;
         self.shape.new_tokens += k;

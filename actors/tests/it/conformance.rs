@@ -15,12 +15,8 @@ use actors::steps::{Case, StepLine, run_case};
 use serde_json::Value;
 
 /// (case, the vLLM rule pdsim does not follow yet).
-const NOT_YET: &[(&str, &str)] = &[
-    ("case2_preempt", "generated tokens' blocks are cached, so a recompute hits them"),
-    ("case4_fullisl", "whole-prompt admission (scheduler_reserve_full_isl)"),
-    ("case6_evict_order", "a freed request's blocks are evicted tail first"),
-    ("case7_output_blocks", "generated tokens' blocks are cached, so a recompute hits them"),
-];
+const NOT_YET: &[(&str, &str)] =
+    &[("case7_output_blocks", "generated tokens' blocks are cached, so a recompute hits them")];
 
 type Step = (Vec<(u64, u64)>, Vec<u64>, Vec<u64>);
 
