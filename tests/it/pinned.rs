@@ -20,7 +20,7 @@ use crate::common::scenario_file;
 const PINNED: [(&str, u64, u64, u64); 8] = [
     ("default.toml", 0x95ef_ee1b_11f3_66a1, 0x13af_98a1_2e46_eb03, 0x16dd_0b29_1e31_3f46),
     ("glm-5.3-flash-1p1d.toml", 0x5bec_63be_3376_b12e, 0x6ac5_b6f7_b31d_da3a, 0xe7b8_881d_1f5f_8c21),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0x89ca_d8fb_16c9_8b7f, 0xb760_b92c_0d27_21ea, 0x71aa_94a7_a48c_22a3),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0xe115_2335_42f6_15de, 0xb760_b92c_0d27_21ea, 0x21a1_9fea_66ea_10f2),
     ("glm-5.3-flash-2p2d.toml", 0x97ab_f519_d792_f677, 0xbed3_1e7e_aa97_a40f, 0x46d0_b5e7_f9c0_9aa8),
     ("gpt-oss-1p1d.toml", 0x584c_b954_0315_1e59, 0x98eb_d371_18ba_9cbd, 0x65d3_41fa_e1d1_c2cd),
     ("llama-3.1-8b-1p1d.toml", 0x21e7_98ee_4315_1dbf, 0x2470_b011_ba83_5157, 0xb1f9_a8ec_e97b_cd49),

@@ -244,7 +244,8 @@ impl Scheduler {
     /// Queues a new request: a prefill-only rank computes `prefill_target`
     /// tokens of it (T), a generating one its prompt and output.
     pub(crate) fn enqueue(&mut self, req: Box<Request>, prefill_target: Tokens) {
-        self.core.seqs.enqueue(Seq::new(req, Alloc::default(), Tokens::ZERO, prefill_target, false));
+        let alloc = Alloc::owned_by(req.id);
+        self.core.seqs.enqueue(Seq::new(req, alloc, Tokens::ZERO, prefill_target, false));
     }
 
     /// The fewest blocks `req` must hold at once here, and the pool's
@@ -372,10 +373,10 @@ impl Scheduler {
     pub(crate) fn reserve(&mut self, req: &Request) -> Option<(Tokens, Reservation)> {
         let core = &mut self.core;
         let n = req.prompt;
-        let hit = core.pool.cached_prefix(&req.prefix, n, n);
+        let hit = core.pool.cached_prefix(&req.prefix, n, req.id, n);
         let need = core.pool.blocks_after_hit(hit, n - Tokens::new(1), n, false);
         core.make_room(core.pool.pin_and_take_need(hit, need));
-        let mut alloc = Alloc::default();
+        let mut alloc = Alloc::owned_by(req.id);
         core.pool.pin_and_allocate(&mut alloc, &req.prefix, n, hit, (n - Tokens::new(1), n), false).ok()?;
         Some((core.pool.hit_tokens(hit), Reservation { alloc }))
     }

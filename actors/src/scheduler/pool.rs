@@ -29,7 +29,10 @@ use crate::fxmap::FxHashMap;
 use crate::model::{CacheGroup, CacheGroupKind};
 use crate::rules;
 use crate::units::{Blocks, Tokens};
-use crate::workload::PrefixIds;
+use crate::workload::{PrefixIds, mix};
+
+/// Salts the keys of a request's own content (see `KvPool::key`).
+const OWN_CONTENT: u64 = 0x6f77_6e5f_636f_6e74;
 
 /// Most cache groups a model may have (a pool keeps per-group counts in
 /// fixed arrays on its hot path).
@@ -52,9 +55,16 @@ pub struct Alloc {
     /// blocks): the largest `to` whose decode step holds the same blocks in
     /// every group, so that moving there needs no accounting. Zero otherwise.
     stable_to: Tokens,
+    /// The request it belongs to: names the blocks its prefix ids do not
+    /// cover (its own, or generated, content) when they are cached.
+    owner: u64,
 }
 
 impl Alloc {
+    /// An empty holding for request `owner`.
+    pub fn owned_by(owner: u64) -> Self {
+        Alloc { owner, ..Alloc::default() }
+    }
     /// Tokens covered after the current step.
     pub fn tokens(&self) -> Tokens {
         self.to
@@ -352,13 +362,18 @@ impl KvPool {
             let shared = if g.kind() == CacheGroupKind::FullAttention { u64::from(alloc.shared) } else { 0 };
             self.group_used[i] -= held - shared;
         }
-        self.unpin(alloc.shared, prefix, prompt);
-        *alloc = Alloc::default();
+        self.unpin(alloc.shared, prefix, prompt, alloc.owner);
+        *alloc = Alloc::owned_by(alloc.owner);
     }
 
-    fn key(&self, prefix: &PrefixIds, prompt: Tokens, block: u32) -> Option<u64> {
-        let b = self.fa_block?;
-        prefix.key_through(Tokens::new((u64::from(block) + 1) * b.get()), prompt)
+    /// The cache key of full-attention block `block` of a request: its
+    /// prefix ids' where they cover it (content other requests may share),
+    /// else one of the request's own (content no other request has: the
+    /// rest of its prompt, and its generated tokens).
+    fn key(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, block: u32) -> u64 {
+        let b = self.fa_block.expect("caching needs a full-attention group");
+        let end = Tokens::new((u64::from(block) + 1) * b.get());
+        prefix.key_through(end, prompt).unwrap_or_else(|| mix(owner ^ OWN_CONTENT, end.get()))
     }
 
     /// Leading full-attention blocks of the prompt present in the cache
@@ -371,18 +386,22 @@ impl KvPool {
     ///
     /// B = 16, a 64-token prompt fully cached: 63 tokens may hit, so 3
     /// blocks (48 tokens), never 4.
-    pub fn cached_prefix(&self, prefix: &PrefixIds, prompt: Tokens, goal: Tokens) -> u32 {
-        if !self.caching || prefix.ids.is_empty() {
+    ///
+    /// A request's own blocks (past its prefix ids) are in the cache only
+    /// after it was preempted ([`KvPool::register_own`]), so only its
+    /// recompute hits them.
+    pub fn cached_prefix(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
+        if !self.caching {
             return 0;
         }
         let limit = goal.saturating_sub(Tokens::new(1));
         let max = limit.blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
         let mut n = 0u32;
         while u64::from(n) < max {
-            match self.key(prefix, prompt, n) {
-                Some(k) if self.entries.contains_key(&k) => n += 1,
-                _ => break,
+            if !self.entries.contains_key(&self.key(prefix, prompt, owner, n)) {
+                break;
             }
+            n += 1;
         }
         n
     }
@@ -400,11 +419,18 @@ impl KvPool {
     /// allocation against the free and evictable blocks first (the hit's
     /// own evictable blocks excepted), so a failed attempt changes nothing.
     /// [`KvPool::pin_and_allocate`] checks with this before it pins.
-    fn can_pin_and_take(&self, prefix: &PrefixIds, prompt: Tokens, n: u32, need: u64) -> Result<(), Shortfall> {
+    fn can_pin_and_take(
+        &self,
+        prefix: &PrefixIds,
+        prompt: Tokens,
+        owner: u64,
+        n: u32,
+        need: u64,
+    ) -> Result<(), Shortfall> {
         let need = self.pin_and_take_need(n, need);
         let mut available = self.free + self.cached_free;
         for i in 0..n {
-            let k = self.key(prefix, prompt, i).expect("pinned blocks were looked up");
+            let k = self.key(prefix, prompt, owner, i);
             if self.entries.get(&k).is_some_and(|e| e.refs == 0) {
                 available -= self.fa_groups;
             }
@@ -435,13 +461,13 @@ impl KvPool {
         // Pin first, so the cached blocks cannot be evicted to make room for
         // the window and state blocks.
         for i in 0..n {
-            let k = self.key(prefix, prompt, i).expect("pinned blocks were looked up");
+            let k = self.key(prefix, prompt, alloc.owner, i);
             self.ref_entry(k);
         }
         let t = self.hit_tokens(n);
         let need = self.private_need(t, t, false, n);
         if let Err(e) = self.take(need, true) {
-            self.unpin(n, prefix, prompt);
+            self.unpin(n, prefix, prompt, alloc.owner);
             return Err(e);
         }
         for (i, g) in self.groups.iter().enumerate() {
@@ -450,7 +476,15 @@ impl KvPool {
             }
         }
         self.private += need;
-        *alloc = Alloc { from: t, to: t, checkpoints: false, shared: n, private: need, stable_to: Tokens::ZERO };
+        *alloc = Alloc {
+            from: t,
+            to: t,
+            checkpoints: false,
+            shared: n,
+            private: need,
+            stable_to: Tokens::ZERO,
+            owner: alloc.owner,
+        };
         self.note_peak();
         Ok(())
     }
@@ -476,7 +510,7 @@ impl KvPool {
     ) -> Result<(), Shortfall> {
         debug_assert!(alloc.is_empty());
         let need = self.blocks_after_hit(hit, from, to, checkpoints);
-        if let Err(short) = self.can_pin_and_take(prefix, prompt, hit, need) {
+        if let Err(short) = self.can_pin_and_take(prefix, prompt, alloc.owner, hit, need) {
             let needed = need + u64::from(hit) * self.fa_groups;
             return Err(Shortfall { needed, available: short.available });
         }
@@ -506,12 +540,13 @@ impl KvPool {
         &self,
         prefix: &PrefixIds,
         prompt: Tokens,
+        owner: u64,
         hit: u32,
         (from, whole): (Tokens, Tokens),
         checkpoints: bool,
     ) -> Result<(), Shortfall> {
         let need = self.blocks_after_hit(hit, from, whole, checkpoints);
-        self.can_pin_and_take(prefix, prompt, hit, need)
+        self.can_pin_and_take(prefix, prompt, owner, hit, need)
             .map_err(|short| Shortfall { needed: need + u64::from(hit) * self.fa_groups, available: short.available })
     }
 
@@ -562,9 +597,9 @@ impl KvPool {
     /// `free` → `block_pool.free_blocks(reversed(...))`): the end of a
     /// prompt is evicted before its start, so an eviction costs later
     /// requests the fewest leading hits.
-    fn unpin(&mut self, n: u32, prefix: &PrefixIds, prompt: Tokens) {
+    fn unpin(&mut self, n: u32, prefix: &PrefixIds, prompt: Tokens, owner: u64) {
         for i in (0..n).rev() {
-            let k = self.key(prefix, prompt, i).expect("pinned blocks have keys");
+            let k = self.key(prefix, prompt, owner, i);
             let e = self.entries.get_mut(&k).expect("pinned entry exists");
             e.refs -= 1;
             if e.refs == 0 {
@@ -588,21 +623,53 @@ impl KvPool {
         }
         let full =
             computed.min(alloc.to).blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
+        let b = self.fa_block.expect("caching needs a full-attention group");
         while u64::from(alloc.shared) < full {
-            let Some(k) = self.key(prefix, prompt, alloc.shared) else { break };
-            if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
-                v.insert(Entry { refs: 1, tick: 0 });
-                self.shared += self.fa_groups;
-            } else {
-                // Same content computed twice: keep the cached copy.
-                self.free += self.fa_groups;
-                self.fa_used_add(-1);
-                self.ref_entry(k);
+            // Only content the prefix ids name, which others may share.
+            let end = Tokens::new((u64::from(alloc.shared) + 1) * b.get());
+            if prefix.key_through(end, prompt).is_none() {
+                break;
             }
-            self.private -= self.fa_groups;
-            alloc.private -= self.fa_groups;
-            alloc.shared += 1;
+            self.register_block(alloc, prefix, prompt);
         }
+    }
+
+    /// Before a preempted request's blocks are freed: registers the rest of
+    /// its full blocks, through `computed` tokens (its own prompt blocks and
+    /// its generated ones), so that its recompute hits them as vLLM's does
+    /// (vLLM hashes and caches every full block, generated tokens
+    /// included). Other requests never hit them, so pdsim registers them
+    /// only here.
+    pub fn register_own(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+        if !self.caching {
+            return;
+        }
+        // `computed`, not the holding's `to`: a decoding sequence's holding
+        // keeps its state while its blocks stay the same (`stable_to`), and
+        // holds every full block through `computed`.
+        let full = computed.blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
+        debug_assert!(full <= alloc.to.max(computed).blocks_ceil(self.fa_block.expect("checked")).get());
+        while u64::from(alloc.shared) < full {
+            self.register_block(alloc, prefix, prompt);
+        }
+    }
+
+    /// Registers `alloc`'s first private full-attention block (the one after
+    /// its shared ones).
+    fn register_block(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens) {
+        let k = self.key(prefix, prompt, alloc.owner, alloc.shared);
+        if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
+            v.insert(Entry { refs: 1, tick: 0 });
+            self.shared += self.fa_groups;
+        } else {
+            // Same content computed twice: keep the cached copy.
+            self.free += self.fa_groups;
+            self.fa_used_add(-1);
+            self.ref_entry(k);
+        }
+        self.private -= self.fa_groups;
+        alloc.private -= self.fa_groups;
+        alloc.shared += 1;
     }
 
     /// Checks `private + shared + cached_free + free = num_blocks` and the

@@ -127,6 +127,8 @@ impl<'a> Step<'a> {
         let core = &mut *self.core;
         let key = core.seqs.running.pop().expect("running is not empty");
         let seq = core.seqs.get_mut(key);
+        // Its full blocks stay cached for its recompute, generated ones too.
+        core.pool.register_own(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, seq.computed);
         core.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
         seq.computed = Tokens::ZERO;
         seq.looked_up = false;
@@ -219,7 +221,7 @@ impl<'a> Step<'a> {
         let seq = core.seqs.get_mut(key);
         let goal = seq.goal(mode);
         if !seq.looked_up {
-            let hit = pool.cached_prefix(&seq.req.prefix, seq.req.prompt, goal);
+            let hit = pool.cached_prefix(&seq.req.prefix, seq.req.prompt, seq.req.id, goal);
             let from = pool.hit_tokens(hit);
             let to = from + Tokens::new((goal - from).get().min(budget));
             let ckpt = checkpoints && mode == Mode::PrefillOnly && to == goal;
@@ -227,9 +229,9 @@ impl<'a> Step<'a> {
             // (prompt, and output so far after a preemption) would fit.
             let whole_ckpt = checkpoints && mode == Mode::PrefillOnly;
             let admitted =
-                pool.whole_fits(&seq.req.prefix, seq.req.prompt, hit, (from, goal), whole_ckpt).and_then(|()| {
-                    pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit, (from, to), ckpt)
-                });
+                pool.whole_fits(&seq.req.prefix, seq.req.prompt, seq.req.id, hit, (from, goal), whole_ckpt).and_then(
+                    |()| pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit, (from, to), ckpt),
+                );
             if let Err(short) = admitted {
                 core.last_need = short.needed;
                 return false;

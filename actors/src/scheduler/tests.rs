@@ -148,9 +148,9 @@ fn the_cache_never_serves_the_last_token_to_compute() {
     pool.register(&mut a, &r.prefix, r.prompt, r.prompt);
     // All 4 blocks (64 tokens) cached; a 64-token goal may hit 63 tokens:
     // floor(63 / 16) = 3 blocks.
-    assert_eq!(pool.cached_prefix(&r.prefix, r.prompt, r.prompt), 3);
+    assert_eq!(pool.cached_prefix(&r.prefix, r.prompt, r.id, r.prompt), 3);
     // A goal past the prompt (a recompute with generated tokens) may hit all 4.
-    assert_eq!(pool.cached_prefix(&r.prefix, r.prompt, Tokens::new(65)), 4);
+    assert_eq!(pool.cached_prefix(&r.prefix, r.prompt, r.id, Tokens::new(65)), 4);
 }
 
 #[test]
@@ -166,7 +166,7 @@ fn a_failed_pin_and_allocate_changes_nothing_and_evicts_nothing() {
     pool.release(&mut a, &a_req.prefix, a_req.prompt);
     assert_eq!((pool.cached_free(), pool.free_plain()), (4, 6));
     let b_req = prefixed(1, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], 1);
-    let hit = pool.cached_prefix(&b_req.prefix, b_req.prompt, b_req.prompt);
+    let hit = pool.cached_prefix(&b_req.prefix, b_req.prompt, b_req.id, b_req.prompt);
     assert_eq!(hit, 4);
     let mut b = Alloc::default();
     // 12 blocks in all, 4 of them the hit: 8 more, 6 plain free.
@@ -197,7 +197,8 @@ fn eviction_takes_the_least_recently_freed_cached_block_first() {
     pool.pin_and_allocate(&mut x, &PrefixIds::none(), Tokens::new(16), 0, (Tokens::ZERO, Tokens::new(16)), false)
         .unwrap();
     assert_eq!(pool.evicted_blocks(), 1);
-    let hit = |pool: &KvPool, i: usize| pool.cached_prefix(&reqs[i].prefix, reqs[i].prompt, Tokens::new(17));
+    let hit =
+        |pool: &KvPool, i: usize| pool.cached_prefix(&reqs[i].prefix, reqs[i].prompt, reqs[i].id, Tokens::new(17));
     assert_eq!((hit(&pool, 0), hit(&pool, 1), hit(&pool, 2)), (1, 1, 0));
 }
 

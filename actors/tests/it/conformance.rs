@@ -15,8 +15,7 @@ use actors::steps::{Case, StepLine, run_case};
 use serde_json::Value;
 
 /// (case, the vLLM rule pdsim does not follow yet).
-const NOT_YET: &[(&str, &str)] =
-    &[("case7_output_blocks", "generated tokens' blocks are cached, so a recompute hits them")];
+const NOT_YET: &[(&str, &str)] = &[];
 
 type Step = (Vec<(u64, u64)>, Vec<u64>, Vec<u64>);
 
