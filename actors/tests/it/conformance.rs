@@ -15,7 +15,11 @@ use actors::steps::{Case, StepLine, run_case};
 use serde_json::Value;
 
 /// (case, the vLLM rule pdsim does not follow yet).
-const NOT_YET: &[(&str, &str)] = &[];
+const NOT_YET: &[(&str, &str)] = &[(
+    "gen-2-69",
+    "a new block is the oldest free block, cached or not (vLLM's one free queue); pdsim takes plain free blocks \
+     before it evicts a cached one",
+)];
 
 type Step = (Vec<(u64, u64)>, Vec<u64>, Vec<u64>);
 
@@ -63,7 +67,7 @@ fn the_scheduler_matches_vllm_step_for_step_on_the_recorded_cases() {
         .filter_map(|n| n.strip_suffix(".vllm.jsonl").map(str::to_owned))
         .collect();
     names.sort();
-    assert!(names.len() >= 7, "the recorded cases are there: {names:?}");
+    assert!(names.len() >= 60, "the recorded cases are there: {}", names.len());
     let mut wrong = Vec::new();
     for name in &names {
         let dir = cases_dir();

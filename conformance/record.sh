@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Regenerates the recorded cases CI checks (conformance/cases/gen-2-*):
+# the first 60 cases of seed 2 and case 69, with vLLM 0.33.0's step logs.
+#
+#   conformance/record.sh
+#
+# Uses the venv of run.sh ($VLLM_VENV or conformance/venv; run run.sh once
+# to make it). The seven hand-written cases (case1..case7) are kept as they are.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+venv="${VLLM_VENV:-$here/venv}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+python3 "$here/gen_cases.py" 2 70 "$work"
+rm -f "$here"/cases/gen-2-*
+for k in $(seq 0 59) 69; do cp "$work/gen-2-$k.json" "$here/cases/"; done
+cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$venv/bin/python" vllm_batch.py cases cases/gen-2-*.json 2> "$work/err" \
+  || { tail -5 "$work/err" >&2; exit 1; }
+echo "recorded $(ls cases/gen-2-*.vllm.jsonl | wc -l) cases"
