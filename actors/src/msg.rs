@@ -45,6 +45,9 @@ pub enum Msg {
     Finished(Box<Request>),
     /// Rank timer: the scheduler step in flight is done.
     StepDone,
+    /// Rank, at the end of an instant it received messages at: schedule the
+    /// next step with everything that arrived.
+    Kick,
     /// Link timer: the earliest transfer may be done.
     LinkWake,
     /// Link timer: transfer `id` has waited out the latency and reaches the wire.

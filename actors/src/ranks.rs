@@ -36,6 +36,8 @@ pub(crate) struct RankCore {
     refusals: Vec<FailReason>,
     finished: Vec<Finished>,
     step_timer: Option<EventId>,
+    /// A [`Msg::Kick`] waits for the end of the instant.
+    kick_due: bool,
 }
 
 /// A rank's end-of-run parts, for its report.
@@ -64,6 +66,7 @@ impl RankCore {
             refusals: Vec::new(),
             finished: Vec::new(),
             step_timer: None,
+            kick_due: false,
         }
     }
 
@@ -211,24 +214,34 @@ trait Side {
 
 /// The protocol of every rank, for every message:
 /// 1. a rank that is down only drops (or fails) what comes;
-/// 2. anything but the end of the step in flight may change the batch or
-///    read the pool, so a planned run of decode steps is cut at the step in
-///    progress first;
+/// 2. anything but the end of the step in flight (or the end of the
+///    instant) may change the batch or read the pool, so a planned run of
+///    decode steps is cut at the step in progress first;
 /// 3. the step's end is applied, a command the role does not accept is
 ///    refused (by [`Command::accepted_by`]), anything else goes to the role;
-/// 4. the role does what must precede a step (a decode rank's
-///    reservations), a step starts if there is work, and the timeline is
-///    sampled.
+/// 4. at the end of the instant ([`Msg::Kick`], once per instant), with
+///    everything that arrived at it in the queue (as vLLM has every request
+///    that arrived before its next `schedule()` call), the role does what
+///    must precede a step (a decode rank's reservations), a step starts if
+///    there is work, and the timeline is sampled.
 fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
     if rank.down() {
         rank.while_down(msg, ctx);
         return;
     }
     let now = ctx.now();
-    if !matches!(msg, Msg::StepDone) {
+    if !matches!(msg, Msg::StepDone | Msg::Kick) {
         rank.core().cut(ctx);
     }
     match msg {
+        Msg::Kick => {
+            rank.core().kick_due = false;
+            let blocked_outside = rank.before_step(ctx);
+            rank.core().kick(ctx, blocked_outside, S::started);
+            let extra = rank.extra();
+            rank.core().sample(now, extra);
+            return;
+        }
         Msg::StepDone => {
             let core = rank.core();
             core.step_timer = None;
@@ -248,10 +261,11 @@ fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
             }
         },
     }
-    let blocked_outside = rank.before_step(ctx);
-    rank.core().kick(ctx, blocked_outside, S::started);
-    let extra = rank.extra();
-    rank.core().sample(now, extra);
+    let core = rank.core();
+    if !core.kick_due {
+        core.kick_due = true;
+        ctx.at_end_of_instant(Msg::Kick);
+    }
 }
 
 /// A source held for a handoff.

@@ -2,7 +2,7 @@
 //! observers and run control.
 
 use std::any::Any;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use slotmap::{SlotMap, new_key_type};
 
@@ -127,8 +127,12 @@ struct Core<M: 'static> {
     queue: RadixQueue,
     slab: Vec<Pending<M>>,
     free: Vec<u32>,
-    /// Events in the queue that are neither cancelled nor delivered.
+    /// Events in the queue that are neither cancelled nor delivered, and
+    /// the messages waiting for the end of the instant.
     live: usize,
+    /// Messages to deliver once nothing else is due at the current instant,
+    /// in the order sent: (addressee, message).
+    at_end: VecDeque<(ActorId, M)>,
     actors: SlotMap<ActorId, Slot<M>>,
     names: BTreeMap<Box<str>, ActorId>,
     seed: u64,
@@ -264,6 +268,16 @@ impl<M: 'static> Context<'_, M> {
         }
         Ok(self.core.push(self.now.saturating_add(delay), to, Some(self.me), msg))
     }
+    /// Sends `msg` to this actor itself at the end of the current instant:
+    /// after every event due now, those scheduled while it waits included
+    /// (several such messages arrive in the order sent). For work that must
+    /// see everything that happens at an instant, such as a scheduler that
+    /// batches every request arriving together. It cannot be cancelled.
+    #[inline]
+    pub fn at_end_of_instant(&mut self, msg: M) {
+        self.core.at_end.push_back((self.me, msg));
+        self.core.live += 1;
+    }
     /// Schedules `msg` to this actor itself, `delay` from now: a timer.
     #[inline]
     pub fn schedule(&mut self, delay: SimDuration, msg: M) -> EventId {
@@ -303,6 +317,9 @@ impl<M: 'static> Context<'_, M> {
 ///   times), so a run is the same on every machine.
 /// - A message sent with zero delay is delivered after every event already
 ///   scheduled for the current instant, never re-entrantly.
+/// - A message sent with [`Context::at_end_of_instant`] is delivered after
+///   every event of its instant, including those scheduled while it waits,
+///   before the clock moves on.
 /// - A cancelled event is never delivered. Cancelling costs O(1): the body
 ///   is freed at once, and the key, left in the queue, is skipped when it
 ///   comes up.
@@ -362,6 +379,7 @@ impl<M: 'static, O: Observer<M>> Simulation<M, O> {
                 slab: Vec::new(),
                 free: Vec::new(),
                 live: 0,
+                at_end: VecDeque::new(),
                 actors: SlotMap::with_key(),
                 names: BTreeMap::new(),
                 seed,
@@ -457,8 +475,17 @@ impl<M: 'static, O: Observer<M>> Simulation<M, O> {
     #[inline]
     fn deliver_next(&mut self, limit: SimTime) -> bool {
         loop {
-            let Some(key) = self.core.queue.pop_if_not_after(limit.as_nanos()) else {
-                return false;
+            // While end-of-instant messages wait, only events still due now
+            // come first.
+            let until = if self.core.at_end.is_empty() { limit } else { self.core.now };
+            let Some(key) = self.core.queue.pop_if_not_after(until.as_nanos()) else {
+                if self.core.at_end.is_empty() {
+                    return false;
+                }
+                if self.deliver_at_end() {
+                    return true;
+                }
+                continue;
             };
             // A generation that moved on means the event was cancelled.
             let Some((to, from, msg)) = self.core.take_live(key.slot, key.generation) else { continue };
@@ -477,6 +504,26 @@ impl<M: 'static, O: Observer<M>> Simulation<M, O> {
             self.last_delivery = self.core.now;
             return true;
         }
+    }
+
+    /// Delivers the first end-of-instant message (nothing else is due at
+    /// the current instant); `false` if its actor was removed meanwhile.
+    fn deliver_at_end(&mut self) -> bool {
+        let (to, msg) = self.core.at_end.pop_front().expect("checked by the caller");
+        self.core.live -= 1;
+        let Some(mut body) = self.core.actors.get_mut(to).and_then(|slot| slot.body.take()) else {
+            self.undelivered += 1;
+            return false;
+        };
+        self.observer.on_deliver(self.core.now, Some(to), to, &msg);
+        let mut ctx = Context { now: self.core.now, me: to, from: Some(to), rng: &mut body.rng, core: &mut self.core };
+        body.actor.handle(msg, &mut ctx);
+        if let Some(slot) = self.core.actors.get_mut(to) {
+            slot.body = Some(body);
+        }
+        self.delivered += 1;
+        self.last_delivery = self.core.now;
+        true
     }
 
     /// Delivers exactly one event, if there is one. For callers that drive

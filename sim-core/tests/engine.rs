@@ -259,3 +259,62 @@ fn mm1_mean_time_in_system_matches_the_closed_form() {
     let rel = (r.mean_time_in_system / r.expected - 1.0).abs();
     assert!(rel < 0.025, "measured {} s vs {} s ({:.2}%)", r.mean_time_in_system, r.expected, rel * 100.0);
 }
+
+/// Sends itself end-of-instant messages and zero-delay chains, recording
+/// the order things arrive in.
+#[derive(Default)]
+struct Batcher {
+    seen: Vec<(u64, &'static str)>,
+}
+
+#[derive(Debug)]
+enum Ev {
+    /// An arrival: asks for one end-of-instant flush, and chains `more`
+    /// further arrivals at the same instant with zero delay.
+    Arrive {
+        more: u32,
+    },
+    Flush,
+}
+
+impl Actor<Ev> for Batcher {
+    fn handle(&mut self, msg: Ev, ctx: &mut Context<'_, Ev>) {
+        let t = ctx.now().as_nanos();
+        match msg {
+            Ev::Arrive { more } => {
+                self.seen.push((t, "arrive"));
+                if self.seen.iter().filter(|&&(at, what)| at == t && what == "arrive").count() == 1 {
+                    ctx.at_end_of_instant(Ev::Flush);
+                }
+                if more > 0 {
+                    ctx.schedule(sim_core::SimDuration::ZERO, Ev::Arrive { more: more - 1 });
+                }
+            }
+            Ev::Flush => self.seen.push((t, "flush")),
+        }
+    }
+}
+
+#[test]
+fn an_end_of_instant_message_comes_after_everything_at_its_instant() {
+    // Three arrivals at t = 5 (one scheduled, two chained by zero-delay
+    // sends while the flush waits) and one at t = 9: each instant's flush
+    // comes after all of that instant's arrivals and before the next one's.
+    let mut sim: Simulation<Ev> = Simulation::new(1);
+    let a = sim.add_actor("a", Batcher::default()).unwrap();
+    sim.schedule(SimTime::from_nanos(5), a, Ev::Arrive { more: 2 }).unwrap();
+    sim.schedule(SimTime::from_nanos(9), a, Ev::Arrive { more: 0 }).unwrap();
+    assert_eq!(sim.pending(), 2);
+    let s = sim.run();
+    assert_eq!(s.stop_reason, StopReason::QueueEmpty);
+    assert_eq!(s.events_delivered, 6, "4 arrivals and 2 flushes");
+    let seen = &sim.actor::<Batcher>(a).unwrap().seen;
+    assert_eq!(seen, &[(5, "arrive"), (5, "arrive"), (5, "arrive"), (5, "flush"), (9, "arrive"), (9, "flush")]);
+    // A time limit at the instant still delivers its flush.
+    let mut sim: Simulation<Ev> = Simulation::new(1);
+    let a = sim.add_actor("a", Batcher::default()).unwrap();
+    sim.schedule(SimTime::from_nanos(5), a, Ev::Arrive { more: 0 }).unwrap();
+    sim.run_until(SimTime::from_nanos(5));
+    assert_eq!(sim.actor::<Batcher>(a).unwrap().seen, [(5, "arrive"), (5, "flush")]);
+    assert_eq!(sim.pending(), 0);
+}

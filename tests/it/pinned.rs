@@ -18,14 +18,14 @@ use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 8] = [
-    ("default.toml", 0x95ef_ee1b_11f3_66a1, 0x13af_98a1_2e46_eb03, 0x16dd_0b29_1e31_3f46),
-    ("glm-5.3-flash-1p1d.toml", 0x5bec_63be_3376_b12e, 0x6ac5_b6f7_b31d_da3a, 0xe7b8_881d_1f5f_8c21),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0xe115_2335_42f6_15de, 0xb760_b92c_0d27_21ea, 0x21a1_9fea_66ea_10f2),
-    ("glm-5.3-flash-2p2d.toml", 0x97ab_f519_d792_f677, 0xbed3_1e7e_aa97_a40f, 0x46d0_b5e7_f9c0_9aa8),
-    ("gpt-oss-1p1d.toml", 0x584c_b954_0315_1e59, 0x98eb_d371_18ba_9cbd, 0x65d3_41fa_e1d1_c2cd),
-    ("llama-3.1-8b-1p1d.toml", 0x21e7_98ee_4315_1dbf, 0x2470_b011_ba83_5157, 0xb1f9_a8ec_e97b_cd49),
-    ("llama-3.1-8b-aggregated.toml", 0xae97_648c_48d8_6c36, 0x2a60_b16c_16ad_c6c7, 0xd657_f61d_916e_941e),
-    ("mamba2-hybrid-1p1d.toml", 0xb8c0_2563_eb22_3529, 0x76e6_fb5d_d74e_d826, 0x906b_182b_9329_3245),
+    ("default.toml", 0xf1d8_2ced_0ca7_1692, 0x13af_98a1_2e46_eb03, 0x4170_281f_9625_7b6d),
+    ("glm-5.3-flash-1p1d.toml", 0x361f_894a_69eb_4488, 0xdd26_cf59_73f9_7338, 0x8e12_7cb4_2af3_21d1),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0xd7bc_afee_1c53_eede, 0xb760_b92c_0d27_21ea, 0x742d_fdfc_2b1c_b98b),
+    ("glm-5.3-flash-2p2d.toml", 0xf708_83f2_cfef_3549, 0xbed3_1e7e_aa97_a40f, 0x83bd_a0ad_f00e_ade0),
+    ("gpt-oss-1p1d.toml", 0x22b2_9221_c6a6_8bc4, 0x98eb_d371_18ba_9cbd, 0x15bd_d944_859e_9526),
+    ("llama-3.1-8b-1p1d.toml", 0x2f6b_f678_84a5_860d, 0x2470_b011_ba83_5157, 0xb39f_24e5_23f8_509a),
+    ("llama-3.1-8b-aggregated.toml", 0xb063_d4d4_423d_a1f6, 0x2a60_b16c_16ad_c6c7, 0xd657_f61d_916e_941e),
+    ("mamba2-hybrid-1p1d.toml", 0x4cfd_4764_8d82_6204, 0x76e6_fb5d_d74e_d826, 0x7887_53be_8d57_53f1),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {

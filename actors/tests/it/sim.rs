@@ -212,19 +212,20 @@ fn a_full_decode_pool_makes_the_second_reservation_wait() {
     let out = run(&model, &spec, vec![req(0, 1_000, 50), req(0, 1_000, 50)]);
     let (a, b) = (&out.records[0], &out.records[1]);
     assert_eq!((a.outcome, b.outcome), (Outcome::Completed, Outcome::Completed));
-    // The first reserves as soon as its prefill ends. (The second arrived
-    // just after the first step was planned, so it prefills in the next.)
+    // Both arrive at t = 0, so both are in the first prefill step (as
+    // vLLM has every request that arrived in its queue before the next
+    // schedule call). The first reserves as soon as its prefill ends.
     assert_eq!(a.t.reserved, a.t.prefill_done);
-    assert!(b.t.prefill_done < a.t.finished);
+    assert_eq!(b.t.prefill_done, a.t.prefill_done);
     // The second waits until the first completes and frees its 66 blocks.
     assert_eq!(b.t.reserved, a.t.finished);
-    // Prefill steps: 2,000 + 10 × 1,000 = 12,000 µs, so a's prefill ends at
-    // 12 ms and b's at 24 ms. a's transfer: 1,000 × 32,768 bytes at 50 GB/s
-    // = 655,360 ns; then 50 decode steps of 5 ms. a ends at
-    // 12 + 0.65536 + 250 = 262.65536 ms, and b waited from 24 ms until then.
-    assert_eq!(a.t.finished, Some(SimTime::from_nanos(262_655_360)));
+    // The prefill step: 2,000 + 10 × 2,000 = 22,000 µs, so both prefills end
+    // at 22 ms. a's transfer: 1,000 × 32,768 bytes at 50 GB/s = 655,360 ns;
+    // then 50 decode steps of 5 ms. a ends at 22 + 0.65536 + 250 =
+    // 272.65536 ms, and b waited from 22 ms until then.
+    assert_eq!(a.t.finished, Some(SimTime::from_nanos(272_655_360)));
     let wait = b.t.transfer_started.unwrap() - b.t.prefill_done.unwrap();
-    assert_eq!(wait, SimDuration::from_nanos(262_655_360 - 24_000_000));
+    assert_eq!(wait, SimDuration::from_nanos(272_655_360 - 22_000_000));
     assert_eq!(out.summary.transfer_wait_ms.max, wait.as_millis_f64());
     let d = out.ranks.iter().find(|k| k.role == Role::Decode).unwrap();
     assert_eq!(d.reservations_waited, 1);
