@@ -3,6 +3,9 @@
 
   gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed]
 
+(window: full attention + a sliding window; mamba: full attention + a
+Mamba state + a tail ring; mixed: either, drawn per case)
+
 writes OUT_DIR/gen-SEED-K.json for K in 0..COUNT: block sizes, token
 budgets, max_num_seqs, pool sizes (small enough to preempt), prefix
 sharing, prompt and output lengths and arrival steps, all drawn from one
@@ -34,8 +37,23 @@ def case(rng, groups):
     c = {"max_num_seqs": seqs, "max_num_batched_tokens": max(seqs, rng.choice([bs, 2 * bs, 32, 64, 128, 512])),
          "num_blocks": 1 + need + rng.randint(0, 3 * need), "block_size": bs,
          "prefix_caching": rng.random() < 0.7, "requests": reqs}
-    if groups != "full":
-        raise SystemExit("only --groups full so far")
+    kind = rng.choice(["window", "mamba"]) if groups == "mixed" else groups
+    if kind == "window":
+        c["cache_groups"] = [
+            {"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "sliding_window", "block_size_tokens": bs, "window_tokens": rng.randint(1, 4) * bs + rng.choice([0, 1]),
+             "prefix_cacheable": True},
+        ]
+        c["num_blocks"] = 1 + 2 * need + rng.randint(0, 3 * need)
+    elif kind == "mamba":
+        c["cache_groups"] = [
+            {"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": False},
+        ]
+        c["num_blocks"] = 1 + need + 8 + rng.randint(0, 3 * need)
+    elif kind != "full":
+        raise SystemExit(f"unknown --groups {groups}")
     return c
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the recorded cases CI checks (conformance/cases/gen-2-*):
-# the first 60 cases of seed 2 and case 69, with vLLM 0.33.0's step logs.
+# the first 60 full-attention cases of seed 2 and case 69, and 100 hybrid
+# cases of seed 3 (window or Mamba groups), with vLLM 0.33.0's step logs.
 #
 #   conformance/record.sh
 #
@@ -12,8 +13,10 @@ venv="${VLLM_VENV:-$here/venv}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 python3 "$here/gen_cases.py" 2 70 "$work"
-rm -f "$here"/cases/gen-2-*
+python3 "$here/gen_cases.py" 3 100 "$work" --groups mixed
+rm -f "$here"/cases/gen-2-* "$here"/cases/gen-3-*
 for k in $(seq 0 59) 69; do cp "$work/gen-2-$k.json" "$here/cases/"; done
-cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$venv/bin/python" vllm_batch.py cases cases/gen-2-*.json 2> "$work/err" \
-  || { tail -5 "$work/err" >&2; exit 1; }
-echo "recorded $(ls cases/gen-2-*.vllm.jsonl | wc -l) cases"
+cp "$work"/gen-3-*.json "$here/cases/"
+cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$venv/bin/python" vllm_batch.py cases cases/gen-2-*.json cases/gen-3-*.json \
+  2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
+echo "recorded $(ls cases/gen-*.vllm.jsonl | wc -l) cases"

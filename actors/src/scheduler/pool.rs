@@ -80,6 +80,21 @@ impl Alloc {
     }
 }
 
+/// A sequence as admission checks it: from its hit (`from`) to everything it
+/// knows (`to`), with checkpoint blocks if its prefill takes them, with
+/// steps of at most `in_flight` tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Whole {
+    /// Tokens the hit covers.
+    pub from: Tokens,
+    /// Tokens it knows (prompt, and output so far).
+    pub to: Tokens,
+    /// Whether its prefill's last step takes checkpoint blocks.
+    pub checkpoints: bool,
+    /// The most tokens one step computes (`max_num_batched_tokens`).
+    pub in_flight: Tokens,
+}
+
 /// Not enough free blocks: how many the operation needed and had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shortfall {
@@ -534,18 +549,38 @@ impl KvPool {
     /// 100-token prompt needs cdiv(100, 16) = 7 > 4 free and waits, even
     /// with a token budget of 32 whose first chunk would fit in 2.
     ///
-    /// For window groups this counts every block of the step `from..whole`;
-    /// vLLM caps a window group's count at its per-request admission cap.
+    /// A window group counts at most its admission cap, as vLLM's
+    /// `SlidingWindowSpec.max_admission_blocks_per_request`:
+    /// `cdiv(W − 1 + in_flight, B) + 1` blocks, `in_flight` being the most
+    /// tokens a step computes (`max_num_batched_tokens`), since blocks below
+    /// the window are freed as the prefill goes. W = 33, B = 16, a budget
+    /// of 32: at most cdiv(64, 16) + 1 = 5 window blocks, however long the
+    /// prompt.
     pub fn whole_fits(
         &self,
         prefix: &PrefixIds,
         prompt: Tokens,
         owner: u64,
         hit: u32,
-        (from, whole): (Tokens, Tokens),
-        checkpoints: bool,
+        whole: Whole,
     ) -> Result<(), Shortfall> {
-        let need = self.blocks_after_hit(hit, from, whole, checkpoints);
+        let Whole { from, to: whole, checkpoints, in_flight } = whole;
+        let all: u64 = self
+            .groups
+            .iter()
+            .map(|g| {
+                let blocks = Self::group_blocks(g, from, whole, checkpoints);
+                match (g.kind(), g.window()) {
+                    (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
+                        let b = g.block_size().get();
+                        let cap = (w.get() - 1 + in_flight.get()).div_ceil(b) + 1;
+                        blocks.min(cap)
+                    }
+                    _ => blocks,
+                }
+            })
+            .sum();
+        let need = all.saturating_sub(u64::from(hit) * self.fa_groups);
         self.can_pin_and_take(prefix, prompt, owner, hit, need)
             .map_err(|short| Shortfall { needed: need + u64::from(hit) * self.fa_groups, available: short.available })
     }

@@ -3,6 +3,7 @@
 //! ahead are settled before an allocation needs them, allocations are all
 //! or nothing, members of the decoding set are counted, never visited).
 
+use super::pool::Whole;
 use super::seqs::SeqKey;
 use super::{Core, Mode};
 use crate::steptime::BatchShape;
@@ -227,11 +228,15 @@ impl<'a> Step<'a> {
             let ckpt = checkpoints && mode == Mode::PrefillOnly && to == goal;
             // Whole-sequence admission: it waits unless everything it knows
             // (prompt, and output so far after a preemption) would fit.
-            let whole_ckpt = checkpoints && mode == Mode::PrefillOnly;
-            let admitted =
-                pool.whole_fits(&seq.req.prefix, seq.req.prompt, seq.req.id, hit, (from, goal), whole_ckpt).and_then(
-                    |()| pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit, (from, to), ckpt),
-                );
+            let whole = Whole {
+                from,
+                to: goal,
+                checkpoints: checkpoints && mode == Mode::PrefillOnly,
+                in_flight: Tokens::new(core.limits.max_num_batched_tokens),
+            };
+            let admitted = pool.whole_fits(&seq.req.prefix, seq.req.prompt, seq.req.id, hit, whole).and_then(|()| {
+                pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit, (from, to), ckpt)
+            });
             if let Err(short) = admitted {
                 core.last_need = short.needed;
                 return false;
