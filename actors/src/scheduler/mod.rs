@@ -23,7 +23,8 @@
 //! - `pool`: the KV block pool, with the prefix cache;
 //! - `stats`: step counters and inter-token gaps.
 //!
-//! One step is one engine event: the rank starts the step, the step-time
+//! One step is one engine event: the rank starts the step (at the end of
+//! the instant, with everything that arrived then queued), the step-time
 //! model says how long it takes, and the rank finishes it when the timer
 //! fires. The work per step is proportional to the batch, never to the
 //! tokens in it.

@@ -3,8 +3,9 @@
 
 use super::step::{Replan, Step};
 
-/// Forms one step. The scheduler calls it once per step (twice when the
-/// first attempt, with the decoding set in place, asks to replan), with a
+/// Forms one step. The scheduler calls it once per schedule call (twice
+/// when the first attempt, with the decoding set in place, asks to replan;
+/// a call that only preempted is followed by another), with a
 /// [`Step`] whose operations keep every invariant of the scheduler; a
 /// policy only decides what to ask for, in which order.
 pub trait BatchPolicy: Send {
@@ -90,7 +91,7 @@ impl BatchPolicy for VllmPolicy {
                 step.give_up(wi);
                 continue;
             }
-            if !step.is_empty() {
+            if !step.is_empty() || !step.any_waiting_holds_blocks() {
                 break;
             }
             landed_only = true;

@@ -21,6 +21,15 @@
 //! cached entry covers the block in every full-attention group); the window
 //! and state blocks at the hit position are allocated fresh.
 //!
+//! A request's blocks that its prefix ids do not name (its own prompt
+//! content, its generated tokens) have keys of the request's own; they are
+//! cached only when it is preempted ([`KvPool::register_own`]), so that its
+//! recompute hits them as vLLM's does.
+//!
+//! Where pdsim departs from vLLM: a new block comes from plain free blocks
+//! before a cached one is evicted; vLLM takes the oldest block of its one
+//! free queue, cached or not (`conformance/README.md`).
+//!
 //! Conservation: `private + shared + cached_free + free = num_blocks`.
 
 use std::collections::BTreeMap;

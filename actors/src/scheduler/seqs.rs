@@ -84,13 +84,29 @@ pub(super) struct Seqs {
     pub(super) waiting: VecDeque<SeqKey>,
     /// Admitted, in admission order.
     pub(super) running: Vec<SeqKey>,
+    /// Waiting sequences that hold blocks already (a decode rank's landed
+    /// handoffs).
+    holding: usize,
 }
 
 impl Seqs {
     /// Adds `seq` at the back of the waiting queue.
     pub(super) fn enqueue(&mut self, seq: Seq) {
+        self.holding += usize::from(!seq.alloc.is_empty());
         let key = self.map.insert(seq);
         self.waiting.push_back(key);
+    }
+
+    /// Takes the waiting sequence at `wi` out of the queue; `held`: it held
+    /// blocks while it waited (read before an admission allocates).
+    pub(super) fn unqueue(&mut self, wi: usize, held: bool) -> SeqKey {
+        self.holding -= usize::from(held);
+        self.waiting.remove(wi).expect("a waiting index")
+    }
+
+    /// Whether any waiting sequence holds blocks already.
+    pub(super) fn any_waiting_holds_blocks(&self) -> bool {
+        self.holding > 0
     }
 
     /// The live sequence `key` (a key of a running or waiting sequence).
@@ -133,6 +149,7 @@ impl Seqs {
     /// Takes every sequence out, in slot order.
     pub(super) fn drain(&mut self) -> Vec<Seq> {
         self.waiting.clear();
+        self.holding = 0;
         self.running.clear();
         self.map.drain().map(|(_, s)| s).collect()
     }

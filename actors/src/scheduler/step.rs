@@ -151,11 +151,12 @@ impl<'a> Step<'a> {
     /// budget.
     pub fn admit(&mut self, wi: usize) -> bool {
         let key = self.core.seqs.waiting[wi];
+        let held = self.holds_blocks(wi);
         if !self.first_chunk(key) {
             return false;
         }
         let core = &mut *self.core;
-        core.seqs.waiting.remove(wi);
+        core.seqs.unqueue(wi, held);
         core.seqs.running.push(key);
         // A sequence whose first step is already a decode step (a handoff
         // landed: one token left to compute) joins the decoding set at once.
@@ -173,6 +174,11 @@ impl<'a> Step<'a> {
             core.join(key, false);
         }
         true
+    }
+
+    /// Whether any waiting sequence holds blocks already (O(1)).
+    pub fn any_waiting_holds_blocks(&self) -> bool {
+        self.core.seqs.any_waiting_holds_blocks()
     }
 
     /// Whether the waiting sequence at `wi` holds blocks already (a decode
@@ -193,7 +199,8 @@ impl<'a> Step<'a> {
     /// does not fit, with the blocks its last attempt needed.
     pub fn give_up(&mut self, wi: usize) {
         let core = &mut *self.core;
-        let key = core.seqs.waiting.remove(wi).expect("a waiting index");
+        let held = !core.seqs.get(core.seqs.waiting[wi]).alloc.is_empty();
+        let key = core.seqs.unqueue(wi, held);
         let seq = core.seqs.remove(key);
         core.stuck.push((seq, core.last_need));
     }
