@@ -26,9 +26,14 @@
 //! cached only when it is preempted ([`KvPool::register_own`]), so that its
 //! recompute hits them as vLLM's does.
 //!
-//! Where pdsim departs from vLLM: a new block comes from plain free blocks
-//! before a cached one is evicted; vLLM takes the oldest block of its one
-//! free queue, cached or not (`conformance/README.md`).
+//! Reuse order, as vLLM's block pool (`block_pool.py` `free_blocks`):
+//! freed blocks that hold no cached content are reused first (vLLM puts
+//! them at the front of its free queue), cached ones are evicted least
+//! recently freed first (it appends them at the back). Where pdsim departs
+//! from vLLM: vLLM caches every full block of a finished request, its own
+//! and generated content too, so those blocks wait their turn in the
+//! eviction order; pdsim frees them as plain blocks, reused first, and so
+//! keeps shared blocks cached a little longer (`conformance/README.md`).
 //!
 //! Conservation: `private + shared + cached_free + free = num_blocks`.
 

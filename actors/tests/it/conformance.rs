@@ -15,9 +15,9 @@ use actors::steps::{Case, StepLine, run_case};
 use serde_json::Value;
 
 /// (case, the vLLM rule pdsim does not follow yet).
-/// vLLM's one free queue.
-const FREE_QUEUE: &str = "a new block is the oldest free block, cached or not (vLLM's one free queue); pdsim takes plain free blocks \
-     before it evicts a cached one";
+/// A finished request's own blocks.
+const FREE_QUEUE: &str = "vLLM keeps every full block of a finished request cached (its own and generated content too); \
+     pdsim frees those as plain blocks, reused first";
 /// Mamba hybrids with prefix caching ("align" mode).
 const MAMBA: &str = "Mamba align mode: hits only where a state was saved, prefill chunks ending on block boundaries";
 /// Hits in hybrid models.
