@@ -35,8 +35,8 @@
 //!
 //! [faults]
 //! decode_abort_probability = 0.0
-//! # source_hold_s = 480             # a fixed hold, or:
-//! # source_lease_s = 30             # a lease renewed by decode heartbeats
+//! # source_lease_s = 30             # the lease (default: the version's, 30 s), or:
+//! # source_hold_s = 480             # a fixed hold instead
 //! # decode_crashes = [{ rank = 0, at_s = 120.0 }]
 //!
 //! timeline_interval_ms = 100.0       # must come before the first [table]

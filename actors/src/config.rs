@@ -213,12 +213,14 @@ pub struct FaultSpec {
     /// (the source is then cancelled).
     #[serde(default)]
     pub decode_abort_probability: f64,
-    /// How long a prefill rank holds a source with no answer, seconds
-    /// (default: the vLLM version's, 480 s).
+    /// Hold sources for a fixed time instead of under a lease, seconds: a
+    /// source with no answer is freed this long after it was held, even if
+    /// its decode rank is alive but backed up. Not vLLM's behaviour (it
+    /// holds under a lease); for what-if studies. Not with `source_lease_s`.
     #[serde(default)]
     pub source_hold_s: Option<f64>,
-    /// Hold sources under a lease of this many seconds instead (vLLM 0.33
-    /// uses 30 s): the decode rank that accepted a handoff renews it every
+    /// The lease sources are held under, seconds (default: the vLLM
+    /// version's `kv_lease_duration`, 30 s on 0.31.0 to 0.33.0): the decode rank that accepted a handoff renews it every
     /// lease/6 with a heartbeat that moves the expiry to at least 2/3 of a
     /// lease ahead, so a source expires only once its decode rank has gone
     /// silent. Not with `source_hold_s`.

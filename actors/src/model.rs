@@ -107,9 +107,13 @@ pub struct CacheGroupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_tokens: Option<Tokens>,
     /// Prefill checkpoint blocks of a Mamba-type state group: extra blocks the
-    /// prefill step that reaches the end of the prompt takes in this group on
-    /// vLLM versions that have them (0.32.0), freed when the prefill
-    /// completes; never moved. Absent means 0; refused on other groups.
+    /// prefill step that reaches the end of the prompt takes in this group
+    /// (vLLM's `MambaSpec.num_prefill_checkpoint_blocks`, which each model
+    /// family's layer sets: 1 for Kimi and GLM5Next KDA with a checkpointing
+    /// backend, the Mamba2 mixer and Qwen GDN), freed when the prefill
+    /// completes; never moved. vLLM takes them only with prefix caching on
+    /// ("align" mode), and so does a prefill rank here. Absent means 0;
+    /// refused on other groups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_blocks: Option<Blocks>,
 }
@@ -324,6 +328,9 @@ impl fmt::Display for Role {
 /// One vLLM release pdsim knows, with the facts that change its rules.
 ///
 /// Rows live in [`VLLM_VERSIONS`]; adding a version is adding one row.
+/// What a release does with a family's Mamba-type state (its prefill
+/// checkpoint blocks) is not here: the model fragment says it
+/// (`checkpoint_blocks`), since vLLM sets it per model family and backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VllmVersion {
     /// The version string as a scenario file writes it, e.g. `"0.32.0"`.
@@ -331,38 +338,47 @@ pub struct VllmVersion {
     /// Whether vLLM's NIXL connector moves grouped (hybrid) caches by group in
     /// this release, so a grouped prefill or decode rank may run it.
     pub grouped_handoff: bool,
-    /// Whether the prefill step that reaches the end of the prompt takes the
-    /// Mamba-type groups' `checkpoint_blocks` (freed when the prefill
-    /// completes).
-    pub prefill_checkpoint_blocks: bool,
-    /// How long the prefill side holds a source whose decode never answers
-    /// before it frees it (vLLM's abort timeout for delayed frees).
-    pub source_hold_timeout: SimDuration,
+    /// The lease under which the prefill side holds a source
+    /// (`kv_lease_duration`): granted when the source is held, renewed by
+    /// the decode rank's heartbeats every lease/6, each extending it to 2/3
+    /// of a lease ahead, reaped every step. A source lapses only once its
+    /// decode rank has gone silent.
+    pub source_lease: SimDuration,
+    /// Where in the release the row's facts were read.
+    pub source: &'static str,
 }
 
 /// The vLLM versions pdsim knows, oldest first.
 ///
-/// 0.31.0 and 0.32.0 move grouped caches with the same rules; 0.32.0 adds
-/// prefill checkpoint blocks in Mamba-type (KDA) groups. Both hold an
-/// unanswered source for 480 s, as vLLM's delayed free has since 0.20.
+/// All three move grouped caches by the same rules and hold a source under
+/// a 30 s lease (read in the released wheels, `nixl/base_scheduler.py`
+/// `kv_lease_duration` default 30, heartbeats every `lease // 6`,
+/// `base_worker.py` extension to `now + lease * 2 // 3`). 0.32.0 to 0.33.0
+/// changes nothing in hybrid payloads, holding or backoff.
 pub static VLLM_VERSIONS: &[VllmVersion] = &[
     VllmVersion {
         version: "0.31.0",
         grouped_handoff: true,
-        prefill_checkpoint_blocks: false,
-        source_hold_timeout: SimDuration::from_secs(480),
+        source_lease: DEFAULT_SOURCE_LEASE,
+        source: "vllm 0.31.0 wheel: kv_connector/v1/nixl/base_scheduler.py (kv_lease_duration = 30)",
     },
     VllmVersion {
         version: "0.32.0",
         grouped_handoff: true,
-        prefill_checkpoint_blocks: true,
-        source_hold_timeout: SimDuration::from_secs(480),
+        source_lease: DEFAULT_SOURCE_LEASE,
+        source: "vllm 0.32.0 wheel: kv_connector/v1/nixl/base_scheduler.py (kv_lease_duration = 30)",
+    },
+    VllmVersion {
+        version: "0.33.0",
+        grouped_handoff: true,
+        source_lease: DEFAULT_SOURCE_LEASE,
+        source: "vllm 0.33.0 wheel: kv_connector/v1/nixl/base_scheduler.py:81-88 (kv_lease_duration = 30)",
     },
 ];
 
-/// The source hold timeout of a rank whose version pdsim does not know
-/// (vLLM's 480 s delayed-free timeout).
-pub const DEFAULT_SOURCE_HOLD_TIMEOUT: SimDuration = SimDuration::from_secs(480);
+/// The source lease of a rank whose version pdsim does not know: vLLM's
+/// default `kv_lease_duration`, 30 s (every release since 0.25).
+pub const DEFAULT_SOURCE_LEASE: SimDuration = SimDuration::from_secs(30);
 
 impl VllmVersion {
     /// The row of `version`, matched exactly (`"0.32.0"`, not `"v0.32"`).
@@ -372,7 +388,7 @@ impl VllmVersion {
 
     /// The versions a grouped rank of `role` may run, comma-separated (for
     /// error texts): those with `grouped_handoff` for a prefill or decode
-    /// rank (`0.31.0, 0.32.0`), every row for an aggregated rank.
+    /// rank (`0.31.0, 0.32.0, 0.33.0`), every row for an aggregated rank.
     pub fn supported_for_grouped(role: Role) -> String {
         let names: Vec<&str> =
             VLLM_VERSIONS.iter().filter(|v| role == Role::Aggregated || v.grouped_handoff).map(|v| v.version).collect();
@@ -736,27 +752,21 @@ pub struct RankRules {
 }
 
 impl RankRules {
-    /// Whether prefill steps take the Mamba-type groups' checkpoint blocks
-    /// (vLLM 0.32.0); false without a known version.
-    pub fn prefill_checkpoint_blocks(&self) -> bool {
-        self.version.is_some_and(|v| v.prefill_checkpoint_blocks)
-    }
-
-    /// How long a source is held without an answer from decode: the
-    /// version's timeout, or [`DEFAULT_SOURCE_HOLD_TIMEOUT`].
-    pub fn source_hold_timeout(&self) -> SimDuration {
-        self.version.map_or(DEFAULT_SOURCE_HOLD_TIMEOUT, |v| v.source_hold_timeout)
+    /// The lease a source is held under by default: the version's, or
+    /// [`DEFAULT_SOURCE_LEASE`].
+    pub fn source_lease(&self) -> SimDuration {
+        self.version.map_or(DEFAULT_SOURCE_LEASE, |v| v.source_lease)
     }
 }
 
 /// The gate of one rank: `role` running `model` on vLLM `version`.
 ///
 /// - A grouped prefill or decode rank needs a version whose row has
-///   `grouped_handoff` (0.31.0, 0.32.0): a missing or other version is
+///   `grouped_handoff` (0.31.0, 0.32.0, 0.33.0): a missing or other version is
 ///   refused, naming the role and `vllm_version`.
 /// - A grouped aggregated rank moves nothing, so it may omit the version;
 ///   a version it names must be in [`VLLM_VERSIONS`] (the row decides the
-///   checkpoint blocks it holds).
+///   lease it would hold sources under).
 /// - A linear rank accepts any version or none: its handoff is priced in
 ///   tokens by no version-dependent rule. A known version still gives its
 ///   row (hold timeout); an unknown one is recorded as `None`.

@@ -293,10 +293,12 @@ pub struct SourceStats {
 /// How a prefill rank holds a source the decode side has not answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hold {
-    /// For at most this long (vLLM up to 0.32: 480 s).
+    /// For at most this long, whatever the decode rank does (an explicit
+    /// choice: `faults.source_hold_s`).
     Fixed(SimDuration),
     /// Under a lease this long, renewed by the decode rank's heartbeats
-    /// (vLLM 0.33: 30 s): it runs out only once they stop.
+    /// (vLLM 0.31.0 to 0.33.0: 30 s, the default): it runs out only once
+    /// they stop.
     Lease(SimDuration),
 }
 

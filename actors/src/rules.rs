@@ -162,8 +162,8 @@ pub fn blocks_held(group: &CacheGroup, computed: Tokens) -> Blocks {
 /// Full attention `cdiv(to, B)`; window `cdiv(to, B) − skipped(from)`;
 /// state 1, plus the group's `checkpoint_blocks` when `with_checkpoints`.
 /// Pass `with_checkpoints = true` for the step that reaches the end of the
-/// (backed-off) prompt on a version with prefill checkpoint blocks
-/// (`RankRules::prefill_checkpoint_blocks`, vLLM 0.32.0).
+/// (backed-off) prompt on a prefill rank with prefix caching on (vLLM's
+/// "align" mode, the only one that takes them).
 ///
 /// A 1,024-token prompt in one step (`from` 0), W = 32, B = 16: the window
 /// group holds all 64 blocks during the step; [`blocks_held`] after it is 2.

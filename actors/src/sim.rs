@@ -180,7 +180,9 @@ impl Deployment {
             Some((_, make)) => make(),
             None => Box::new(VllmPolicy),
         };
-        let checkpoints = mode == Mode::PrefillOnly && plan.rules.prefill_checkpoint_blocks();
+        // vLLM takes a Mamba-type group's prefill checkpoint blocks in "align"
+        // mode only, which prefix caching turns on.
+        let checkpoints = mode == Mode::PrefillOnly && s.prefix_caching;
         let limits = Limits { max_num_batched_tokens: s.max_num_batched_tokens, max_num_seqs: s.max_num_seqs as usize };
         let mut b = Scheduler::new(mode, limits, checkpoints, pool, model, policy);
         b.set_check_invariants(self.spec.check_invariants);
@@ -395,7 +397,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         let hold = match (dep.lease, dep.hold) {
             (Some(lease), _) => Hold::Lease(lease),
             (None, Some(h)) => Hold::Fixed(h),
-            (None, None) => Hold::Fixed(p.rules.source_hold_timeout()),
+            (None, None) => Hold::Lease(p.rules.source_lease()),
         };
         let mut prefill = Vec::new();
         for i in 0..p.spec.count {
@@ -423,7 +425,12 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
                 .collect();
             let core = RankCore::new(j, Role::Decode, router, dep.scheduler(d, Mode::Generate), dep.interval);
             let abort = spec.faults.decode_abort_probability;
-            let rank = DecodeRank::new(core, dep.model.clone(), prefill.clone(), links, abort, dep.lease);
+            // The decode rank renews what the prefill ranks hold under a lease.
+            let lease = match hold {
+                Hold::Lease(l) => Some(l),
+                Hold::Fixed(_) => None,
+            };
+            let rank = DecodeRank::new(core, dep.model.clone(), prefill.clone(), links, abort, lease);
             let id = sim.add_actor(&format!("decode{j}"), rank).expect("unique");
             decode.push(id);
             ranks.push(RankId::Decode(id));

@@ -25,7 +25,7 @@ const PINNED: [(&str, u64, u64, u64); 8] = [
     ("gpt-oss-1p1d.toml", 0x22b2_9221_c6a6_8bc4, 0x98eb_d371_18ba_9cbd, 0x15bd_d944_859e_9526),
     ("llama-3.1-8b-1p1d.toml", 0x2f6b_f678_84a5_860d, 0x2470_b011_ba83_5157, 0xb39f_24e5_23f8_509a),
     ("llama-3.1-8b-aggregated.toml", 0xb063_d4d4_423d_a1f6, 0x2a60_b16c_16ad_c6c7, 0xd657_f61d_916e_941e),
-    ("mamba2-hybrid-1p1d.toml", 0x4cfd_4764_8d82_6204, 0x76e6_fb5d_d74e_d826, 0x7887_53be_8d57_53f1),
+    ("mamba2-hybrid-1p1d.toml", 0x3c51_32ac_f293_7c90, 0x76e6_fb5d_d74e_d826, 0x5499_bd50_110b_493f),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {

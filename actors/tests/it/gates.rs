@@ -166,16 +166,17 @@ fn grouped_handoff_ranks_need_a_supported_version() {
         assert_eq!(
             text,
             format!(
-                r#"{role} rank: vllm_version "0.30.0" is not supported for a grouped {role} rank (supported: 0.31.0, 0.32.0)"#
+                r#"{role} rank: vllm_version "0.30.0" is not supported for a grouped {role} rank (supported: 0.31.0, 0.32.0, 0.33.0)"#
             )
         );
         // "v0.32.0" is not "0.32.0": versions match exactly.
         assert!(check_rank(role, &m, Some("v0.32.0")).is_err());
 
-        for v in ["0.31.0", "0.32.0"] {
+        // Every release holds a source under vLLM's 30 s lease.
+        for v in ["0.31.0", "0.32.0", "0.33.0"] {
             let rules = check_rank(role, &m, Some(v)).unwrap();
             assert_eq!(rules.version.map(|r| r.version), Some(v));
-            assert_eq!(rules.source_hold_timeout(), SimDuration::from_secs(480));
+            assert_eq!(rules.source_lease(), SimDuration::from_secs(30));
         }
     }
 }
@@ -185,11 +186,12 @@ fn aggregated_and_linear_ranks_and_versions() {
     let m = glm();
     // A grouped aggregated rank moves nothing: no version needed ...
     let rules = check_rank(Role::Aggregated, &m, None).unwrap();
-    assert!(rules.version.is_none() && !rules.prefill_checkpoint_blocks());
+    assert!(rules.version.is_none());
+    assert_eq!(rules.source_lease(), SimDuration::from_secs(30));
     // ... but a version it names must be known.
     let err = check_rank(Role::Aggregated, &m, Some("0.99.0")).unwrap_err();
     assert_names(&err, Role::Aggregated, "vllm_version");
-    assert!(check_rank(Role::Aggregated, &m, Some("0.32.0")).unwrap().prefill_checkpoint_blocks());
+    assert!(check_rank(Role::Aggregated, &m, Some("0.33.0")).unwrap().version.is_some());
 
     // A linear rank takes any version or none.
     let linear = model(&linear_spec(32_768));
@@ -203,11 +205,12 @@ fn aggregated_and_linear_ranks_and_versions() {
 #[test]
 fn version_table_is_data() {
     let names: Vec<&str> = VLLM_VERSIONS.iter().map(|v| v.version).collect();
-    assert_eq!(names, ["0.31.0", "0.32.0"]);
+    assert_eq!(names, ["0.31.0", "0.32.0", "0.33.0"]);
     assert!(VLLM_VERSIONS.iter().all(|v| v.grouped_handoff));
-    assert!(!VllmVersion::find("0.31.0").unwrap().prefill_checkpoint_blocks);
-    assert!(VllmVersion::find("0.32.0").unwrap().prefill_checkpoint_blocks);
-    assert!(VllmVersion::find("0.33.0").is_none());
+    assert!(VLLM_VERSIONS.iter().all(|v| v.source_lease == SimDuration::from_secs(30)));
+    // Each row says where it was read.
+    assert!(VLLM_VERSIONS.iter().all(|v| v.source.contains(v.version) && v.source.contains("kv_lease_duration")));
+    assert!(VllmVersion::find("0.34.0").is_none());
 }
 
 #[test]

@@ -42,10 +42,10 @@ fn glm_file_gives_the_worked_numbers() {
     assert_eq!(bytes(&m, 131_072), 13_045_120 * 61 + 36_927_488);
     let Payload::Blocks(p) = payload(&m, Tokens::new(1_000), Tokens::ZERO).unwrap() else { panic!("grouped") };
     assert_eq!(p.fixed_bytes(), Bytes::new(22_528 + 2 * 9_768_960 + 2 * 8_683_520));
-    // 0.32.0, N = 8,192: frees the 4 checkpoint blocks and holds 4 + 1 + 4 = 9.
-    let rules = check_rank(Role::Prefill, &m, Some("0.32.0")).unwrap();
+    // N = 8,192 with prefix caching: frees the 4 checkpoint blocks and holds 4 + 1 + 4 = 9.
+    assert!(check_rank(Role::Prefill, &m, Some("0.32.0")).is_ok());
     let t = transferred_tokens(&m, Tokens::new(8_192));
-    let r = source_release(m.as_grouped().unwrap(), Tokens::ZERO, t, rules.prefill_checkpoint_blocks());
+    let r = source_release(m.as_grouped().unwrap(), Tokens::ZERO, t, true);
     assert_eq!((r.kept(), r.freed()), (Blocks::new(9), Blocks::new(4)));
     let decode = load(GLM);
     assert!(check_pairing(&m, &decode).is_ok());
@@ -79,6 +79,12 @@ fn mamba2_hybrid_like_file() {
     // N = 1,000: 8,650,752 × cdiv(999, 528) + 6 × 8,634,368 = 69,107,712.
     assert_eq!(bytes(&m, 1_000), 8_650_752 * 2 + 6 * 8_634_368);
     assert_eq!(bytes(&m, 1_000), 69_107_712);
+    // The Mamba2 mixer's one prefill checkpoint block per Mamba group: the
+    // last prefill step holds 2 blocks in each of the 6, and frees 6.
+    let checkpoints: Vec<u64> = g.groups().iter().map(|x| x.checkpoint_blocks().get()).collect();
+    assert_eq!(checkpoints, [0, 1, 1, 1, 1, 1, 1]);
+    let r = source_release(g, Tokens::ZERO, Tokens::new(999), true);
+    assert_eq!((r.held(), r.freed()), (Blocks::new(2 + 6 * 2), Blocks::new(6)));
 }
 
 #[test]

@@ -59,7 +59,7 @@ pub fn model(spec: &ModelSpec) -> Model {
 }
 
 /// The GLM-5.3-Flash-like model at TP 4 with an fp8 cache (six groups),
-/// with one 0.32.0 checkpoint block per KDA group.
+/// with one prefill checkpoint block per KDA group (GLM5Next KDA).
 pub fn glm_spec() -> ModelSpec {
     let kda = |name: &str, bytes: u64| CacheGroupSpec {
         checkpoint_blocks: Some(Blocks::new(1)),

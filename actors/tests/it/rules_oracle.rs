@@ -1,7 +1,7 @@
 //! Oracle tests: worked numbers of the grouped transfer rules, each with the
 //! arithmetic that gives it.
 
-use actors::model::{CacheGroupKind, Role, check_rank};
+use actors::model::CacheGroupKind;
 use actors::rules::{
     Payload, RuleError, STATE_BLOCKS, blocks_for_step, blocks_held, full_attention_blocks, in_window_blocks, payload,
     prefill_clip_blocks, source_release, transferred_tokens,
@@ -261,27 +261,25 @@ fn window_source_keeps_two_of_64_blocks() {
 }
 
 #[test]
-fn glm_source_on_0_32_frees_checkpoint_blocks() {
+fn glm_source_frees_checkpoint_blocks() {
     let m = glm();
     let g = m.as_grouped().unwrap();
-    let v32 = check_rank(Role::Prefill, &m, Some("0.32.0")).unwrap();
-    assert!(v32.prefill_checkpoint_blocks());
-    // N = 8,192, T = 8,191 in one step. Held: FA cdiv(8191, 2176) = 4, ring 1,
-    // each KDA group its running block + 1 checkpoint block = 2.
+    // N = 8,192, T = 8,191 in one step with checkpoint blocks (prefix
+    // caching on). Held: FA cdiv(8191, 2176) = 4, ring 1, each KDA group its
+    // running block + 1 checkpoint block = 2.
     let t_ = transferred_tokens(&m, t(8_192));
-    let r = source_release(g, Tokens::ZERO, t_, v32.prefill_checkpoint_blocks());
+    let r = source_release(g, Tokens::ZERO, t_, true);
     assert_eq!(r.held(), Blocks::new(4 + 1 + 4 * 2));
     assert_eq!(r.freed(), Blocks::new(4)); // one checkpoint block per KDA group
     assert_eq!(r.kept(), Blocks::new(9)); // 4 FA + 1 ring + 4 KDA
     let frees: Vec<u64> = r.groups().iter().map(|x| x.free().get()).collect();
     assert_eq!(frees, vec![0, 0, 1, 1, 1, 1]);
 
-    // 0.31.0 takes no checkpoint blocks: holds and keeps 9, frees nothing.
-    let v31 = check_rank(Role::Prefill, &m, Some("0.31.0")).unwrap();
-    assert!(!v31.prefill_checkpoint_blocks());
-    let r = source_release(g, Tokens::ZERO, t_, v31.prefill_checkpoint_blocks());
+    // Without prefix caching ("none" mode) no checkpoint blocks: holds and
+    // keeps 9, frees nothing.
+    let r = source_release(g, Tokens::ZERO, t_, false);
     assert_eq!((r.held(), r.kept(), r.freed()), (Blocks::new(9), Blocks::new(9), Blocks::ZERO));
-    // The checkpoint blocks never move: the payload is the same on both versions.
+    // The checkpoint blocks never move: the payload is the same either way.
     assert_eq!(payload(&m, t(8_192), Tokens::ZERO).unwrap().bytes(), Bytes::new(89_107_968));
 }
 

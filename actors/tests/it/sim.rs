@@ -848,6 +848,50 @@ fn a_crashed_decode_rank_leaves_its_sources_to_lapse() {
     }
 }
 
+/// The default hold of every vLLM release pdsim knows is vLLM's 30 s lease
+/// (`kv_lease_duration`): the setting of the test above with no hold given
+/// and each version named. decode0 crashes at 20 s; C's source (held at s,
+/// accepted by decode0 at once) had heartbeats every 30/6 = 5 s until the
+/// crash, the last at s + 15 s, so it lapses at max(s + 30, s + 15 + 20) =
+/// s + 35 s: 20 s after the last heartbeat.
+///
+/// And a decode rank that is alive but backed up never lets a source
+/// lapse: without the crash and with 100 ms decode steps, A decodes its 550
+/// tokens for 55 s, growing to cdiv(1,550, 16) = 97 of decode0's 100
+/// blocks, while C's reservation (63 blocks) waits behind it; 55 s > 30 s,
+/// and C still completes.
+#[test]
+fn every_release_holds_sources_under_a_30_s_lease() {
+    let model = linear_spec(32_768);
+    for version in ["0.31.0", "0.32.0", "0.33.0"] {
+        for crash in [true, false] {
+            // Without the crash, 100 ms decode steps: A decodes for 55 s.
+            let step_us = if crash { 50_000.0 } else { 100_000.0 };
+            let mut spec =
+                pd(role(1, 10_000, linear_step(2_000.0, 1.0, 0.0)), role(2, 100, linear_step(step_us, 0.0, 0.0)), 50.0);
+            spec.vllm_version = Some(version.into());
+            if crash {
+                spec.faults.decode_crashes = vec![CrashSpec { rank: 0, at_s: 20.0 }];
+            }
+            let out = run(&model, &spec, vec![req(0, 1_000, 550), req(0, 1_000, 10), req(0, 1_000, 10)]);
+            assert_eq!(out.violations, Vec::<String>::new());
+            let r = &out.records;
+            let p = out.ranks.iter().find(|k| k.role == Role::Prefill).unwrap().sources.unwrap();
+            let s = r[2].t.prefill_done.unwrap();
+            if crash {
+                assert_eq!(r[2].outcome, Outcome::Failed(FailReason::DecodeCrashed), "{version}");
+                assert_eq!(out.final_time, s.saturating_add(SimDuration::from_secs(35)), "{version}");
+                assert_eq!((p.held, p.released, p.expired), (3, 2, 1), "{version}");
+            } else {
+                assert!(r.iter().all(|x| x.outcome == Outcome::Completed), "{version}");
+                let waited = r[2].t.reserved.unwrap().saturating_since(s);
+                assert!(waited > SimDuration::from_secs(45), "{version}: C waited {waited:?} for its reservation");
+                assert_eq!((p.held, p.released, p.expired), (3, 3, 0), "{version}");
+            }
+        }
+    }
+}
+
 /// With every decode rank down, a request whose prefill ends fails at once
 /// and its source is cancelled.
 #[test]
