@@ -5,11 +5,11 @@
 #
 #   conformance/record.sh
 #
-# Uses the venv of run.sh ($VLLM_VENV or conformance/venv; run run.sh once
-# to make it). The seven hand-written cases (case1..case7) are kept as they are.
+# The venv: see venv.sh. The seven hand-written cases (case1..case7) are
+# kept as they are.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-venv="${VLLM_VENV:-$here/venv}"
+python="$("$here/venv.sh")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 python3 "$here/gen_cases.py" 2 70 "$work"
@@ -17,6 +17,6 @@ python3 "$here/gen_cases.py" 3 100 "$work" --groups mixed
 rm -f "$here"/cases/gen-2-* "$here"/cases/gen-3-*
 for k in $(seq 0 59) 69; do cp "$work/gen-2-$k.json" "$here/cases/"; done
 cp "$work"/gen-3-*.json "$here/cases/"
-cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$venv/bin/python" vllm_batch.py cases cases/gen-2-*.json cases/gen-3-*.json \
+cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py cases cases/gen-2-*.json cases/gen-3-*.json \
   2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls cases/gen-*.vllm.jsonl | wc -l) cases"

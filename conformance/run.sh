@@ -9,9 +9,7 @@
 # With --recorded, vLLM's log is read from CASE.vllm.jsonl beside the case
 # instead (no vLLM needed). Exit 0 when every case is identical.
 #
-# The venv: $VLLM_VENV, or conformance/venv, made here on first use
-# (about 7 GB and 5-10 minutes; pip warns about vLLM's GPU-only
-# requirements, which nothing here needs).
+# The venv: see venv.sh ($VLLM_VENV, or conformance/venv, made on first use).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
@@ -28,15 +26,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 if [[ $recorded -eq 0 ]]; then
-  venv="${VLLM_VENV:-$here/venv}"
-  if [[ ! -x "$venv/bin/python" ]]; then
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q torch==2.14.0
-    "$venv/bin/pip" install -q --no-deps vllm==0.33.0
-    "$venv/bin/pip" install -q -r "$here/requirements-light.txt"
-    "$venv/bin/pip" install -q --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.11 "llguidance>=1.7,<1.8" zmq
-  fi
-  if ! (cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$venv/bin/python" vllm_batch.py "$work/vllm" "$@" 2> "$work/vllm.err"); then
+  python="$("$here/venv.sh")"
+  if ! (cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py "$work/vllm" "$@" 2> "$work/vllm.err"); then
     tail -5 "$work/vllm.err" >&2
     exit 1
   fi
