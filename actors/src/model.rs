@@ -188,11 +188,17 @@ impl CacheGroup {
     }
 }
 
-/// A validated linear model: one rate of KV bytes per token.
+/// The block size of a linear model whose rank names none: vLLM's default
+/// on GPUs, 16 tokens.
+pub const DEFAULT_LINEAR_BLOCK_SIZE: Tokens = Tokens::new(16);
+
+/// A validated linear model: one rate of KV bytes per token, in one
+/// full-attention group of blocks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinearModel {
     name: Option<String>,
     kv_bytes_per_token: Bytes,
+    block_size: Tokens,
 }
 
 impl LinearModel {
@@ -203,6 +209,12 @@ impl LinearModel {
     /// KV bytes of one token on one TP rank, never zero.
     pub const fn kv_bytes_per_token(&self) -> Bytes {
         self.kv_bytes_per_token
+    }
+    /// Tokens per block (the rank's `block_size_tokens`,
+    /// [`DEFAULT_LINEAR_BLOCK_SIZE`] unless [`Model::with_block_size`] set
+    /// it), never zero: a handoff moves whole blocks.
+    pub const fn block_size(&self) -> Tokens {
+        self.block_size
     }
 }
 
@@ -239,6 +251,28 @@ impl GroupedModel {
     pub const fn page_bytes(&self) -> Bytes {
         self.page_bytes
     }
+    /// What a prefix hit is a multiple of: the least common multiple of
+    /// every group's block size (vLLM's scheduler block size); `None` when
+    /// no group is prefix cacheable (no hit at all).
+    pub fn hit_alignment(&self) -> Option<Tokens> {
+        if !self.groups.iter().any(|g| g.prefix_cacheable()) {
+            return None;
+        }
+        Some(block_size_lcm(&self.groups))
+    }
+}
+
+/// The least common multiple of the groups' block sizes (1 for none),
+/// saturating.
+pub(crate) fn block_size_lcm(groups: &[CacheGroup]) -> Tokens {
+    let lcm = groups.iter().map(|g| g.block_size().get()).fold(1u64, |a, b| {
+        let (mut x, mut y) = (a, b);
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        (a / x).saturating_mul(b)
+    });
+    Tokens::new(lcm)
 }
 
 /// A validated model: linear (tokens) or grouped (blocks); the two never mix.
@@ -276,6 +310,19 @@ impl Model {
     /// (a grouped model with a Mamba-type state).
     pub fn is_mamba_type(&self) -> bool {
         matches!(self, Model::Grouped(m) if m.is_mamba_type())
+    }
+    /// The model as a rank whose `block_size_tokens` is `block_size` runs
+    /// it: a linear model takes the block size (its handoff moves whole
+    /// blocks of it); a grouped model's groups name their own, and it is
+    /// returned as is. A zero block size is ignored (validation refuses one).
+    #[must_use]
+    pub fn with_block_size(mut self, block_size: Tokens) -> Model {
+        if let Model::Linear(m) = &mut self
+            && !block_size.is_zero()
+        {
+            m.block_size = block_size;
+        }
+        self
     }
 }
 
@@ -686,7 +733,11 @@ impl ModelSpec {
                 if kv.is_zero() {
                     return Err(GateError::model(role, GateProblem::Zero { field: "kv_bytes_per_token" }));
                 }
-                Ok(Model::Linear(LinearModel { name: self.name.clone(), kv_bytes_per_token: kv }))
+                Ok(Model::Linear(LinearModel {
+                    name: self.name.clone(),
+                    kv_bytes_per_token: kv,
+                    block_size: DEFAULT_LINEAR_BLOCK_SIZE,
+                }))
             }
             (None, false) => self.validate_groups(role).map(Model::Grouped),
         }

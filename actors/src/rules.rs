@@ -212,10 +212,13 @@ pub enum RuleError {
     },
 }
 
-/// The handoff payload of a linear model: it counts tokens.
+/// The handoff payload of a linear model: one full-attention group of the
+/// model's block size, moved in whole blocks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenPayload {
     transferred_tokens: Tokens,
+    hit: Tokens,
+    blocks: Blocks,
     tokens: Tokens,
     bytes: Bytes,
 }
@@ -225,7 +228,16 @@ impl TokenPayload {
     pub const fn transferred_tokens(&self) -> Tokens {
         self.transferred_tokens
     }
-    /// Tokens whose KV moves: `N − decode_cached_tokens`.
+    /// The decode hit, [`decode_hit_tokens`].
+    pub const fn hit_tokens(&self) -> Tokens {
+        self.hit
+    }
+    /// Blocks that move: `cdiv(N, B) − hit / B`.
+    pub const fn blocks(&self) -> Blocks {
+        self.blocks
+    }
+    /// Tokens whose KV moves, in whole blocks: `blocks × B` (a partly
+    /// filled last block moves whole).
     pub const fn tokens(&self) -> Tokens {
         self.tokens
     }
@@ -267,7 +279,7 @@ impl GroupTransfer {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockPayload {
     transferred_tokens: Tokens,
-    cached_full_attention_blocks: Blocks,
+    hit: Tokens,
     groups: Vec<GroupTransfer>,
     total_bytes: Bytes,
     fixed_bytes: Bytes,
@@ -280,10 +292,10 @@ impl BlockPayload {
     pub const fn transferred_tokens(&self) -> Tokens {
         self.transferred_tokens
     }
-    /// Full-attention blocks of the T tokens already cached on the decode rank
-    /// (not moved), at most `cdiv(T, B)`.
-    pub const fn cached_full_attention_blocks(&self) -> Blocks {
-        self.cached_full_attention_blocks
+    /// The decode hit, [`decode_hit_tokens`]: leading prompt tokens the
+    /// decode rank serves from its prefix cache in every group.
+    pub const fn hit_tokens(&self) -> Tokens {
+        self.hit
     }
     /// Per group, in the model's group order.
     pub fn groups(&self) -> &[GroupTransfer] {
@@ -302,8 +314,9 @@ impl BlockPayload {
     pub const fn full_attention_bytes(&self) -> Bytes {
         Bytes::new(self.total_bytes.get() - self.fixed_bytes.get())
     }
-    /// Whether the decode rank caches every full-attention block of the T
-    /// tokens, so vLLM moves nothing at all (notification only).
+    /// Whether the decode hit covers all of T, so vLLM moves nothing at all
+    /// (notification only). Only a Mamba-type model can have one: otherwise
+    /// T = N and a hit never covers the last prompt token.
     pub const fn full_decode_hit(&self) -> bool {
         self.full_decode_hit
     }
@@ -342,57 +355,93 @@ impl Payload {
     }
 }
 
-/// The payload of handing off an N-token prompt to a decode rank that
-/// already caches the first `decode_cached_tokens` (K) prompt tokens.
+/// The decode hit vLLM serves from a prefix cache that holds the first K
+/// prompt tokens of an N-token prompt, in every group: `min(K, N − 1)`
+/// rounded down to the hit alignment L.
 ///
-/// Linear model: `N − K` tokens × `kv_bytes_per_token` (K counted in tokens;
-/// a linear model has no block size).
+/// - A hit never covers the last prompt token: vLLM looks up at most
+///   N − 1 tokens (`kv_cache_manager.py` `get_computed_blocks`), so the
+///   last one is computed for its logits.
+/// - L is the least common multiple of every group's block size (vLLM's
+///   scheduler block size, `kv_cache_utils.py`
+///   `resolve_kv_cache_block_sizes`; the decode scheduler offers the
+///   connector a hit rounded down to it); a linear model's block size.
+/// - Every kind of group hits, so a model without full attention (window
+///   or Mamba only) hits too. A grouped model with no prefix-cacheable
+///   group has no hit.
 ///
-/// Grouped model, T = [`transferred_tokens`], with K counted in whole
-/// full-attention blocks, h = floor(K / B):
-/// - full attention: `cdiv(T, B) − min(h, cdiv(T, B))` blocks — cached blocks
-///   do not move, and a hit past T moves none;
-/// - window: the [`in_window_blocks`] of T that the decode prefix cache does
-///   not hold (vLLM's decode side allocates only uncached in-window blocks,
-///   and its worker reads the last `n_local` of the remote blocks per
-///   non-Mamba group): `cdiv(T, Bw) − max(skipped(T), min(floor(h·B / Bw),
-///   cdiv(T, Bw)))`;
+/// GLM-5.3-Flash-like (B = 2,176 everywhere), N = K = 2,176: min(2,176,
+/// 2,175) = 2,175 → 0 (nothing cached counts). Full attention B = 16 with a
+/// window group of B = 32, K = 500: L = 32, hit 480.
+pub fn decode_hit_tokens(model: &Model, prompt_tokens: Tokens, decode_cached_tokens: Tokens) -> Tokens {
+    let limit = decode_cached_tokens.min(prompt_tokens.saturating_sub(Tokens::new(1)));
+    let align = match model {
+        Model::Linear(m) => m.block_size(),
+        Model::Grouped(m) => match m.hit_alignment() {
+            Some(l) => l,
+            None => return Tokens::ZERO,
+        },
+    };
+    limit.blocks_floor(align).tokens(align)
+}
+
+/// The payload of handing off an N-token prompt to a decode rank whose
+/// prefix cache holds the first `decode_cached_tokens` (K) prompt tokens;
+/// the hit is [`decode_hit_tokens`] (h tokens, a whole number of blocks of
+/// every group).
+///
+/// Linear model (block size B): `cdiv(N, B) − h / B` blocks of `B ×
+/// kv_bytes_per_token` bytes: vLLM reads whole blocks, a partly filled last
+/// one included.
+///
+/// Grouped model, T = [`transferred_tokens`]:
+/// - full attention: `cdiv(T, B) − h / B` blocks;
+/// - window: the [`in_window_blocks`] of T that the hit does not hold
+///   (vLLM's decode side allocates only uncached in-window blocks, and its
+///   worker reads the last `n_local` of the remote blocks per non-Mamba
+///   group): `cdiv(T, B) − max(skipped(T), h / B)`;
 /// - state: [`STATE_BLOCKS`];
 /// - bytes per group = blocks × `transfer_bytes_per_block`, never
 ///   `page_bytes`.
 ///
-/// When the decode rank caches every full-attention block of the T tokens
-/// (h ≥ cdiv(T, B)), vLLM moves nothing at all: decode's
-/// `get_num_new_matched_tokens` returns 0, so there is nothing to read and the
-/// handoff is a notification only. The payload is then zero for every group,
-/// window and state included, and [`BlockPayload::full_decode_hit`] is true.
-/// A model without a full-attention group never has a decode hit (K is
-/// checked but not used).
+/// When the hit covers all of T (h ≥ T, a Mamba-type model whose N − 1 is a
+/// multiple of L), vLLM moves nothing at all: decode's
+/// `get_num_new_matched_tokens` returns `T − h = 0`, so there is nothing to
+/// read and the handoff is a notification only. The payload is then zero
+/// for every group and [`BlockPayload::full_decode_hit`] is true.
 ///
-/// K comes from the decode rank's prefix cache, which in vLLM never covers the
-/// last prompt token; this function takes K as given.
+/// Checked against vLLM 0.33.0's own NIXL pull path on 10,000 queries
+/// (`conformance/handoff.sh`; the recorded answers in
+/// `conformance/handoff/`, checked in CI).
 ///
 /// GLM-5.3-Flash-like model at TP 4, N = 1,000, K = 0: T = 999,
-/// 13,045,120 × cdiv(999, 2,176) + 36,927,488 = 49,972,608 bytes.
+/// 13,045,120 × cdiv(999, 2,176) + 36,927,488 = 49,972,608 bytes; the same
+/// for N = K = 2,176 (the hit is 0, see [`decode_hit_tokens`]).
 ///
 /// # Errors
 /// [`RuleError::EmptyPrompt`] for N = 0, [`RuleError::HitExceedsPrompt`]
 /// for K > N (names `decode_cached_tokens`), [`RuleError::Overflow`] when the
 /// bytes do not fit in `u64`.
 pub fn payload(model: &Model, prompt_tokens: Tokens, decode_cached_tokens: Tokens) -> Result<Payload, RuleError> {
+    check_query(prompt_tokens, decode_cached_tokens)?;
+    let hit = decode_hit_tokens(model, prompt_tokens, decode_cached_tokens);
+    match model {
+        Model::Linear(m) => linear_payload(m, prompt_tokens, hit).map(Payload::Tokens),
+        Model::Grouped(m) => {
+            let t = transferred_tokens(model, prompt_tokens);
+            grouped_payload(m, prompt_tokens, t, hit).map(Payload::Blocks)
+        }
+    }
+}
+
+fn check_query(prompt_tokens: Tokens, decode_cached_tokens: Tokens) -> Result<(), RuleError> {
     if prompt_tokens.is_zero() {
         return Err(RuleError::EmptyPrompt);
     }
     if decode_cached_tokens > prompt_tokens {
         return Err(RuleError::HitExceedsPrompt { cached: decode_cached_tokens.get(), prompt: prompt_tokens.get() });
     }
-    match model {
-        Model::Linear(m) => linear_payload(m, prompt_tokens, decode_cached_tokens).map(Payload::Tokens),
-        Model::Grouped(m) => {
-            let t = transferred_tokens(model, prompt_tokens);
-            grouped_payload(m, prompt_tokens, t, decode_cached_tokens).map(Payload::Blocks)
-        }
-    }
+    Ok(())
 }
 
 /// What a handoff moves, in brief: T, the bytes, and whether nothing moves.
@@ -415,15 +464,11 @@ pub fn handoff_size(
     prompt_tokens: Tokens,
     decode_cached_tokens: Tokens,
 ) -> Result<HandoffSize, RuleError> {
-    if prompt_tokens.is_zero() {
-        return Err(RuleError::EmptyPrompt);
-    }
-    if decode_cached_tokens > prompt_tokens {
-        return Err(RuleError::HitExceedsPrompt { cached: decode_cached_tokens.get(), prompt: prompt_tokens.get() });
-    }
+    check_query(prompt_tokens, decode_cached_tokens)?;
+    let hit = decode_hit_tokens(model, prompt_tokens, decode_cached_tokens);
     match model {
         Model::Linear(m) => {
-            let p = linear_payload(m, prompt_tokens, decode_cached_tokens)?;
+            let p = linear_payload(m, prompt_tokens, hit)?;
             Ok(HandoffSize {
                 transferred_tokens: p.transferred_tokens,
                 bytes: p.bytes,
@@ -432,11 +477,10 @@ pub fn handoff_size(
         }
         Model::Grouped(m) => {
             let t = transferred_tokens(model, prompt_tokens);
-            let (_, hit_tokens, full_hit) = decode_hit(m, t, decode_cached_tokens);
             let mut total = Bytes::ZERO;
-            if !full_hit {
+            if hit < t {
                 for g in m.groups() {
-                    let bytes = moved_blocks(g, t, hit_tokens)
+                    let bytes = moved_blocks(g, t, hit)
                         .checked_bytes(g.transfer_bytes_per_block())
                         .and_then(|b| total.checked_add(b))
                         .ok_or(RuleError::Overflow { prompt: prompt_tokens.get() })?;
@@ -448,35 +492,25 @@ pub fn handoff_size(
     }
 }
 
-/// The decode hit of a grouped handoff of T tokens: whole full-attention
-/// blocks (capped at T's), the tokens they cover, and whether they are all
-/// of T's blocks.
-fn decode_hit(m: &GroupedModel, t: Tokens, k: Tokens) -> (Blocks, Tokens, bool) {
-    match m.full_attention_block_size() {
-        Some(b) => {
-            let all = full_attention_blocks(t, b);
-            let h = k.blocks_floor(b).min(all);
-            (h, h.tokens(b), h == all)
-        }
-        None => (Blocks::ZERO, Tokens::ZERO, false),
-    }
-}
-
-fn linear_payload(m: &LinearModel, n: Tokens, k: Tokens) -> Result<TokenPayload, RuleError> {
-    let tokens = n - k;
-    let bytes = tokens.checked_bytes(m.kv_bytes_per_token()).ok_or(RuleError::Overflow { prompt: n.get() })?;
-    Ok(TokenPayload { transferred_tokens: n, tokens, bytes })
-}
-
-fn grouped_payload(m: &GroupedModel, n: Tokens, t: Tokens, k: Tokens) -> Result<BlockPayload, RuleError> {
+/// `hit` is [`decode_hit_tokens`], below N.
+fn linear_payload(m: &LinearModel, n: Tokens, hit: Tokens) -> Result<TokenPayload, RuleError> {
+    let b = m.block_size();
+    let blocks = Blocks::new(n.blocks_ceil(b).get() - hit.blocks_floor(b).get());
     let overflow = RuleError::Overflow { prompt: n.get() };
-    // Decode hit in whole full-attention blocks, and in tokens.
-    let (hit_blocks, hit_tokens, full_hit) = decode_hit(m, t, k);
+    let tokens = blocks.get().checked_mul(b.get()).map(Tokens::new).ok_or_else(|| overflow.clone())?;
+    let bytes = tokens.checked_bytes(m.kv_bytes_per_token()).ok_or(overflow)?;
+    Ok(TokenPayload { transferred_tokens: n, hit, blocks, tokens, bytes })
+}
+
+/// `hit` is [`decode_hit_tokens`].
+fn grouped_payload(m: &GroupedModel, n: Tokens, t: Tokens, hit: Tokens) -> Result<BlockPayload, RuleError> {
+    let overflow = RuleError::Overflow { prompt: n.get() };
+    let full_hit = hit >= t;
     let mut groups = Vec::with_capacity(m.groups().len());
     let mut total = Bytes::ZERO;
     let mut fixed = Bytes::ZERO;
     for g in m.groups() {
-        let blocks = if full_hit { Blocks::ZERO } else { moved_blocks(g, t, hit_tokens) };
+        let blocks = if full_hit { Blocks::ZERO } else { moved_blocks(g, t, hit) };
         let bytes = blocks.checked_bytes(g.transfer_bytes_per_block()).ok_or_else(|| overflow.clone())?;
         total = total.checked_add(bytes).ok_or_else(|| overflow.clone())?;
         if g.kind() != CacheGroupKind::FullAttention {
@@ -486,7 +520,7 @@ fn grouped_payload(m: &GroupedModel, n: Tokens, t: Tokens, k: Tokens) -> Result<
     }
     Ok(BlockPayload {
         transferred_tokens: t,
-        cached_full_attention_blocks: hit_blocks,
+        hit,
         groups,
         total_bytes: total,
         fixed_bytes: fixed,
@@ -495,7 +529,7 @@ fn grouped_payload(m: &GroupedModel, n: Tokens, t: Tokens, k: Tokens) -> Result<
 }
 
 /// Blocks of `g` that move for T tokens when the decode rank caches the
-/// first `hit` tokens (a whole number of full-attention blocks).
+/// first `hit` tokens (a whole number of `g`'s blocks, below T).
 fn moved_blocks(g: &CacheGroup, t: Tokens, hit: Tokens) -> Blocks {
     let b = g.block_size();
     match (g.kind(), g.window()) {

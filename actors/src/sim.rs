@@ -9,7 +9,7 @@ use sim_core::{ActorId, SimDuration, SimTime, Simulation};
 use crate::config::{DeploymentSpec, LinkTopology, RoleSpec, SloSpec};
 use crate::link::{LinkStats, NixlLink};
 use crate::metrics::{self, Histogram, Summary, Timeline};
-use crate::model::{CacheGroup, CacheGroupKind, Model, ModelSpec, RankRules, Role};
+use crate::model::{CacheGroup, CacheGroupKind, DEFAULT_LINEAR_BLOCK_SIZE, Model, ModelSpec, RankRules, Role};
 use crate::msg::Msg;
 use crate::ranks::{AggregatedRank, DecodeRank, Hold, PrefillRank, RankCore, SourceStats};
 use crate::request::{FailReason, Outcome, Request};
@@ -430,7 +430,10 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
                 Hold::Lease(l) => Some(l),
                 Hold::Fixed(_) => None,
             };
-            let rank = DecodeRank::new(core, dep.model.clone(), prefill.clone(), links, abort, lease);
+            // A linear model's handoff moves whole blocks of the decode rank's size.
+            let block = d.spec.block_size_tokens.unwrap_or(DEFAULT_LINEAR_BLOCK_SIZE);
+            let model = dep.model.clone().with_block_size(block);
+            let rank = DecodeRank::new(core, model, prefill.clone(), links, abort, lease);
             let id = sim.add_actor(&format!("decode{j}"), rank).expect("unique");
             decode.push(id);
             ranks.push(RankId::Decode(id));

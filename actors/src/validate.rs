@@ -19,10 +19,10 @@ use sim_core::{SimDuration, SimTime};
 
 use crate::config::{DeploymentSpec, FaultSpec, LinkSpec, RoleSpec, SloSpec, StepTimeSpec};
 use crate::model::{CacheGroup, CacheGroupKind, CacheGroupSpec, GateError, Model, ModelSpec, RankRules, Role};
-use crate::model::{check_pairing, check_rank};
+use crate::model::{DEFAULT_LINEAR_BLOCK_SIZE, check_pairing, check_rank};
 use crate::scheduler::MAX_GROUPS;
 use crate::sim::MAX_RANKS;
-use crate::units::{Bandwidth, Tokens};
+use crate::units::Bandwidth;
 
 /// A refused field: its dotted path and a one-line reason.
 ///
@@ -345,7 +345,7 @@ fn pool_groups(role: Role, rs: &RoleSpec, m: &Model) -> Result<Vec<CacheGroup>, 
             g.groups().to_vec()
         }
         Model::Linear(l) => {
-            let b = rs.block_size_tokens.unwrap_or(Tokens::new(16));
+            let b = rs.block_size_tokens.unwrap_or(DEFAULT_LINEAR_BLOCK_SIZE);
             let page = b
                 .checked_bytes(l.kv_bytes_per_token())
                 .ok_or_else(|| FieldError::new("model.kv_bytes_per_token", "times the block size overflows 64 bits"))?;

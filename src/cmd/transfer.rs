@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use actors::model::Model;
+use actors::model::{DEFAULT_LINEAR_BLOCK_SIZE, Model};
 use actors::rules::{Payload, RuleError, payload};
 use actors::units::{Bandwidth, Link, Tokens};
 use pdsim::scenario;
@@ -21,8 +21,9 @@ pub struct Args {
     /// Prompt tokens N of the request handed off.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub prompt_tokens: u64,
-    /// Leading prompt tokens K the decode rank already caches (its prefix
-    /// hit); at most N.
+    /// Leading prompt tokens K the decode rank's prefix cache holds; at most
+    /// N. The hit it serves is min(K, N − 1) rounded down to every group's
+    /// block size (their least common multiple), as vLLM's.
     #[arg(long, value_name = "K", default_value_t = 0, allow_negative_numbers = true)]
     pub decode_cached_tokens: u64,
     /// Link bandwidth in GB/s (10^9 bytes/s), instead of the scenario's.
@@ -42,18 +43,22 @@ struct Report {
     units: &'static str,
     prompt_tokens: u64,
     decode_cached_tokens: u64,
+    /// The hit the decode rank serves: min(K, N − 1) rounded down to the
+    /// groups' block sizes.
+    decode_hit_tokens: u64,
     /// T: tokens the prefill computes and hands off.
     transferred_tokens: u64,
     payload_bytes: u64,
     /// Bytes of the window and state groups (0 for a linear model).
     fixed_bytes: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cached_full_attention_blocks: Option<u64>,
     full_decode_hit: bool,
     groups: Vec<GroupRow>,
-    /// Tokens whose KV moves (linear model only).
+    /// Tokens whose KV moves, in whole blocks (linear model only).
     #[serde(skip_serializing_if = "Option::is_none")]
     tokens: Option<u64>,
+    /// Blocks that move (linear model only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blocks: Option<u64>,
     bandwidth_gb_s: f64,
     latency_us: f64,
     delay_ns: u64,
@@ -86,7 +91,10 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     };
     let bandwidth = Bandwidth::parse_gb_per_s(gb_s).map_err(|why| CmdError::BadInput(format!("{flag}: {why}")))?;
     let link = Link { latency: SimDuration::from_secs_f64(link_spec.latency_us / 1e6), bandwidth };
-    let model = scenario.model();
+    // A linear model moves whole blocks of the decode rank's block size.
+    let dep = scenario.deployment();
+    let block = dep.decode.as_ref().or(dep.aggregated.as_ref()).and_then(|r| r.block_size_tokens);
+    let model = &scenario.model().clone().with_block_size(block.unwrap_or(DEFAULT_LINEAR_BLOCK_SIZE));
     let p = payload(model, Tokens::new(n), Tokens::new(k)).map_err(|e| match e {
         RuleError::HitExceedsPrompt { .. } => CmdError::BadInput(format!("--decode-cached-tokens: {e}")),
         _ => CmdError::BadInput(format!("--prompt-tokens: {e}")),
@@ -101,15 +109,15 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         },
         prompt_tokens: n,
         decode_cached_tokens: k,
+        decode_hit_tokens: match &p {
+            Payload::Tokens(t) => t.hit_tokens().get(),
+            Payload::Blocks(b) => b.hit_tokens().get(),
+        },
         transferred_tokens: p.transferred_tokens().get(),
         payload_bytes: p.bytes().get(),
         fixed_bytes: match &p {
             Payload::Tokens(_) => 0,
             Payload::Blocks(b) => b.fixed_bytes().get(),
-        },
-        cached_full_attention_blocks: match &p {
-            Payload::Tokens(_) => None,
-            Payload::Blocks(b) => Some(b.cached_full_attention_blocks().get()),
         },
         full_decode_hit: match &p {
             Payload::Tokens(_) => false,
@@ -130,6 +138,10 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         },
         tokens: match &p {
             Payload::Tokens(t) => Some(t.tokens().get()),
+            Payload::Blocks(_) => None,
+        },
+        blocks: match &p {
+            Payload::Tokens(t) => Some(t.blocks().get()),
             Payload::Blocks(_) => None,
         },
         bandwidth_gb_s: bandwidth.as_gb_per_s(),
@@ -155,7 +167,9 @@ fn table(r: &Report, model: &Model) -> String {
     };
     line(format!("scenario     {}", r.scenario));
     let shape = match model {
-        Model::Linear(_) => "linear: the handoff counts tokens".to_owned(),
+        Model::Linear(m) => {
+            format!("linear: the handoff moves whole blocks of {} tokens", thousands(m.block_size().get()))
+        }
         Model::Grouped(g) => format!(
             "grouped: {} cache groups, the handoff counts blocks{}",
             g.groups().len(),
@@ -164,16 +178,17 @@ fn table(r: &Report, model: &Model) -> String {
     };
     line(format!("model        {} ({shape})", r.model.as_deref().unwrap_or("unnamed")));
     line(format!(
-        "prompt       {} tokens, {} cached on the decode rank; {} tokens handed off",
+        "prompt       {} tokens, {} cached on the decode rank (a hit of {}); {} tokens handed off",
         thousands(r.prompt_tokens),
         thousands(r.decode_cached_tokens),
+        thousands(r.decode_hit_tokens),
         thousands(r.transferred_tokens)
     ));
     line(format!("link         {} GB/s, latency {} us", r.bandwidth_gb_s, r.latency_us));
     line(String::new());
     if r.groups.is_empty() {
-        let tokens = r.tokens.unwrap_or(0);
-        line(format!("tokens moved {:>15}", thousands(tokens)));
+        let (tokens, blocks) = (r.tokens.unwrap_or(0), r.blocks.unwrap_or(0));
+        line(format!("tokens moved {:>15} ({} blocks)", thousands(tokens), thousands(blocks)));
     } else {
         let width = r.groups.iter().map(|g| g.name.len()).max().unwrap_or(5).max(5);
         line(format!("{:<width$}  {:<14}  {:>8}  {:>15}", "group", "kind", "blocks", "bytes"));
@@ -187,7 +202,7 @@ fn table(r: &Report, model: &Model) -> String {
         thousands(r.fixed_bytes)
     ));
     if r.full_decode_hit {
-        line("full decode hit: the decode rank caches every full-attention block, so nothing moves".to_owned());
+        line("full decode hit: the hit covers every token handed off, so nothing moves".to_owned());
     }
     line(format!("delay        {} ms", r.delay_ms));
     out

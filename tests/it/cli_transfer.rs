@@ -101,7 +101,7 @@ fn decode_prefix_hits() {
     // 2 × 13,045,120 + 36,927,488 = 63,017,728.
     let v = transfer_json(&glm(), &["--prompt-tokens", "8192", "--decode-cached-tokens", "4352"]);
     assert_eq!(v["payload_bytes"], 63_017_728u64);
-    assert_eq!(v["cached_full_attention_blocks"], 2);
+    assert_eq!(v["decode_hit_tokens"], 4_352);
     assert_eq!(v["full_decode_hit"], false);
     // N = 4,353: T = 4,352 is exactly 2 blocks; K = 4,352 caches both, so
     // vLLM moves nothing at all (not even the state groups).
@@ -110,24 +110,31 @@ fn decode_prefix_hits() {
     assert_eq!(v["fixed_bytes"], 0);
     assert_eq!(v["full_decode_hit"], true);
     assert_eq!(v["delay_ns"], 0);
+    // K = N = 2,176: a hit never covers the last prompt token, min(2,176,
+    // 2,175) rounds down to 0 blocks, and the whole handoff moves, as
+    // vLLM 0.33.0's: 13,045,120 + 36,927,488 = 49,972,608 bytes.
+    let v = transfer_json(&glm(), &["--prompt-tokens", "2176", "--decode-cached-tokens", "2176"]);
+    assert_eq!((v["decode_hit_tokens"].as_u64(), v["payload_bytes"].as_u64()), (Some(0), Some(49_972_608)));
 }
 
 #[test]
-fn linear_model_counts_tokens() {
-    // Llama-3.1-8B at TP 4: 32,768 bytes per token. N = 1,000, K = 100:
-    // 900 tokens × 32,768 = 29,491,200 bytes; at 50 GB/s plus 20 µs:
-    // 20,000 + 589,824 = 609,824 ns.
+fn linear_model_moves_whole_blocks() {
+    // Llama-3.1-8B at TP 4: 32,768 bytes per token, blocks of 16. N =
+    // 1,000, K = 100: the hit is floor(100 / 16) = 6 blocks, and
+    // cdiv(1,000, 16) − 6 = 57 blocks = 912 tokens move: 912 × 32,768 =
+    // 29,884,416 bytes; at 50 GB/s plus 20 µs: 20,000 + 597,688.32 → 617,689 ns.
     let v = transfer_json(
         &scenario_file("llama-3.1-8b-1p1d.toml"),
         &["--prompt-tokens", "1000", "--decode-cached-tokens", "100"],
     );
     assert_eq!(v["units"], "tokens");
     assert_eq!(v["groups"].as_array().unwrap().len(), 0);
-    assert_eq!(v["tokens"], 900);
+    assert_eq!((v["tokens"].as_u64(), v["blocks"].as_u64()), (Some(912), Some(57)));
+    assert_eq!(v["decode_hit_tokens"], 96);
     assert_eq!(v["transferred_tokens"], 1000);
-    assert_eq!(v["payload_bytes"], 29_491_200u64);
+    assert_eq!(v["payload_bytes"], 29_884_416u64);
     assert_eq!(v["fixed_bytes"], 0);
-    assert_eq!(v["delay_ns"], 609_824u64);
+    assert_eq!(v["delay_ns"], 617_689u64);
 }
 
 #[test]

@@ -23,7 +23,7 @@ const PINNED: [(&str, u64, u64, u64); 8] = [
     ("glm-5.3-flash-2p1d-pressure.toml", 0xd7bc_afee_1c53_eede, 0xb760_b92c_0d27_21ea, 0x742d_fdfc_2b1c_b98b),
     ("glm-5.3-flash-2p2d.toml", 0xf708_83f2_cfef_3549, 0xbed3_1e7e_aa97_a40f, 0x83bd_a0ad_f00e_ade0),
     ("gpt-oss-1p1d.toml", 0x22b2_9221_c6a6_8bc4, 0x98eb_d371_18ba_9cbd, 0x15bd_d944_859e_9526),
-    ("llama-3.1-8b-1p1d.toml", 0x2f6b_f678_84a5_860d, 0x2470_b011_ba83_5157, 0xb39f_24e5_23f8_509a),
+    ("llama-3.1-8b-1p1d.toml", 0xd6a2_a56c_6ceb_9b24, 0x1479_9d2f_3e61_cc3c, 0x1f43_5016_eda9_08ba),
     ("llama-3.1-8b-aggregated.toml", 0xb063_d4d4_423d_a1f6, 0x2a60_b16c_16ad_c6c7, 0xd657_f61d_916e_941e),
     ("mamba2-hybrid-1p1d.toml", 0x3c51_32ac_f293_7c90, 0x76e6_fb5d_d74e_d826, 0x5499_bd50_110b_493f),
 ];

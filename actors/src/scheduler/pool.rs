@@ -40,7 +40,7 @@
 use std::collections::BTreeMap;
 
 use crate::fxmap::FxHashMap;
-use crate::model::{CacheGroup, CacheGroupKind};
+use crate::model::{CacheGroup, CacheGroupKind, block_size_lcm};
 use crate::rules;
 use crate::units::{Blocks, Tokens};
 use crate::workload::{PrefixIds, mix};
@@ -133,6 +133,9 @@ pub struct KvPool {
     fa_groups: u64,
     /// Block size of the full-attention groups (prefix-cache granularity).
     fa_block: Option<Tokens>,
+    /// Hits are a multiple of this many full-attention blocks: the least
+    /// common multiple of every group's block size, in them.
+    hit_align: u32,
     num_blocks: u64,
     free: u64,
     private: u64,
@@ -163,7 +166,10 @@ impl KvPool {
         let fa_groups = fa.len() as u64;
         let fa_block = fa.first().map(|g| g.block_size());
         let caching = prefix_caching && fa_groups > 0 && fa.iter().all(|g| g.prefix_cacheable());
+        let lcm = block_size_lcm(&groups).get();
+        let hit_align = fa_block.map_or(1, |b| u32::try_from(lcm / b.get()).unwrap_or(u32::MAX));
         KvPool {
+            hit_align,
             group_used: vec![0; groups.len()],
             groups,
             fa_groups,
@@ -432,7 +438,10 @@ impl KvPool {
             }
             n += 1;
         }
-        n
+        // A hit is a multiple of every group's block size (vLLM's scheduler
+        // block size, the lcm): FA B = 16 beside a window B = 32 hits in
+        // pairs of blocks.
+        n - n % self.hit_align
     }
 
     /// The tokens `blocks` cached full-attention blocks cover.

@@ -2,6 +2,7 @@
 
 mod conformance;
 mod gates;
+mod handoff;
 mod model_files;
 mod model_fixtures;
 mod pinned;

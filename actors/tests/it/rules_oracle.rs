@@ -158,11 +158,12 @@ fn decode_hit_skips_cached_full_attention_blocks() {
     // N = 8,192, T = 8,191: 4 FA blocks. K = 4,352 = 2 × 2,176 → 2 cached, 2 move.
     let p = payload(&m, t(8_192), t(2 * 2_176)).unwrap();
     let bp = blocks_payload(&p);
-    assert_eq!(bp.cached_full_attention_blocks(), Blocks::new(2));
+    assert_eq!(bp.hit_tokens(), t(2 * 2_176));
     assert_eq!(p.bytes(), Bytes::new(13_045_120 * 2 + 36_927_488));
     // K = 4,353 still counts only whole blocks: floor(4353 / 2176) = 2.
     assert_eq!(payload(&m, t(8_192), t(4_353)).unwrap().bytes(), p.bytes());
-    // K = 8,192: floor(8192 / 2176) = 3 cached, 1 moves.
+    // K = 8,192: the hit stops short of the last token, min(8192, 8191) =
+    // 8,191 → floor(8191 / 2176) = 3 cached, 1 moves.
     let p = payload(&m, t(8_192), t(8_192)).unwrap();
     assert_eq!(p.bytes(), Bytes::new(13_045_120 + 36_927_488));
     assert!(!blocks_payload(&p).full_decode_hit());
@@ -182,17 +183,26 @@ fn full_decode_hit_moves_nothing() {
     assert!(bp.groups().iter().all(|g| g.blocks() == Blocks::ZERO));
     // The fixed bytes are not charged on a full hit.
     assert_ne!(p.bytes(), Bytes::new(36_927_488));
-    // A hit of the whole prompt (K = N = 2,177) is past T: nothing moves either.
+    // K = N = 2,177: the hit is min(2,177, 2,176) = 2,176 = T, nothing moves either.
     assert!(payload(&m, t(2_177), t(2_177)).unwrap().moves_nothing());
+    // K = N = 2,176: min(2,176, 2,175) = 2,175 rounds down to 0 (vLLM 0.33.0's
+    // handoff moves 1 FA + ring + 4 KDA blocks, 49,972,608 bytes).
+    let p = payload(&m, t(2_176), t(2_176)).unwrap();
+    assert_eq!(blocks_payload(&p).hit_tokens(), Tokens::ZERO);
+    assert_eq!(p.bytes(), Bytes::new(13_045_120 + 36_927_488));
+    assert_eq!(p.bytes(), Bytes::new(49_972_608));
 
-    // Without Mamba state T = N; K = N = 1,024 on B = 16 caches all 64 blocks.
+    // Without Mamba state T = N, and a hit never covers the last token, so
+    // something always moves: K = N = 1,024 on B = 16 hits min(1,024, 1,023)
+    // → 1,008 = 63 of 64 blocks: 1 FA block and the uncached in-window
+    // blocks move (window blocks 56..64, 56..63 cached → 1 block). vLLM:
+    // 786,432 bytes for gpt-oss-like (2 × 393,216).
     let plain = model(&spec(vec![fa("fa", 16, 1_000), window("swa", 128, 16, 1_000)]));
-    assert!(payload(&plain, t(1_024), t(1_024)).unwrap().moves_nothing());
-    // K = 1,023 caches 63 of 64: 1 FA block and the uncached in-window blocks
-    // move: window blocks 56..64, 56..63 cached → 1 block.
-    let p = payload(&plain, t(1_024), t(1_023)).unwrap();
-    let blocks: Vec<u64> = blocks_payload(&p).groups().iter().map(|g| g.blocks().get()).collect();
-    assert_eq!(blocks, vec![1, 1]);
+    for k in [1_024, 1_023] {
+        let p = payload(&plain, t(1_024), t(k)).unwrap();
+        let blocks: Vec<u64> = blocks_payload(&p).groups().iter().map(|g| g.blocks().get()).collect();
+        assert_eq!(blocks, vec![1, 1], "K = {k}");
+    }
 }
 
 #[test]
@@ -212,18 +222,24 @@ fn partial_hit_and_window_blocks() {
 }
 
 #[test]
-fn linear_payload_counts_tokens() {
+fn linear_payload_moves_whole_blocks() {
     let m = model(&linear_spec(32_768));
+    assert_eq!(m.as_linear().unwrap().block_size(), t(16));
     let p = payload(&m, t(1_000), Tokens::ZERO).unwrap();
-    let Payload::Tokens(tp) = &p else { panic!("linear payload counts tokens: {p:?}") };
-    assert_eq!(tp.tokens(), t(1_000));
+    let Payload::Tokens(tp) = &p else { panic!("linear payload: {p:?}") };
+    // cdiv(1,000, 16) = 63 blocks, the last one partly filled: 1,008 tokens.
+    assert_eq!((tp.blocks(), tp.tokens()), (Blocks::new(63), t(1_008)));
     assert_eq!(tp.transferred_tokens(), t(1_000));
-    // 1,000 × 32,768 = 32,768,000 bytes.
-    assert_eq!(p.bytes(), Bytes::new(1_000 * 32_768));
-    // A decode hit of 200 tokens: 800 × 32,768.
+    assert_eq!(p.bytes(), Bytes::new(1_008 * 32_768));
+    // A decode cache of 200 tokens hits floor(200 / 16) = 12 blocks: 51 move.
     let p = payload(&m, t(1_000), t(200)).unwrap();
-    assert_eq!(p.bytes(), Bytes::new(800 * 32_768));
-    assert!(payload(&m, t(1_000), t(1_000)).unwrap().moves_nothing());
+    assert_eq!(p.bytes(), Bytes::new(51 * 16 * 32_768));
+    // K = N: the hit stops at N − 1 = 999 → 62 blocks; the last one moves.
+    let p = payload(&m, t(1_000), t(1_000)).unwrap();
+    assert_eq!(p.bytes(), Bytes::new(16 * 32_768));
+    // Another block size: B = 32, cdiv(1,000, 32) = 32 blocks = 1,024 tokens.
+    let m32 = m.with_block_size(t(32));
+    assert_eq!(payload(&m32, t(1_000), Tokens::ZERO).unwrap().bytes(), Bytes::new(1_024 * 32_768));
 }
 
 #[test]

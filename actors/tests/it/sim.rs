@@ -220,12 +220,13 @@ fn a_full_decode_pool_makes_the_second_reservation_wait() {
     // The second waits until the first completes and frees its 66 blocks.
     assert_eq!(b.t.reserved, a.t.finished);
     // The prefill step: 2,000 + 10 × 2,000 = 22,000 µs, so both prefills end
-    // at 22 ms. a's transfer: 1,000 × 32,768 bytes at 50 GB/s = 655,360 ns;
-    // then 50 decode steps of 5 ms. a ends at 22 + 0.65536 + 250 =
-    // 272.65536 ms, and b waited from 22 ms until then.
-    assert_eq!(a.t.finished, Some(SimTime::from_nanos(272_655_360)));
+    // at 22 ms. a's transfer: 63 whole blocks, 1,008 × 32,768 bytes at 50
+    // GB/s = 660,602.88 → 660,603 ns; then 50 decode steps of 5 ms. a ends
+    // at 22 + 0.660603 + 250 = 272.660603 ms, and b waited from 22 ms until
+    // then.
+    assert_eq!(a.t.finished, Some(SimTime::from_nanos(272_660_603)));
     let wait = b.t.transfer_started.unwrap() - b.t.prefill_done.unwrap();
-    assert_eq!(wait, SimDuration::from_nanos(272_655_360 - 22_000_000));
+    assert_eq!(wait, SimDuration::from_nanos(272_660_603 - 22_000_000));
     assert_eq!(out.summary.transfer_wait_ms.max, wait.as_millis_f64());
     let d = out.ranks.iter().find(|k| k.role == Role::Decode).unwrap();
     assert_eq!(d.reservations_waited, 1);
