@@ -336,7 +336,12 @@ impl Actor<Msg> for Router {
                     }
                 }
                 ArrivalMode::Closed { concurrency } => {
+                    // At most one pass per request the workload has: the
+                    // cost is min(concurrency, requests), not concurrency.
                     for _ in 0..concurrency {
+                        if self.next.is_none() {
+                            break;
+                        }
                         self.issue_next(ctx);
                     }
                 }
