@@ -34,7 +34,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 
 use actors::units::Tokens;
@@ -43,6 +43,13 @@ use serde::{Deserialize, Serialize};
 use sim_core::SimTime;
 
 use crate::check::{FieldError, at_least_one, positive};
+
+/// The longest line of a trace file pdsim reads (a Mooncake row of a
+/// 4M-token prompt is about 100 KB).
+pub const MAX_LINE_BYTES: u64 = 4 << 20;
+
+/// A UTF-8 byte-order mark, dropped from the start of a trace.
+const BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// Tokens one Mooncake `hash_ids` entry covers.
 pub const MOONCAKE_BLOCK_TOKENS: u64 = 512;
@@ -176,7 +183,8 @@ impl TraceReader {
     /// column; the text names the file (and line).
     pub fn open(spec: &TraceSpec, use_timestamps: bool) -> Result<TraceReader, WorkloadError> {
         let path = spec.path.display().to_string();
-        let file = File::open(&spec.path).map_err(|e| WorkloadError(format!("cannot open {path}: {e}")))?;
+        let (file, _) = crate::files::open_regular(&spec.path)
+            .map_err(|e| WorkloadError(format!("cannot open {path}: {e}")))?;
         let mut reader = TraceReader {
             path,
             format: spec.format,
@@ -222,15 +230,24 @@ impl TraceReader {
     fn next_line(&mut self) -> Result<Option<Result<String, String>>, WorkloadError> {
         loop {
             self.buf.clear();
-            let n = self
-                .reader
+            // One byte past the cap: a line that long is refused, whatever
+            // the file (one without line breaks would fill the memory).
+            let n = (&mut self.reader)
+                .take(MAX_LINE_BYTES + 1)
                 .read_until(b'\n', &mut self.buf)
                 .map_err(|e| WorkloadError(format!("{}:{}: cannot read: {e}", self.path, self.line + 1)))?;
             if n == 0 {
                 return Ok(None);
             }
             self.line += 1;
-            let text = match std::str::from_utf8(&self.buf) {
+            if n as u64 > MAX_LINE_BYTES {
+                return Err(WorkloadError(format!(
+                    "{}:{}: line longer than {MAX_LINE_BYTES} bytes; is this a {} trace?",
+                    self.path, self.line, self.format
+                )));
+            }
+            let bytes = if self.line == 1 { self.buf.strip_prefix(BOM).unwrap_or(&self.buf) } else { &self.buf };
+            let text = match std::str::from_utf8(bytes) {
                 Ok(t) => t,
                 Err(e) => return Ok(Some(Err(format!("not valid UTF-8 ({e})")))),
             };
