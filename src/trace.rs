@@ -37,6 +37,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 
+use actors::router::{MAX_ARRIVAL, MAX_REQUEST_TOKENS};
 use actors::units::Tokens;
 use actors::workload::{PrefixIds, RequestSource, RequestSpec, WorkloadError};
 use serde::{Deserialize, Serialize};
@@ -319,6 +320,18 @@ impl TraceReader {
             let x = (offset as f64 * self.time_scale).round();
             if x >= u64::MAX as f64 { u64::MAX } else { x as u64 }
         };
+        if scaled > MAX_ARRIVAL.as_nanos() {
+            let text = self.prev.as_ref().map_or("", |(_, t)| t.as_str());
+            return Err(WorkloadError(format!(
+                "{}:{}: timestamp {text}: {} s after the first row, times time_scale {} is past the end of \
+                 simulated time (arrivals must come within {:.0} s, about 146 years, of the first)",
+                self.path,
+                self.line,
+                offset as f64 / 1e9,
+                short_float(self.time_scale),
+                MAX_ARRIVAL.as_secs_f64()
+            )));
+        }
         Ok(SimTime::from_nanos(scaled))
     }
 }
@@ -393,6 +406,7 @@ fn parse_mooncake(text: &str) -> Result<Row, String> {
     if row.output_length == 0 {
         return Err("output_length: must be >= 1, got 0".into());
     }
+    token_cap("input_length", "output_length", row.input_length, row.output_length)?;
     Ok(Row::Request {
         time_ns,
         time_text: format!("{} ms", row.timestamp),
@@ -400,6 +414,25 @@ fn parse_mooncake(text: &str) -> Result<Row, String> {
         output: row.output_length,
         ids: row.hash_ids,
     })
+}
+
+/// `x` as a scenario file would spell it briefly: `2.5`, `1e308`.
+fn short_float(x: f64) -> String {
+    if x != 0.0 && !(1e-4..1e9).contains(&x.abs()) { format!("{x:e}") } else { format!("{x}") }
+}
+
+/// A request holds at most [`MAX_REQUEST_TOKENS`] prompt and output tokens
+/// together: the field named is the prompt's when it alone leaves no room
+/// for an output token, else the output's.
+fn token_cap(prompt_name: &str, output_name: &str, prompt: u64, output: u64) -> Result<(), String> {
+    if prompt.saturating_add(output) <= MAX_REQUEST_TOKENS {
+        return Ok(());
+    }
+    let field = if prompt >= MAX_REQUEST_TOKENS { prompt_name } else { output_name };
+    Err(format!(
+        "{field}: {prompt} prompt and {output} output tokens are more than a request may hold \
+         ({MAX_REQUEST_TOKENS} together)"
+    ))
 }
 
 /// A JSON number of `unit_ns`-nanosecond units as whole nanoseconds:
@@ -442,13 +475,19 @@ fn decimal_ns(s: &str, unit_ns: u64) -> Option<u64> {
 
 fn parse_csv_row(format: TraceFormat, cols: Columns, text: &str) -> Result<Row, String> {
     let fields = split_csv(text)?;
-    if fields.len() < cols.needed {
-        return Err(format!("expected at least {} fields, got {}", cols.needed, fields.len()));
-    }
     let (time_name, prompt_name, output_name) = match format {
         TraceFormat::Azure => ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
         _ => ("Timestamp", "Request tokens", "Response tokens"),
     };
+    if fields.len() < cols.needed {
+        // The first column (in the file's order) the row does not reach.
+        let missing = [(cols.time, time_name), (cols.prompt, prompt_name), (cols.output, output_name)]
+            .into_iter()
+            .filter(|(i, _)| *i >= fields.len())
+            .min_by_key(|(i, _)| *i)
+            .map_or("", |(_, name)| name);
+        return Err(format!("{missing}: missing (expected at least {} fields, got {})", cols.needed, fields.len()));
+    }
     let time_text = fields[cols.time].trim();
     let time_ns = match format {
         TraceFormat::Azure => parse_wall_clock_ns(time_text),
@@ -470,6 +509,7 @@ fn parse_csv_row(format: TraceFormat, cols: Columns, text: &str) -> Result<Row, 
         }
         return Err(format!("{output_name}: must be >= 1, got 0"));
     }
+    token_cap(prompt_name, output_name, prompt, output)?;
     Ok(Row::Request { time_ns, time_text: time_text.to_owned(), prompt, output, ids: Vec::new() })
 }
 
