@@ -184,8 +184,8 @@ impl TraceReader {
     /// column; the text names the file (and line).
     pub fn open(spec: &TraceSpec, use_timestamps: bool) -> Result<TraceReader, WorkloadError> {
         let path = spec.path.display().to_string();
-        let (file, _) = crate::files::open_regular(&spec.path)
-            .map_err(|e| WorkloadError(format!("cannot open {path}: {e}")))?;
+        let (file, _) =
+            crate::files::open_regular(&spec.path).map_err(|e| WorkloadError(format!("cannot open {path}: {e}")))?;
         let mut reader = TraceReader {
             path,
             format: spec.format,
