@@ -12,6 +12,8 @@
 //! - [`report`]: the files of `pdsim run` (`report.json`, `requests.csv`,
 //!   `timeline.csv`, `trace.json`).
 //! - [`sweep`]: sweep files (a base scenario, axes, seeds) and their points.
+//! - [`files`]: bounded reads of input files (regular files only, size caps,
+//!   byte-order marks dropped).
 //!
 //! ```
 //! let scenario = pdsim::scenario::load_default().unwrap();
@@ -21,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod check;
+pub mod files;
 pub mod report;
 pub mod runner;
 pub mod scenario;

@@ -84,7 +84,8 @@ pub fn simulate(
     let dep = Deployment::build(scenario.model_spec(), scenario.deployment())
         .map_err(|e| RunError::BadInput(format!("{}: {e}", scenario.source())))?;
     let workload = scenario.workload();
-    let source = workload.source(seed, requests).map_err(|e| RunError::BadInput(e.0))?;
+    let mut source = workload.source(seed, requests).map_err(|e| RunError::BadInput(e.0))?;
+    source.set_file(scenario.source());
     let stats = Rc::new(RefCell::new(source.stats()));
     let input = RunInput {
         seed,

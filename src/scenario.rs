@@ -361,7 +361,7 @@ struct Disk;
 
 impl Files for Disk {
     fn read(&self, path: &Path) -> Result<String, String> {
-        std::fs::read_to_string(path).map_err(|e| e.to_string())
+        crate::files::read_text(path, crate::files::MAX_TEXT_BYTES)
     }
     fn identity(&self, path: &Path) -> PathBuf {
         std::fs::canonicalize(path).unwrap_or_else(|_| normalize(path))

@@ -139,7 +139,7 @@ impl Sweep {
     pub fn load(path: impl AsRef<Path>) -> Result<Sweep, SweepError> {
         let path = path.as_ref();
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path)
+        let text = crate::files::read_text(path, crate::files::MAX_TEXT_BYTES)
             .map_err(|e| SweepError(format!("{file}: cannot read the sweep file: {e}")))?;
         let doc = Doc { file: &file, text: &text };
         let table = DeTable::parse(&text).map_err(|e| doc.err(e.span().as_ref(), None, e.message()))?;

@@ -34,15 +34,23 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 
+use actors::router::{MAX_ARRIVAL, MAX_REQUEST_TOKENS};
 use actors::units::Tokens;
 use actors::workload::{PrefixIds, RequestSource, RequestSpec, WorkloadError};
 use serde::{Deserialize, Serialize};
 use sim_core::SimTime;
 
 use crate::check::{FieldError, at_least_one, positive};
+
+/// The longest line of a trace file pdsim reads (a Mooncake row of a
+/// 4M-token prompt is about 100 KB).
+pub const MAX_LINE_BYTES: u64 = 4 << 20;
+
+/// A UTF-8 byte-order mark, dropped from the start of a trace.
+const BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// Tokens one Mooncake `hash_ids` entry covers.
 pub const MOONCAKE_BLOCK_TOKENS: u64 = 512;
@@ -176,7 +184,8 @@ impl TraceReader {
     /// column; the text names the file (and line).
     pub fn open(spec: &TraceSpec, use_timestamps: bool) -> Result<TraceReader, WorkloadError> {
         let path = spec.path.display().to_string();
-        let file = File::open(&spec.path).map_err(|e| WorkloadError(format!("cannot open {path}: {e}")))?;
+        let (file, _) =
+            crate::files::open_regular(&spec.path).map_err(|e| WorkloadError(format!("cannot open {path}: {e}")))?;
         let mut reader = TraceReader {
             path,
             format: spec.format,
@@ -222,15 +231,24 @@ impl TraceReader {
     fn next_line(&mut self) -> Result<Option<Result<String, String>>, WorkloadError> {
         loop {
             self.buf.clear();
-            let n = self
-                .reader
+            // One byte past the cap: a line that long is refused, whatever
+            // the file (one without line breaks would fill the memory).
+            let n = (&mut self.reader)
+                .take(MAX_LINE_BYTES + 1)
                 .read_until(b'\n', &mut self.buf)
                 .map_err(|e| WorkloadError(format!("{}:{}: cannot read: {e}", self.path, self.line + 1)))?;
             if n == 0 {
                 return Ok(None);
             }
             self.line += 1;
-            let text = match std::str::from_utf8(&self.buf) {
+            if n as u64 > MAX_LINE_BYTES {
+                return Err(WorkloadError(format!(
+                    "{}:{}: line longer than {MAX_LINE_BYTES} bytes; is this a {} trace?",
+                    self.path, self.line, self.format
+                )));
+            }
+            let bytes = if self.line == 1 { self.buf.strip_prefix(BOM).unwrap_or(&self.buf) } else { &self.buf };
+            let text = match std::str::from_utf8(bytes) {
                 Ok(t) => t,
                 Err(e) => return Ok(Some(Err(format!("not valid UTF-8 ({e})")))),
             };
@@ -302,6 +320,18 @@ impl TraceReader {
             let x = (offset as f64 * self.time_scale).round();
             if x >= u64::MAX as f64 { u64::MAX } else { x as u64 }
         };
+        if scaled > MAX_ARRIVAL.as_nanos() {
+            let text = self.prev.as_ref().map_or("", |(_, t)| t.as_str());
+            return Err(WorkloadError(format!(
+                "{}:{}: timestamp {text}: {} s after the first row, times time_scale {} is past the end of \
+                 simulated time (arrivals must come within {:.0} s, about 146 years, of the first)",
+                self.path,
+                self.line,
+                offset as f64 / 1e9,
+                short_float(self.time_scale),
+                MAX_ARRIVAL.as_secs_f64()
+            )));
+        }
         Ok(SimTime::from_nanos(scaled))
     }
 }
@@ -376,6 +406,7 @@ fn parse_mooncake(text: &str) -> Result<Row, String> {
     if row.output_length == 0 {
         return Err("output_length: must be >= 1, got 0".into());
     }
+    token_cap("input_length", "output_length", row.input_length, row.output_length)?;
     Ok(Row::Request {
         time_ns,
         time_text: format!("{} ms", row.timestamp),
@@ -383,6 +414,25 @@ fn parse_mooncake(text: &str) -> Result<Row, String> {
         output: row.output_length,
         ids: row.hash_ids,
     })
+}
+
+/// `x` as a scenario file would spell it briefly: `2.5`, `1e308`.
+fn short_float(x: f64) -> String {
+    if x != 0.0 && !(1e-4..1e9).contains(&x.abs()) { format!("{x:e}") } else { format!("{x}") }
+}
+
+/// A request holds at most [`MAX_REQUEST_TOKENS`] prompt and output tokens
+/// together: the field named is the prompt's when it alone leaves no room
+/// for an output token, else the output's.
+fn token_cap(prompt_name: &str, output_name: &str, prompt: u64, output: u64) -> Result<(), String> {
+    if prompt.saturating_add(output) <= MAX_REQUEST_TOKENS {
+        return Ok(());
+    }
+    let field = if prompt >= MAX_REQUEST_TOKENS { prompt_name } else { output_name };
+    Err(format!(
+        "{field}: {prompt} prompt and {output} output tokens are more than a request may hold \
+         ({MAX_REQUEST_TOKENS} together)"
+    ))
 }
 
 /// A JSON number of `unit_ns`-nanosecond units as whole nanoseconds:
@@ -425,13 +475,19 @@ fn decimal_ns(s: &str, unit_ns: u64) -> Option<u64> {
 
 fn parse_csv_row(format: TraceFormat, cols: Columns, text: &str) -> Result<Row, String> {
     let fields = split_csv(text)?;
-    if fields.len() < cols.needed {
-        return Err(format!("expected at least {} fields, got {}", cols.needed, fields.len()));
-    }
     let (time_name, prompt_name, output_name) = match format {
         TraceFormat::Azure => ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
         _ => ("Timestamp", "Request tokens", "Response tokens"),
     };
+    if fields.len() < cols.needed {
+        // The first column (in the file's order) the row does not reach.
+        let missing = [(cols.time, time_name), (cols.prompt, prompt_name), (cols.output, output_name)]
+            .into_iter()
+            .filter(|(i, _)| *i >= fields.len())
+            .min_by_key(|(i, _)| *i)
+            .map_or("", |(_, name)| name);
+        return Err(format!("{missing}: missing (expected at least {} fields, got {})", cols.needed, fields.len()));
+    }
     let time_text = fields[cols.time].trim();
     let time_ns = match format {
         TraceFormat::Azure => parse_wall_clock_ns(time_text),
@@ -453,6 +509,7 @@ fn parse_csv_row(format: TraceFormat, cols: Columns, text: &str) -> Result<Row, 
         }
         return Err(format!("{output_name}: must be >= 1, got 0"));
     }
+    token_cap(prompt_name, output_name, prompt, output)?;
     Ok(Row::Request { time_ns, time_text: time_text.to_owned(), prompt, output, ids: Vec::new() })
 }
 

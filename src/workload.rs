@@ -29,7 +29,7 @@
 //! platform. Sampled gaps are rounded once to whole nanoseconds and added as
 //! integers; the first request arrives at time 0.
 
-use actors::router::MAX_REQUEST_TOKENS;
+use actors::router::{MAX_ARRIVAL, MAX_REQUEST_TOKENS};
 use actors::units::Tokens;
 use actors::workload::{ArrivalMode, PrefixIds, RequestSource, RequestSpec, WorkloadError, mix};
 use rand::Rng;
@@ -267,7 +267,7 @@ impl WorkloadSpec {
             }
             None => Inner::Synthetic(Box::new(SyntheticSource::new(self, seed)?)),
         };
-        Ok(WorkloadSource { inner, retime, closed, cap, stats: SourceStats::default() })
+        Ok(WorkloadSource { inner, retime, closed, cap, stats: SourceStats::default(), file: String::new() })
     }
 }
 
@@ -608,9 +608,17 @@ pub struct WorkloadSource {
     closed: bool,
     cap: Option<u64>,
     stats: SourceStats,
+    /// The scenario file, for errors about its fields (not the trace's).
+    file: String,
 }
 
 impl WorkloadSource {
+    /// Names the scenario file in errors about its `[workload]` fields
+    /// (a trace's rows are placed in the trace file).
+    pub fn set_file(&mut self, file: &str) {
+        self.file = file.to_owned();
+    }
+
     /// What the source has read and made so far (final once it returned
     /// `None`).
     pub fn stats(&self) -> SourceStats {
@@ -640,6 +648,16 @@ impl RequestSource for WorkloadSource {
             req.arrival = SimTime::ZERO;
         } else if let Some(clock) = &mut self.retime {
             req.arrival = clock.next_arrival();
+            if req.arrival > MAX_ARRIVAL {
+                let place = if self.file.is_empty() { String::new() } else { format!("{}: ", self.file) };
+                return Err(WorkloadError(format!(
+                    "{place}workload.arrival.rate_per_s: request {} would arrive at {:.0} s, past the end of \
+                     simulated time (arrivals must come within {:.0} s); raise the rate or serve fewer requests",
+                    self.stats.requests,
+                    req.arrival.as_secs_f64(),
+                    MAX_ARRIVAL.as_secs_f64()
+                )));
+            }
         }
         self.stats.requests += 1;
         Ok(Some(req))

@@ -22,6 +22,11 @@ use crate::workload::{ArrivalMode, PrefixIds, RequestSource, RequestSpec, Worklo
 /// beyond any model's context, and small enough that no count overflows.
 pub const MAX_REQUEST_TOKENS: u64 = 1 << 32;
 
+/// The latest arrival a request may have: 2^62 ns (about 146 years), so
+/// that three quarters of the simulated clock's range stay for serving the
+/// last request and no time saturates at the end of the clock.
+pub const MAX_ARRIVAL: SimTime = SimTime::from_nanos(1 << 62);
+
 /// Picks a rank for a request.
 pub trait RoutePolicy {
     /// The index of the rank for `req`, given each rank's outstanding tokens
@@ -246,6 +251,14 @@ impl Router {
                     self.issued + u64::from(self.next.is_some())
                 )));
             }
+            if matches!(self.arrivals, ArrivalMode::Open) && s.arrival > MAX_ARRIVAL {
+                return Err(WorkloadError(format!(
+                    "request {}: arrives at {:.0} s, past the end of simulated time (arrivals must come within {:.0} s)",
+                    self.issued + u64::from(self.next.is_some()),
+                    s.arrival.as_secs_f64(),
+                    MAX_ARRIVAL.as_secs_f64()
+                )));
+            }
         }
         Ok(spec)
     }
@@ -336,7 +349,12 @@ impl Actor<Msg> for Router {
                     }
                 }
                 ArrivalMode::Closed { concurrency } => {
+                    // At most one pass per request the workload has: the
+                    // cost is min(concurrency, requests), not concurrency.
                     for _ in 0..concurrency {
+                        if self.next.is_none() {
+                            break;
+                        }
                         self.issue_next(ctx);
                     }
                 }

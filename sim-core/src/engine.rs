@@ -449,6 +449,17 @@ impl<M: 'static, O: Observer<M>> Simulation<M, O> {
         self.core.live
     }
 
+    /// The time of the next event to deliver, if any is queued: the current
+    /// instant while end-of-instant messages wait. It may be that of an
+    /// event cancelled since (never later than the next live one), so a
+    /// caller can run to it without passing anything.
+    pub fn next_event_time(&self) -> Option<SimTime> {
+        if !self.core.at_end.is_empty() {
+            return Some(self.core.now);
+        }
+        self.core.queue.next_time().map(|t| SimTime::from_nanos(t).max(self.core.now))
+    }
+
     /// When the last event was delivered (the clock may have moved past it
     /// to a `run_until` limit).
     pub fn last_delivery(&self) -> SimTime {

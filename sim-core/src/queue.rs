@@ -27,6 +27,9 @@ pub(crate) trait EventQueue: Default {
     /// Pops the earliest key (the first pushed among equal times) if its
     /// time is not after `limit`.
     fn pop_if_not_after(&mut self, limit: u64) -> Option<Key>;
+    /// The earliest queued key's time (a cancelled event's included), if
+    /// any key is queued.
+    fn next_time(&self) -> Option<u64>;
 }
 
 /// The monotone radix heap; see the module docs.
@@ -118,6 +121,17 @@ impl EventQueue for RadixQueue {
         }
         Some(key)
     }
+
+    fn next_time(&self) -> Option<u64> {
+        if self.head < self.now.len() {
+            return Some(self.last);
+        }
+        if self.occupied == 0 {
+            return None;
+        }
+        let b = self.occupied.trailing_zeros() as usize + 1;
+        self.buckets[b].iter().map(|k| k.time).min()
+    }
 }
 
 #[cfg(test)]
@@ -149,11 +163,15 @@ mod tests {
             let Reverse((time, _, slot, generation)) = self.heap.pop()?;
             Some(Key { time, slot, generation })
         }
+
+        fn next_time(&self) -> Option<u64> {
+            self.heap.peek().map(|Reverse((time, ..))| *time)
+        }
     }
 
     /// Random interleavings of pushes (at or after the last pop, often at the
     /// same instant) and pops with limits: the radix heap pops exactly what
-    /// the binary heap pops.
+    /// the binary heap pops, and peeks the same next time.
     #[test]
     fn radix_heap_pops_what_the_reference_heap_pops() {
         for seed in 0..200u64 {
@@ -162,6 +180,7 @@ mod tests {
             let mut now = 0u64;
             let mut slot = 0u32;
             for _ in 0..2_000 {
+                assert_eq!(radix.next_time(), reference.next_time(), "seed {seed}");
                 if rng.random_bool(0.55) {
                     let spread = [0, 1, 7, 1_000, 1 << 40][rng.random_range(0..5)];
                     let time = now + if spread == 0 { 0 } else { rng.random_range(0..spread) };

@@ -23,10 +23,11 @@ pub mod validate;
 /// Why a verb failed; decides the exit status.
 #[derive(Debug)]
 pub enum CmdError {
-    /// The input is wrong (a scenario, a trace, a flag): exit 2.
+    /// The input is wrong (a scenario, a trace, a flag), or an output
+    /// cannot be written (a full disk, a folder without write access):
+    /// exit 2.
     BadInput(String),
-    /// pdsim failed on good input (a bug, or an I/O error writing output):
-    /// exit 1.
+    /// pdsim failed on good input (a bug): exit 1.
     Internal(String),
     /// Ctrl-C stopped the work; what was finished is written: exit 130.
     Interrupted(String),
@@ -80,6 +81,15 @@ impl From<WorkloadError> for CmdError {
     }
 }
 
+/// Writes `text` to stderr, ignoring a failure: with stderr unwritable
+/// (`2>/dev/full`, a closed terminal) there is nowhere to report it, and
+/// the exit status still says what happened (`eprintln!` would panic, and
+/// panic again in the panic hook, which aborts).
+pub fn say(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+}
+
 /// Writes `text` to stdout; a closed pipe (`pdsim ... | head`) is not an
 /// error.
 pub fn emit(text: &str) -> Result<(), CmdError> {
@@ -87,7 +97,7 @@ pub fn emit(text: &str) -> Result<(), CmdError> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(CmdError::Internal(format!("cannot write to stdout: {e}"))),
+        Err(e) => Err(CmdError::BadInput(format!("cannot write to stdout: {e}"))),
     }
 }
 
@@ -108,6 +118,12 @@ pub fn create_dir(dir: &Path) -> Result<(), CmdError> {
         .map_err(|e| CmdError::BadInput(format!("--out: cannot create the output folder {}: {e}", dir.display())))
 }
 
+/// An output file that cannot be written: the environment's fault (a full
+/// disk, no write access), not a bug: exit 2, naming the file.
+pub fn write_error(path: &Path, e: &std::io::Error) -> CmdError {
+    CmdError::BadInput(format!("cannot write {}: {e}", path.display()))
+}
+
 /// Writes the file `path` through `write`, buffered; an I/O error names the
 /// file. The bytes go to `path.partial` first and are renamed into place
 /// when whole, so a file under its own name is never cut off (by a second
@@ -116,16 +132,22 @@ pub fn write_file(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
 ) -> Result<(), CmdError> {
-    let fail = |e: std::io::Error| CmdError::Internal(format!("cannot write {}: {e}", path.display()));
+    let fail = |e: std::io::Error| write_error(path, &e);
     let mut partial = path.as_os_str().to_owned();
     partial.push(".partial");
     let partial = std::path::PathBuf::from(partial);
     let file = File::create(&partial).map_err(fail)?;
     let mut w = BufWriter::new(file);
-    write(&mut w).map_err(fail)?;
-    w.flush().map_err(fail)?;
+    let written = write(&mut w).and_then(|()| w.flush());
     drop(w);
-    std::fs::rename(&partial, path).map_err(fail)
+    match written.and_then(|()| std::fs::rename(&partial, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            // A cut-off file is no use to anyone.
+            let _ = std::fs::remove_file(&partial);
+            Err(fail(e))
+        }
+    }
 }
 
 /// A CSV file written a line at a time and flushed after each, so that an
@@ -138,8 +160,7 @@ pub struct CsvFile {
 impl CsvFile {
     /// Creates (or truncates) `path`.
     pub fn create(path: &Path) -> Result<Self, CmdError> {
-        let file =
-            File::create(path).map_err(|e| CmdError::Internal(format!("cannot write {}: {e}", path.display())))?;
+        let file = File::create(path).map_err(|e| write_error(path, &e))?;
         Ok(CsvFile { path: path.to_owned(), w: BufWriter::new(file) })
     }
 
@@ -149,7 +170,7 @@ impl CsvFile {
         w.write_all(line.as_bytes())
             .and_then(|()| w.write_all(b"\n"))
             .and_then(|()| w.flush())
-            .map_err(|e| CmdError::Internal(format!("cannot write {}: {e}", self.path.display())))
+            .map_err(|e| write_error(&self.path, &e))
     }
 }
 
@@ -219,7 +240,7 @@ pub fn quiet_panics() {
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".to_owned());
         let place = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
-        eprintln!("pdsim: internal error: {msg}{place} (this is a bug in pdsim)");
+        say(&format!("pdsim: internal error: {msg}{place} (this is a bug in pdsim)\n"));
     }));
 }
 
@@ -233,7 +254,7 @@ pub fn usage_error(e: &clap::Error) -> ExitCode {
             ExitCode::SUCCESS
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
-            eprint!("{}", e.render());
+            say(&e.render().to_string());
             ExitCode::from(2)
         }
         _ => {
@@ -248,7 +269,7 @@ pub fn usage_error(e: &clap::Error) -> ExitCode {
                 .collect();
             let text = para.join(" ");
             let text = text.strip_prefix("error: ").unwrap_or(&text);
-            eprintln!("pdsim: {text} (see pdsim --help)");
+            say(&format!("pdsim: {text} (see pdsim --help)\n"));
             ExitCode::from(2)
         }
     }
@@ -260,15 +281,15 @@ pub fn finish(result: std::thread::Result<Result<(), CmdError>>) -> ExitCode {
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(CmdError::BadInput(msg))) => {
-            eprintln!("pdsim: {msg}");
+            say(&format!("pdsim: {msg}\n"));
             ExitCode::from(2)
         }
         Ok(Err(CmdError::Internal(msg))) => {
-            eprintln!("pdsim: internal error: {msg}");
+            say(&format!("pdsim: internal error: {msg}\n"));
             ExitCode::from(1)
         }
         Ok(Err(CmdError::Interrupted(msg))) => {
-            eprintln!("pdsim: {msg}");
+            say(&format!("pdsim: {msg}\n"));
             ExitCode::from(130)
         }
         Err(_) => ExitCode::from(1),

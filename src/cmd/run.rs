@@ -11,7 +11,7 @@ use pdsim::report::{self, digest_hex};
 use pdsim::runner::{self, Run, default_jobs, ordered_parallel};
 use pdsim::scenario::{self, DEFAULT_SCENARIO_LABEL, Scenario};
 
-use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, write_file};
+use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, write_error, write_file};
 
 /// Arguments of `pdsim run`.
 #[derive(Debug, Default, clap::Args)]
@@ -125,18 +125,20 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
     Ok(())
 }
 
-/// Writes the four files of `run` into `dir`, each on its own thread (the
-/// timeline and the trace of a long run are tens of MB).
+/// Writes the files of `run` into `dir` as a set: first every file an
+/// earlier run may have left there ([`FILES`] and their `.partial`
+/// siblings) is removed, then the timeline and the trace (tens of MB in a
+/// long run) are written on threads of their own beside requests.csv, and
+/// report.json comes last, once the others are whole. So the folder never
+/// mixes two runs, and a folder with a report.json holds all of its run's
+/// files, whatever stopped the writing (a full disk, a second Ctrl-C).
 pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files: &[&str]) -> Result<(), CmdError> {
     create_dir(dir)?;
-    // In a folder an earlier run wrote (it has a report.json), a file not
-    // written this time must not survive from that run.
-    if dir.join("report.json").is_file() {
-        for f in FILES.iter().filter(|f| !files.contains(f)) {
-            match std::fs::remove_file(dir.join(f)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(CmdError::Internal(format!("cannot remove {}: {e}", dir.join(f).display())));
-                }
+    for f in FILES {
+        for name in [f.to_string(), format!("{f}.partial")] {
+            let path = dir.join(name);
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(write_error(&path, &e)),
                 _ => {}
             }
         }
@@ -159,13 +161,16 @@ pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files:
             }
             write_file(&dir.join("trace.json"), |w| report::write_trace_json(w, label, run, topology, disaggregated))
         });
-        write_file(&dir.join("report.json"), |w| report::write_report(w, &rep))?;
-        write_file(&dir.join("requests.csv"), |w| report::write_requests_csv(w, &out.records, disaggregated))?;
+        let requests =
+            write_file(&dir.join("requests.csv"), |w| report::write_requests_csv(w, &out.records, disaggregated));
         let join = |h: std::thread::ScopedJoinHandle<'_, Result<(), CmdError>>| {
             h.join().unwrap_or_else(|_| Err(CmdError::Internal("a report writer panicked".into())))
         };
-        join(timeline)?;
-        join(trace)
+        let (timeline, trace) = (join(timeline), join(trace));
+        requests?;
+        timeline?;
+        trace?;
+        write_file(&dir.join("report.json"), |w| report::write_report(w, &rep))
     })
 }
 

@@ -19,7 +19,8 @@ pub struct Args {
 /// Reads the case, runs it, prints the log.
 pub fn run(args: &Args) -> Result<(), CmdError> {
     let place = args.case.display();
-    let text = std::fs::read_to_string(&args.case).map_err(|e| CmdError::BadInput(format!("{place}: {e}")))?;
+    let text = pdsim::files::read_text(&args.case, pdsim::files::MAX_TEXT_BYTES)
+        .map_err(|e| CmdError::BadInput(format!("{place}: {e}")))?;
     let case: Case = serde_json::from_str(&text).map_err(|e| CmdError::BadInput(format!("{place}: {e}")))?;
     let lines = steps::run_case(&case).map_err(|e| CmdError::BadInput(format!("{place}: {e}")))?;
     let mut out = String::new();

@@ -19,23 +19,34 @@ pub struct Args {
 
 /// Loads the scenario (every check of [`scenario::load`]), reads a trace
 /// workload to its end (streamed, so a malformed row deep in the file is
-/// found now rather than mid-run), and prints the resolved scenario: TOML
-/// headed by comment lines that say what was checked, or JSON.
+/// found now rather than mid-run): every row a run could read, that is up
+/// to the trace's `limit` and past the workload's `requests`, which
+/// `run --requests` replaces. Prints the resolved scenario: TOML headed by
+/// comment lines that say what was checked, or JSON.
 pub fn run(args: &Args) -> Result<(), CmdError> {
     let scenario = scenario::load(&args.scenario)?;
     let mut notes = vec![format!("# pdsim validate: {} is valid", scenario.source())];
     if let Some(trace) = &scenario.workload().trace {
-        let mut source = scenario.workload().source(scenario.seed(), None)?;
+        // `Some(u64::MAX)` in place of the file's `requests`: the trace's
+        // `limit` is the only cap, as for any `run --requests`.
+        let mut source = scenario.workload().source(scenario.seed(), Some(u64::MAX))?;
         while source.next_request()?.is_some() {}
         let s = source.stats();
+        let scope = match trace.limit {
+            Some(l) if s.requests >= l => format!("up to its limit of {l} requests"),
+            _ => "to its end".to_owned(),
+        };
         notes.push(format!(
-            "# trace {}: {} requests from {} rows ({} malformed rows skipped, {} failed requests skipped)",
+            "# trace {}: {} requests from {} rows ({} malformed rows skipped, {} failed requests skipped), checked {scope}",
             trace.path.display(),
             s.requests,
             s.rows_read,
             s.skipped_malformed,
             s.skipped_failed
         ));
+        if let Some(n) = scenario.workload().requests.filter(|&n| n < s.requests) {
+            notes.push(format!("# a run replays the first {n} (workload.requests; --requests replaces it)"));
+        }
     }
     if args.json {
         let text = serde_json::to_string_pretty(&scenario)
