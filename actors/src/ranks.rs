@@ -108,14 +108,9 @@ impl RankCore {
 
     /// Starts a step if none is in flight and there is work; fails the
     /// sequences that can never fit.
-    fn kick(
-        &mut self,
-        ctx: &mut Context<'_, Msg>,
-        blocked_outside: bool,
-        started: fn(&mut Request) -> &mut Option<SimTime>,
-    ) {
+    fn kick(&mut self, ctx: &mut Context<'_, Msg>, started: fn(&mut Request) -> &mut Option<SimTime>) {
         let now = ctx.now();
-        if let Some(dt) = self.sched.start_step(now, self.timeline.next_due(), blocked_outside, started) {
+        if let Some(dt) = self.sched.start_step(now, self.timeline.next_due(), started) {
             self.step_timer = Some(ctx.schedule(dt, Msg::StepDone));
         }
         while let Some((mut req, needed)) = self.sched.take_stuck() {
@@ -205,9 +200,10 @@ trait Side {
     fn on_message(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) -> Flow;
     /// A sequence that finished in the step that just ended.
     fn on_finished(&mut self, f: Finished, ctx: &mut Context<'_, Msg>);
-    /// After every message, before a step may start: returns whether
-    /// something outside the queue waits for blocks.
-    fn before_step(&mut self, ctx: &mut Context<'_, Msg>) -> bool;
+    /// After a schedule call (at the end of an instant): what the call
+    /// leaves to the role (a decode rank's reserved loads start their
+    /// transfers).
+    fn after_schedule(&mut self, ctx: &mut Context<'_, Msg>);
     /// The role's own timeline values.
     fn extra(&self) -> Extra;
 }
@@ -221,9 +217,10 @@ trait Side {
 ///    refused (by [`Command::accepted_by`]), anything else goes to the role;
 /// 4. at the end of the instant ([`Msg::Kick`], once per instant), with
 ///    everything that arrived at it in the queue (as vLLM has every request
-///    that arrived before its next `schedule()` call), the role does what
-///    must precede a step (a decode rank's reservations), a step starts if
-///    there is work, and the timeline is sampled.
+///    that arrived before its next `schedule()` call), a step starts if
+///    there is work (a decode rank's schedule call also reserves remote
+///    loads), the role does what the call leaves to it, and the timeline is
+///    sampled.
 fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
     if rank.down() {
         rank.while_down(msg, ctx);
@@ -236,8 +233,8 @@ fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
     match msg {
         Msg::Kick => {
             rank.core().kick_due = false;
-            let blocked_outside = rank.before_step(ctx);
-            rank.core().kick(ctx, blocked_outside, S::started);
+            rank.core().kick(ctx, S::started);
+            rank.after_schedule(ctx);
             let extra = rank.extra();
             rank.core().sample(now, extra);
             return;
@@ -520,9 +517,7 @@ impl Side for PrefillRank {
         }
     }
 
-    fn before_step(&mut self, _ctx: &mut Context<'_, Msg>) -> bool {
-        false
-    }
+    fn after_schedule(&mut self, _ctx: &mut Context<'_, Msg>) {}
 
     fn extra(&self) -> Extra {
         [Some((Metric::HeldSources, self.held.len() as u64)), None]
@@ -542,9 +537,11 @@ struct InTransfer {
     reservation: Reservation,
 }
 
-/// A decode rank: reserves destination blocks (waiting in order when the
-/// pool is full), pulls the KV over the link, releases the source, computes
-/// the remaining prompt token and decodes.
+/// A decode rank: queues each handoff as a remote load, which its schedule
+/// calls reserve destination blocks for as vLLM's decode scheduler does
+/// (in its waiting loop), pulls the KV over the link from the schedule
+/// call that reserved, releases the source, computes the remaining prompt
+/// token and decodes.
 pub struct DecodeRank {
     core: RankCore,
     model: Model,
@@ -553,9 +550,9 @@ pub struct DecodeRank {
     /// The link to use for each prefill rank, by its index.
     links: Vec<ActorId>,
     abort_probability: f64,
-    pending: VecDeque<Box<Request>>,
     transferring: FxHashMap<ReqId, InTransfer>,
-    reservations_waited: u64,
+    /// Scratch: the loads a schedule call reserved.
+    reserved: Vec<(Box<Request>, Tokens, Reservation)>,
     /// The prefill ranks' lease on the sources this rank accepted, if they
     /// hold under a lease.
     lease: Option<SimDuration>,
@@ -579,9 +576,8 @@ impl DecodeRank {
             prefill,
             links,
             abort_probability: abort,
-            pending: VecDeque::new(),
             transferring: FxHashMap::default(),
-            reservations_waited: 0,
+            reserved: Vec::new(),
             lease,
             crashed_at: None,
         }
@@ -592,9 +588,11 @@ impl DecodeRank {
         &self.core.refusals
     }
 
-    /// Reservations that had to wait for blocks.
+    /// Reservations not made at the first schedule call after their
+    /// handoff arrived (they waited for blocks, or behind a request that
+    /// did).
     pub fn reservations_waited(&self) -> u64 {
-        self.reservations_waited
+        self.core.sched.reservations_waited()
     }
 
     /// When it crashed (it has stopped for good).
@@ -617,14 +615,15 @@ impl DecodeRank {
         if let Some(t) = self.core.step_timer.take() {
             ctx.cancel(t);
         }
-        for mut req in self.drain_in_flight() {
-            self.lapse(&req, ctx);
-            req.fail(FailReason::DecodeCrashed, now);
-            self.core.finish(req, ctx);
-        }
-        let mut reqs = self.core.sched.drain();
+        // Sources of handoffs that have not landed are still held (a remote
+        // load waiting for its reservation had its heartbeats too).
+        let mut reqs = self.drain_in_flight();
+        reqs.extend(self.core.sched.drain());
         reqs.sort_unstable_by_key(|r| r.id);
         for mut req in reqs {
+            if req.t.transfer_done.is_none() {
+                self.lapse(&req, ctx);
+            }
             req.fail(FailReason::DecodeCrashed, now);
             self.core.finish(req, ctx);
         }
@@ -642,9 +641,9 @@ impl DecodeRank {
         ctx.send(self.source_of(req), Msg::LeaseLost(req.id, at)).expect("prefill ranks outlive the run");
     }
 
-    /// Reservations waiting for blocks.
+    /// Remote loads waiting for their reservation.
     pub fn pending_reservations(&self) -> usize {
-        self.pending.len()
+        self.core.sched.remote_waiting()
     }
     /// Transfers in flight to this rank.
     pub fn transferring(&self) -> usize {
@@ -659,14 +658,17 @@ impl DecodeRank {
         ctx.send(self.source_of(req), Msg::CancelSource(req.id, reason)).expect("prefill ranks outlive the run");
     }
 
-    /// Reserves destinations in arrival order while the pool allows.
-    fn try_reserve(&mut self, ctx: &mut Context<'_, Msg>) {
+    /// Starts the transfers of the loads the last schedule call reserved,
+    /// in the order it reserved them (vLLM's worker starts the reads of the
+    /// step that allocated them).
+    fn start_transfers(&mut self, ctx: &mut Context<'_, Msg>) {
         let now = ctx.now();
-        while let Some(req) = self.pending.front() {
-            let Some((k, reservation)) = self.core.sched.reserve(req) else { break };
+        let mut reserved = std::mem::take(&mut self.reserved);
+        self.core.sched.take_reserved(&mut reserved);
+        let mut landed = false;
+        for (mut req, k, reservation) in reserved.drain(..) {
             let payload =
                 rules::handoff_size(&self.model, req.prompt, k).expect("the prompt is >= 1 token and the hit below it");
-            let mut req = self.pending.pop_front().expect("front exists");
             req.t.reserved = Some(now);
             req.decode_hit = k;
             req.transferred_tokens = payload.transferred_tokens;
@@ -677,6 +679,7 @@ impl DecodeRank {
                 req.t.transfer_done = Some(now);
                 ctx.send(self.source_of(&req), Msg::ReleaseSource(req.id)).expect("prefill ranks outlive the run");
                 self.core.sched.enqueue_landed(req, reservation);
+                landed = true;
             } else {
                 let link = self.links[req.prefill_rank.expect("a handoff names its prefill rank") as usize];
                 let msg = Msg::StartTransfer { id: req.id, bytes: payload.bytes, reply_to: ctx.me() };
@@ -684,13 +687,21 @@ impl DecodeRank {
                 self.transferring.insert(req.id, InTransfer { req, reservation });
             }
         }
+        self.reserved = reserved;
+        if landed {
+            // vLLM schedules a full hit in the call that found it (there is
+            // nothing to load); here it runs in a step planned at once, if
+            // none is in flight.
+            self.core.kick(ctx, Self::started);
+        }
     }
 
-    /// Takes out every request still waiting for a reservation or a
-    /// transfer (their blocks returned), for the end-of-run accounting.
+    /// Takes out every request whose transfer is in flight (its blocks
+    /// returned), for the end-of-run accounting; the ones waiting for a
+    /// reservation are in the scheduler.
     #[expect(clippy::vec_box, reason = "requests travel boxed in messages; unboxing them to box again copies each")]
     pub(crate) fn drain_in_flight(&mut self) -> Vec<Box<Request>> {
-        let mut out: Vec<Box<Request>> = self.pending.drain(..).collect();
+        let mut out: Vec<Box<Request>> = Vec::new();
         let mut ids: Vec<ReqId> = self.transferring.keys().copied().collect();
         ids.sort_unstable();
         for id in ids {
@@ -702,8 +713,7 @@ impl DecodeRank {
     }
 
     fn fail_pending(&mut self, id: ReqId, reason: FailReason, ctx: &mut Context<'_, Msg>) -> bool {
-        let Some(pos) = self.pending.iter().position(|r| r.id == id) else { return false };
-        let mut req = self.pending.remove(pos).expect("position is valid");
+        let Some(mut req) = self.core.sched.cancel_waiting(id) else { return false };
         req.fail(reason, ctx.now());
         self.core.finish(req, ctx);
         true
@@ -758,12 +768,8 @@ impl Side for DecodeRank {
                     self.cancel_source(&req, reason, ctx);
                     self.core.finish(req, ctx);
                 } else {
-                    let id = req.id;
-                    self.pending.push_back(req);
-                    self.try_reserve(ctx);
-                    if self.pending.back().is_some_and(|r| r.id == id) {
-                        self.reservations_waited += 1;
-                    }
+                    // Reserved by the next schedule call, if the pool allows.
+                    self.core.sched.enqueue_remote(req);
                 }
             }
             Msg::TransferCompleted(id) => {
@@ -792,16 +798,14 @@ impl Side for DecodeRank {
         complete(&self.core, f, ctx);
     }
 
-    /// Reservations go first, in arrival order; the ones left wait for
-    /// blocks, which the step about to be planned must know.
-    fn before_step(&mut self, ctx: &mut Context<'_, Msg>) -> bool {
-        self.try_reserve(ctx);
-        !self.pending.is_empty()
+    /// The loads the schedule call reserved start their transfers.
+    fn after_schedule(&mut self, ctx: &mut Context<'_, Msg>) {
+        self.start_transfers(ctx);
     }
 
     fn extra(&self) -> Extra {
         [
-            Some((Metric::PendingReservations, self.pending.len() as u64)),
+            Some((Metric::PendingReservations, self.core.sched.remote_waiting() as u64)),
             Some((Metric::Transferring, self.transferring.len() as u64)),
         ]
     }
@@ -875,9 +879,7 @@ impl Side for AggregatedRank {
         complete(&self.core, f, ctx);
     }
 
-    fn before_step(&mut self, _ctx: &mut Context<'_, Msg>) -> bool {
-        false
-    }
+    fn after_schedule(&mut self, _ctx: &mut Context<'_, Msg>) {}
 
     fn extra(&self) -> Extra {
         [None, None]

@@ -201,7 +201,7 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
             in_flight += 1;
         }
         let mut line = StepLine { step, batch: Vec::new(), preempted: Vec::new(), finished_after: Vec::new() };
-        let planned = sched.start_one_step(now, SimTime::MAX, false, |r| &mut r.t.prefill_started);
+        let planned = sched.start_one_step(now, SimTime::MAX, |r| &mut r.t.prefill_started);
         sched.take_preempted(&mut line.preempted);
         line.preempted.sort_unstable();
         if let Some(dt) = planned {

@@ -18,14 +18,14 @@ use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 8] = [
-    ("default.toml", 0xf1d8_2ced_0ca7_1692, 0x13af_98a1_2e46_eb03, 0x4170_281f_9625_7b6d),
-    ("glm-5.3-flash-1p1d.toml", 0x361f_894a_69eb_4488, 0xdd26_cf59_73f9_7338, 0x8e12_7cb4_2af3_21d1),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0xd7bc_afee_1c53_eede, 0xb760_b92c_0d27_21ea, 0x742d_fdfc_2b1c_b98b),
-    ("glm-5.3-flash-2p2d.toml", 0xf708_83f2_cfef_3549, 0xbed3_1e7e_aa97_a40f, 0x83bd_a0ad_f00e_ade0),
-    ("gpt-oss-1p1d.toml", 0x22b2_9221_c6a6_8bc4, 0x98eb_d371_18ba_9cbd, 0x15bd_d944_859e_9526),
-    ("llama-3.1-8b-1p1d.toml", 0xd6a2_a56c_6ceb_9b24, 0x1479_9d2f_3e61_cc3c, 0x1f43_5016_eda9_08ba),
+    ("default.toml", 0x7e96_15cc_ff3a_90d3, 0x1e52_376d_d7e5_b16b, 0x8389_8ce6_00eb_ca9c),
+    ("glm-5.3-flash-1p1d.toml", 0x0313_1e9e_8845_a27d, 0x17be_0ffd_61ee_0bbc, 0x2c9e_5c9a_47a2_2b7c),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0xe546_6666_1bed_9a3f, 0x38ad_f5bb_71e5_1e11, 0x7e07_a87c_c0b7_444d),
+    ("glm-5.3-flash-2p2d.toml", 0xfe09_782a_0069_a33f, 0x6808_499a_7236_30cf, 0x0b08_715f_6c54_42f3),
+    ("gpt-oss-1p1d.toml", 0xc5f2_ab0a_e030_c1ae, 0x3d1e_f468_37bf_59b0, 0xb742_2d68_dd45_02b8),
+    ("llama-3.1-8b-1p1d.toml", 0x6be1_8dcd_de11_a6b5, 0xf436_e46b_de60_8ba3, 0xf4d5_f12b_fc82_16ff),
     ("llama-3.1-8b-aggregated.toml", 0xb063_d4d4_423d_a1f6, 0x2a60_b16c_16ad_c6c7, 0xd657_f61d_916e_941e),
-    ("mamba2-hybrid-1p1d.toml", 0x3c51_32ac_f293_7c90, 0x76e6_fb5d_d74e_d826, 0x5499_bd50_110b_493f),
+    ("mamba2-hybrid-1p1d.toml", 0xb7cc_4cdc_bd84_41e6, 0x3815_9bd8_e855_3cd6, 0x1904_931f_2fc3_5f7a),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {

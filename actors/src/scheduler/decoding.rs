@@ -181,8 +181,8 @@ impl Core {
             let Reverse((_, key, _)) = self.dec.finishes.pop().expect("peeked");
             self.leave(key);
             any = true;
-            let seq = self.seqs.remove(key);
-            self.done.push(seq);
+            // Taken out with the step's other finished sequences, in running order.
+            self.seqs.get_mut(key).finished = true;
         }
         any
     }

@@ -121,6 +121,7 @@ pub(crate) struct Counts<'a> {
     pub(crate) free: u64,
     pub(crate) cached_free: u64,
     pub(crate) group_used: &'a [u64],
+    /// Waiting sequences, remote loads not counted.
     pub(crate) waiting: usize,
     pub(crate) running: usize,
 }
@@ -164,9 +165,13 @@ struct Core {
     log: StepLog,
     dec: decoding::DecodingSet,
     ahead: Ahead,
-    /// Something outside the batch waits for blocks (a decode rank's
-    /// reservations), as of the step being planned.
-    blocked_outside: bool,
+    /// Schedule calls so far (plans started).
+    calls: u64,
+    /// Remote loads the last schedule calls reserved, with their hits, for
+    /// the rank to start their transfers ([`Scheduler::take_reserved`]).
+    reserved: Vec<(Box<Request>, Tokens, Alloc)>,
+    /// Remote loads not reserved at the first schedule call that could.
+    reservations_waited: u64,
     /// Sequences finished in the step being finished, in order.
     done: Vec<Seq>,
     /// Requests preempted by the last plan (kept for the step log).
@@ -217,7 +222,9 @@ impl Scheduler {
             log: StepLog::default(),
             dec: decoding::DecodingSet::default(),
             ahead: Ahead::default(),
-            blocked_outside: false,
+            calls: 0,
+            reserved: Vec::new(),
+            reservations_waited: 0,
             done: Vec::new(),
             preempted: Vec::new(),
         };
@@ -270,19 +277,18 @@ impl Scheduler {
 
     /// Starts the next step (or run of decode steps, ending at the latest
     /// at `horizon`) if none is in flight and there is work; returns the
-    /// time until it ends. `blocked_outside`: something outside the queue
-    /// waits for blocks (a decode rank's reservations). Requests first
-    /// scheduled now get `started` stamped.
+    /// time until it ends. Requests first scheduled now get `started`
+    /// stamped. The remote loads it reserved wait in
+    /// [`Scheduler::take_reserved`].
     pub(crate) fn start_step(
         &mut self,
         now: SimTime,
         horizon: SimTime,
-        blocked_outside: bool,
         started: fn(&mut Request) -> &mut Option<SimTime>,
     ) -> Option<SimDuration> {
         self.core.ahead.freed_before = false;
         loop {
-            if let Some(dt) = self.start_one_step(now, horizon, blocked_outside, started) {
+            if let Some(dt) = self.start_one_step(now, horizon, started) {
                 return Some(dt);
             }
             // A schedule call that only preempted is an empty step, which
@@ -304,10 +310,8 @@ impl Scheduler {
         &mut self,
         now: SimTime,
         horizon: SimTime,
-        blocked_outside: bool,
         started: fn(&mut Request) -> &mut Option<SimTime>,
     ) -> Option<SimDuration> {
-        self.core.blocked_outside = blocked_outside;
         let dt = self.core.plan_step(self.policy.as_mut(), now, horizon)?;
         let core = &mut self.core;
         for &key in core.batch.iter().chain(&core.dec.fresh) {
@@ -365,21 +369,52 @@ impl Scheduler {
         self.core.pool.release(&mut alloc, &prefix, prompt);
     }
 
-    /// Reserves, for the handoff of `req`, what its first decode step holds
-    /// (the KV of all N prompt tokens, as vLLM allocates for the whole
-    /// prompt), after pinning the prompt's cached prefix; all or nothing.
-    /// Returns the tokens the cache covers (never the last prompt token)
-    /// and the reservation, or `None` when the pool cannot give it now
-    /// (nothing changed, nothing evicted).
-    pub(crate) fn reserve(&mut self, req: &Request) -> Option<(Tokens, Reservation)> {
-        let core = &mut self.core;
-        let n = req.prompt;
-        let hit = core.pool.cached_prefix(&req.prefix, n, req.id, n);
-        let need = core.pool.blocks_after_hit(hit, n - Tokens::new(1), n, false);
-        core.make_room(core.pool.pin_and_take_need(hit, need));
-        let mut alloc = Alloc::owned_by(req.id);
-        core.pool.pin_and_allocate(&mut alloc, &req.prefix, n, hit, (n - Tokens::new(1), n), false).ok()?;
-        Some((core.pool.hit_tokens(hit), Reservation { alloc }))
+    /// Queues a decode rank's handoff as a remote load: a schedule call
+    /// reserves its destination blocks in its waiting loop, as vLLM's
+    /// decode scheduler allocates a remote load
+    /// (`scheduler.py` `schedule()`, the `load_kv_async` path): in queue
+    /// order behind the landed handoffs and the preempted sequences, only
+    /// in a step that preempted nothing, while the token budget and
+    /// `max_num_seqs` allow, and the first that cannot get its blocks stops
+    /// admission. A reserved load takes no tokens and no running slot; it
+    /// leaves the scheduler ([`Scheduler::take_reserved`]) until its KV
+    /// lands ([`Scheduler::enqueue_landed`]).
+    pub(crate) fn enqueue_remote(&mut self, req: Box<Request>) {
+        let alloc = Alloc::owned_by(req.id);
+        let mut seq = Seq::new(req, alloc, Tokens::ZERO, Tokens::ZERO, false);
+        seq.remote = true;
+        seq.first_call = self.core.calls + 1;
+        self.core.seqs.enqueue(seq);
+    }
+
+    /// Moves the remote loads the last schedule calls reserved to `out`, in
+    /// the order they were reserved, each with the tokens its prefix-cache
+    /// hit covers (never the last prompt token) and its reservation: what
+    /// its first decode step holds (the KV of all N prompt tokens, as vLLM
+    /// allocates for the whole prompt), its cached prefix pinned.
+    pub(crate) fn take_reserved(&mut self, out: &mut Vec<(Box<Request>, Tokens, Reservation)>) {
+        out.extend(self.core.reserved.drain(..).map(|(req, hit, alloc)| (req, hit, Reservation { alloc })));
+    }
+
+    /// Takes out the waiting remote load of request `id` (its handoff was
+    /// cancelled before its reservation).
+    pub(crate) fn cancel_waiting(&mut self, id: ReqId) -> Option<Box<Request>> {
+        let seqs = &mut self.core.seqs;
+        let wi = seqs.waiting.iter().position(|&k| seqs.get(k).remote && seqs.get(k).req.id == id)?;
+        let key = seqs.unqueue(wi, false);
+        Some(seqs.remove(key).req)
+    }
+
+    /// Remote loads waiting for their reservation.
+    pub(crate) fn remote_waiting(&self) -> usize {
+        self.core.seqs.remote_waiting()
+    }
+
+    /// Remote loads that were not reserved at the first schedule call that
+    /// could have reserved them (they waited for blocks, or behind a
+    /// sequence that did).
+    pub(crate) fn reservations_waited(&self) -> u64 {
+        self.core.reservations_waited
     }
 
     /// Gives back a reservation whose transfer will not land.
@@ -393,11 +428,15 @@ impl Scheduler {
     /// it queues to compute its last prompt token (vLLM computes it on the
     /// decode side: never computed by a Mamba-type prefill, recomputed for
     /// its logits otherwise).
+    ///
+    /// It waits ahead of every sequence that holds no blocks, behind the
+    /// handoffs that landed before it (vLLM drains its `kv_holding_waiting`
+    /// queue before `waiting`).
     pub(crate) fn enqueue_landed(&mut self, req: Box<Request>, reservation: Reservation) {
         let mut alloc = reservation.alloc;
         self.core.pool.register(&mut alloc, &req.prefix, req.prompt, req.transferred_tokens);
         let computed = req.prompt.saturating_sub(Tokens::new(1));
-        self.core.seqs.enqueue(Seq::new(req, alloc, computed, Tokens::ZERO, true));
+        self.core.seqs.enqueue_holding(Seq::new(req, alloc, computed, Tokens::ZERO, true));
     }
 
     /// The pool's counts and the queue lengths, as stepping one event at a
@@ -410,7 +449,7 @@ impl Scheduler {
             free: core.pool.free(),
             cached_free: core.pool.cached_free(),
             group_used: core.pool.group_used(),
-            waiting: core.seqs.waiting.len(),
+            waiting: core.seqs.waiting.len() - core.seqs.remote_waiting(),
             running: core.seqs.running.len(),
         }
     }
@@ -537,8 +576,7 @@ impl Core {
             };
             if finished {
                 any_done = true;
-                let seq = self.seqs.remove(key);
-                self.done.push(seq);
+                seq.finished = true;
             } else if self.lazy_decoding {
                 self.join(key, true);
             }
@@ -548,7 +586,7 @@ impl Core {
             any_done = true;
         }
         if any_done {
-            self.seqs.retain_running();
+            self.seqs.take_finished(&mut self.done);
         }
         self.log.forget_before_last();
     }

@@ -112,6 +112,11 @@ pub(super) struct Ahead {
     step_changes: Vec<(SeqKey, u32, Tokens)>,
     /// The run in flight was cut short.
     pub(super) cut_short: bool,
+    /// A plan with the decoding set in place is being formed: the members
+    /// hold the next step's blocks already (taken before the policy ran),
+    /// as stepping would have them once the running sequences are
+    /// scheduled, so `settle` gives back only what lies past that step.
+    pub(super) planning: bool,
 }
 
 impl Core {
@@ -128,6 +133,7 @@ impl Core {
         if self.stepping {
             return None;
         }
+        self.calls += 1;
         // Only the last plan's preemptions are kept (for the step log).
         self.preempted.clear();
         // The decoding set first, costing nothing per member; if it does not
@@ -142,10 +148,11 @@ impl Core {
                 seqs: self.dec.count,
                 context_tokens: self.dec.context(self.log.step + 1),
             };
+            self.ahead.planning = true;
             let mut step = Step::new(self, true, members, budget - members.new_tokens);
-            if policy.schedule(&mut step).is_ok() {
-                shape = Some(step.shape());
-            }
+            let planned = policy.schedule(&mut step).is_ok().then(|| step.shape());
+            self.ahead.planning = false;
+            shape = planned;
         }
         let mut shape = match shape {
             Some(s) => s,
@@ -184,6 +191,7 @@ impl Core {
                 && let Err(short) = self.take_blocks(self.log.step + k)
             {
                 // Stop the run before the first step whose blocks are missing.
+                debug_assert!(short > self.log.step + 1, "the first step's blocks are held");
                 k = short - 1 - self.log.step;
                 let n = self.log.to_drop(k);
                 self.log.drop_last(n);
@@ -259,7 +267,7 @@ impl Core {
             // sequence at step n's admission, a decode rank's reservation at
             // its end, when stepping one by one retries them. Step n must
             // then start a plan of its own and run alone.
-            let waiters = self.blocked_outside || !self.seqs.waiting.is_empty();
+            let waiters = !self.seqs.waiting.is_empty();
             if grow > self.pool.free_plain() || (net < 0 && waiters && ahead) {
                 for &(key, g, _) in &step_changes {
                     self.dec.changes.push(Reverse((n, key, g)));
@@ -299,7 +307,11 @@ impl Core {
         if self.ahead.members.is_empty() {
             return;
         }
-        let target = if self.stepping { self.log.step + self.log.planned as u64 } else { self.log.step };
+        let target = match (self.stepping, self.ahead.planning) {
+            (true, _) => self.log.step + self.log.planned as u64,
+            (false, true) => self.log.step + 1,
+            (false, false) => self.log.step,
+        };
         let ahead = std::mem::take(&mut self.ahead.members);
         // Blocks given back first, then the window blocks taken back that a
         // member freed ahead of the step that frees them: the end state is

@@ -30,17 +30,15 @@ pub trait BatchPolicy: Send {
 ///   budget and `max_num_seqs` allow, each with its first chunk, and only
 ///   if its whole known sequence fits (`scheduler_reserve_full_isl`); the
 ///   first that cannot be admitted stops admission (first come, first
-///   served).
+///   served). The queue holds a decode rank's landed handoffs first, then
+///   preempted sequences, then new ones; a decode rank's new handoffs
+///   (remote loads) are reserved there, taking no tokens and no running
+///   slot.
 ///
-/// Where pdsim departs from vLLM, on purpose:
-/// - a waiting sequence that cannot get its blocks with nothing else
-///   running or holding any can never fit: it fails instead of waiting for
-///   ever (vLLM would retry it at every step);
-/// - in a step that is still empty, sequences that already hold their
-///   blocks (a decode rank's landed handoffs) may go ahead of one that
-///   cannot be admitted, so that a preempted recompute cannot stall them
-///   while they hold the blocks it needs (vLLM keeps landed loads in a
-///   queue of their own, drained first).
+/// Where pdsim departs from vLLM, on purpose: a waiting sequence that
+/// cannot get its blocks with nothing else running or holding any can
+/// never fit: it fails instead of waiting for ever (vLLM would retry it at
+/// every step).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct VllmPolicy;
 
@@ -77,25 +75,15 @@ impl BatchPolicy for VllmPolicy {
             return Ok(());
         }
         // Admission in queue order, first come, first served.
-        let mut wi = 0;
-        let mut landed_only = false;
-        while wi < step.waiting() && step.budget() > 0 && step.running() < step.max_num_seqs() {
-            if landed_only && !step.holds_blocks(wi) {
-                wi += 1;
+        while step.waiting() > 0 && step.budget() > 0 && step.running() < step.max_num_seqs() {
+            if step.admit(0) {
                 continue;
             }
-            if step.admit(wi) {
+            if step.never_fits(0) {
+                step.give_up(0);
                 continue;
             }
-            if step.never_fits(wi) {
-                step.give_up(wi);
-                continue;
-            }
-            if !step.is_empty() || !step.any_waiting_holds_blocks() {
-                break;
-            }
-            landed_only = true;
-            wi += 1;
+            break;
         }
         Ok(())
     }

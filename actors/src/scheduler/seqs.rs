@@ -43,6 +43,14 @@ pub(crate) struct Seq {
     /// Bumped when it leaves the decoding set, so that heap entries of an
     /// earlier membership are skipped.
     pub(super) membership: u32,
+    /// A decode rank's handoff waiting for its destination blocks (a
+    /// remote load): admitting it reserves them, and it leaves the
+    /// scheduler until the KV lands.
+    pub(super) remote: bool,
+    /// For a remote load: the first schedule call that could reserve it.
+    pub(super) first_call: u64,
+    /// It finished in the step being finished ([`Seqs::take_finished`]).
+    pub(super) finished: bool,
 }
 
 impl Seq {
@@ -64,6 +72,9 @@ impl Seq {
             step_tokens: Tokens::ZERO,
             member: None,
             membership: 0,
+            remote: false,
+            first_call: 0,
+            finished: false,
         }
     }
 
@@ -77,36 +88,64 @@ impl Seq {
 }
 
 /// Every sequence of a rank, and the order the scheduler visits them in.
+///
+/// The waiting queue is vLLM's two: the sequences that hold blocks already
+/// (a decode rank's landed handoffs, vLLM's `kv_holding_waiting`), in the
+/// order they landed, always ahead of the others (`waiting`: preempted
+/// ones at its front, new ones at its back), as vLLM drains the first
+/// before it looks at the second.
 #[derive(Default)]
 pub(super) struct Seqs {
     map: SlotMap<SeqKey, Seq>,
-    /// Waiting to be admitted, in queue order (preempted ones at the front).
+    /// Waiting to be admitted, in queue order: `holding` sequences that hold
+    /// blocks, then the rest.
     pub(super) waiting: VecDeque<SeqKey>,
     /// Admitted, in admission order.
     pub(super) running: Vec<SeqKey>,
-    /// Waiting sequences that hold blocks already (a decode rank's landed
-    /// handoffs).
+    /// Waiting sequences that hold blocks already: the first `holding` of
+    /// `waiting`.
     holding: usize,
+    /// Waiting remote loads (a decode rank's handoffs before their
+    /// reservation).
+    remote: usize,
 }
 
 impl Seqs {
-    /// Adds `seq` at the back of the waiting queue.
+    /// Adds `seq`, which holds no blocks, at the back of the waiting queue.
     pub(super) fn enqueue(&mut self, seq: Seq) {
-        self.holding += usize::from(!seq.alloc.is_empty());
+        debug_assert!(seq.alloc.is_empty());
+        self.remote += usize::from(seq.remote);
         let key = self.map.insert(seq);
         self.waiting.push_back(key);
+    }
+
+    /// Adds `seq`, which holds its blocks, behind the other such sequences
+    /// and ahead of every other waiting one.
+    pub(super) fn enqueue_holding(&mut self, seq: Seq) {
+        debug_assert!(!seq.alloc.is_empty() && !seq.remote);
+        let key = self.map.insert(seq);
+        self.waiting.insert(self.holding, key);
+        self.holding += 1;
+    }
+
+    /// Puts a preempted sequence (it holds nothing now) at the front of the
+    /// waiting sequences that hold no blocks.
+    pub(super) fn requeue_preempted(&mut self, key: SeqKey) {
+        self.waiting.insert(self.holding, key);
     }
 
     /// Takes the waiting sequence at `wi` out of the queue; `held`: it held
     /// blocks while it waited (read before an admission allocates).
     pub(super) fn unqueue(&mut self, wi: usize, held: bool) -> SeqKey {
         self.holding -= usize::from(held);
-        self.waiting.remove(wi).expect("a waiting index")
+        let key = self.waiting.remove(wi).expect("a waiting index");
+        self.remote -= usize::from(self.map[key].remote);
+        key
     }
 
-    /// Whether any waiting sequence holds blocks already.
-    pub(super) fn any_waiting_holds_blocks(&self) -> bool {
-        self.holding > 0
+    /// Waiting remote loads.
+    pub(super) fn remote_waiting(&self) -> usize {
+        self.remote
     }
 
     /// The live sequence `key` (a key of a running or waiting sequence).
@@ -140,16 +179,29 @@ impl Seqs {
         self.map.remove(key).expect("removed once")
     }
 
-    /// Drops the keys of finished sequences from the running list.
-    pub(super) fn retain_running(&mut self) {
-        let map = &self.map;
-        self.running.retain(|&k| map.contains_key(k));
+    /// Takes the running sequences marked `finished` out, in running
+    /// (admission) order, onto `out`. Stepping one by one finishes a step's
+    /// sequences in that order, and so must the decoding set, whose members
+    /// come due in key order: the order frees their blocks (and so the
+    /// prefix cache's eviction order) and frees their slots (and so the
+    /// keys later sequences get).
+    pub(super) fn take_finished(&mut self, out: &mut Vec<Seq>) {
+        let map = &mut self.map;
+        self.running.retain(|&k| {
+            if map[k].finished {
+                out.push(map.remove(k).expect("a running key"));
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// Takes every sequence out, in slot order.
     pub(super) fn drain(&mut self) -> Vec<Seq> {
         self.waiting.clear();
         self.holding = 0;
+        self.remote = 0;
         self.running.clear();
         self.map.drain().map(|(_, s)| s).collect()
     }

@@ -136,7 +136,7 @@ impl<'a> Step<'a> {
         seq.req.preemptions += 1;
         core.preempted.push(seq.req.id);
         core.stats.preempted();
-        core.seqs.waiting.push_front(key);
+        core.seqs.requeue_preempted(key);
         self.preempted += 1;
         Ok(core.seqs.running.len())
     }
@@ -149,9 +149,17 @@ impl<'a> Step<'a> {
     /// blocks already (a landed handoff) only allocates its chunk. On
     /// success it leaves the queue, runs, and its tokens are taken from the
     /// budget.
+    ///
+    /// A decode rank's remote load is reserved instead: it pins its cached
+    /// prefix and allocates the KV of its whole prompt, all or nothing, and
+    /// on success leaves the queue without running (no tokens, no running
+    /// slot) until its KV lands.
     pub fn admit(&mut self, wi: usize) -> bool {
         let key = self.core.seqs.waiting[wi];
-        let held = self.holds_blocks(wi);
+        if self.core.seqs.get(key).remote {
+            return self.reserve(wi);
+        }
+        let held = !self.core.seqs.get(key).alloc.is_empty();
         if !self.first_chunk(key) {
             return false;
         }
@@ -176,23 +184,40 @@ impl<'a> Step<'a> {
         true
     }
 
-    /// Whether any waiting sequence holds blocks already (O(1)).
-    pub fn any_waiting_holds_blocks(&self) -> bool {
-        self.core.seqs.any_waiting_holds_blocks()
-    }
-
-    /// Whether the waiting sequence at `wi` holds blocks already (a decode
-    /// rank's landed handoff).
-    pub fn holds_blocks(&self, wi: usize) -> bool {
-        !self.core.seqs.get(self.core.seqs.waiting[wi]).alloc.is_empty()
+    /// Reserves the remote load at `wi` (see [`Step::admit`]).
+    fn reserve(&mut self, wi: usize) -> bool {
+        let core = &mut *self.core;
+        let key = core.seqs.waiting[wi];
+        let seq = core.seqs.get(key);
+        let n = seq.req.prompt;
+        let hit = core.pool.cached_prefix(&seq.req.prefix, n, seq.req.id, n);
+        let need = core.pool.blocks_after_hit(hit, n - Tokens::new(1), n, false);
+        core.make_room(core.pool.pin_and_take_need(hit, need));
+        let seq = core.seqs.get_mut(key);
+        let state = (n - Tokens::new(1), n);
+        if let Err(short) = core.pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, n, hit, state, false) {
+            core.last_need = short.needed;
+            return false;
+        }
+        let key = core.seqs.unqueue(wi, false);
+        let seq = core.seqs.remove(key);
+        if core.calls > seq.first_call {
+            core.reservations_waited += 1;
+        }
+        core.reserved.push((seq.req, core.pool.hit_tokens(hit), seq.alloc));
+        true
     }
 
     /// Whether the waiting sequence at `wi` can never fit: it failed to get
-    /// its blocks with nothing else running or holding any.
+    /// its blocks with nothing else running or holding any. Never a remote
+    /// load: the decode rank checked at its arrival that its reservation
+    /// fits the empty pool (`RankCore::fits`), and its source must be
+    /// cancelled with it, which only the rank can do.
     pub fn never_fits(&self, wi: usize) -> bool {
         let core = &*self.core;
-        let own = core.pool.held_by(&core.seqs.get(core.seqs.waiting[wi]).alloc);
-        core.seqs.running.is_empty() && core.pool.used() == own
+        let seq = core.seqs.get(core.seqs.waiting[wi]);
+        let own = core.pool.held_by(&seq.alloc);
+        !seq.remote && core.seqs.running.is_empty() && core.pool.used() == own
     }
 
     /// Takes the waiting sequence at `wi` out: the rank fails it as one that

@@ -62,7 +62,7 @@ fn started(r: &mut Request) -> &mut Option<SimTime> {
 /// Starts a step at `now`; returns (request id, tokens) of the sequences
 /// computed one by one in it, in scheduling order.
 fn step(s: &mut Scheduler, now: SimTime) -> Vec<(u64, u64)> {
-    s.start_step(now, SimTime::MAX, false, started).expect("a step starts");
+    s.start_step(now, SimTime::MAX, started).expect("a step starts");
     let core = &s.core;
     core.batch.iter().map(|&k| (core.seqs.get(k).req.id, core.seqs.get(k).step_tokens.get())).collect()
 }
@@ -133,7 +133,7 @@ fn a_request_that_can_never_fit_is_given_up() {
     // 3 blocks, a 64-token prompt needs 4.
     let mut s = sched(Mode::Generate, 1_000, 8, 3);
     s.enqueue(req(7, 64, 1), Tokens::ZERO);
-    assert!(s.start_step(SimTime::ZERO, SimTime::MAX, false, started).is_none());
+    assert!(s.start_step(SimTime::ZERO, SimTime::MAX, started).is_none());
     let (r, needed) = s.take_stuck().expect("given up");
     assert_eq!((r.id, needed), (7, 4));
     assert_eq!(s.counts().used, 0);
@@ -240,7 +240,7 @@ fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
         s.enqueue(prefixed(id, &ids, 1 + next(40)), Tokens::ZERO);
     }
     let (mut now, mut completed, mut steps) = (SimTime::ZERO, 0, 0);
-    while let Some(dt) = s.start_step(now, SimTime::MAX, false, started) {
+    while let Some(dt) = s.start_step(now, SimTime::MAX, started) {
         now += dt;
         completed += finish(&mut s).len();
         while s.take_stuck().is_some() {

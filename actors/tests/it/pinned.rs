@@ -10,8 +10,8 @@ use actors::sim::{self, Deployment};
 /// (case, digest of its 10,000 requests).
 const PINNED: [(&str, u64); 3] = [
     ("llama8b_aggregated", 0x7bc0_4afd_40af_14b1),
-    ("llama8b_1p1d", 0xe833_facd_cff2_9599),
-    ("glm_hybrid_1p1d", 0xe5d5_2328_7a8a_ed27),
+    ("llama8b_1p1d", 0xc2ad_e245_d914_8196),
+    ("glm_hybrid_1p1d", 0xccf1_171e_b918_3184),
 ];
 
 #[test]

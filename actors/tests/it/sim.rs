@@ -200,6 +200,48 @@ fn an_aggregated_grouped_rank_refuses_every_handoff_command() {
     assert_eq!(out.violations, ["0 requests entered, 2 accounted for"]);
 }
 
+/// The decode rank reserves a handoff's blocks in a schedule call, as
+/// vLLM's decode scheduler allocates a remote load in its waiting loop.
+///
+/// Linear model, B = 16; 10 ms decode steps. A (160 tokens, 50 out) lands
+/// and decodes; B (160 tokens, 5 out) arrives 15 ms later, so its prefill
+/// ends while A's decode step is in flight: B is reserved (and its transfer
+/// starts) at the end of that step, the schedule call after its arrival,
+/// not at once. With `max_num_seqs = 1`, A's running slot stops the
+/// waiting loop, so B is reserved only once A has finished (a remote load
+/// itself takes no running slot and no tokens).
+#[test]
+fn the_decode_rank_reserves_handoffs_in_its_schedule_calls() {
+    let model = linear_spec(32_768);
+    for max_seqs in [256, 1] {
+        let mut decode = role(1, 1_000, linear_step(10_000.0, 0.0, 0.0));
+        decode.max_num_seqs = max_seqs;
+        let mut spec = pd(role(1, 1_000, linear_step(2_000.0, 1.0, 0.0)), decode, 100.0);
+        spec.vllm_version = None;
+        let out = run(&model, &spec, vec![req(0, 160, 50), req(15_000_000, 160, 5)]);
+        assert_eq!(out.violations, Vec::<String>::new());
+        let (a, b) = (&out.records[0], &out.records[1]);
+        assert!(a.outcome == Outcome::Completed && b.outcome == Outcome::Completed);
+        // A finds the decode rank idle: reserved by the call at its arrival.
+        assert_eq!(a.t.reserved, a.t.reserve_requested);
+        let requested = b.t.reserve_requested.unwrap();
+        let step = SimDuration::from_millis(10);
+        let reserved = b.t.reserved.unwrap();
+        assert_eq!(b.t.transfer_started, b.t.reserved);
+        if max_seqs == 256 {
+            // A's first token ends the step that started when A landed; B's
+            // request comes during A's second step, which ends 10 ms later.
+            let second = a.t.first_token.unwrap().saturating_add(step);
+            assert!(a.t.first_token.unwrap() < requested && requested < second);
+            assert_eq!(reserved, second, "reserved at the end of the step in flight");
+        } else {
+            assert_eq!(Some(reserved), a.t.finished, "A's running slot keeps B's load waiting");
+        }
+        let d = out.ranks.iter().find(|k| k.role == Role::Decode).unwrap();
+        assert_eq!(d.reservations_waited, u64::from(max_seqs == 1));
+    }
+}
+
 #[test]
 fn a_full_decode_pool_makes_the_second_reservation_wait() {
     // Linear model, B = 16. Each request: N = 1,000, output 50: its
@@ -701,7 +743,11 @@ fn blocks_a_run_holds_ahead_go_to_a_reservation_that_needs_them() {
     let slow = sim::run(&dep, input(requests)).unwrap();
     assert_eq!(fast.records, slow.records);
     let b = &fast.records[1];
-    assert_eq!(b.t.reserved, b.t.prefill_done, "B reserves as soon as its prefill ends");
+    // B is reserved by the decode rank's next schedule call, at the end of
+    // A's 5 ms decode step in progress, as vLLM's decode scheduler
+    // allocates a remote load in its waiting loop.
+    let wait = b.t.reserved.unwrap() - b.t.prefill_done.unwrap();
+    assert!(wait > SimDuration::ZERO && wait < SimDuration::from_millis(5), "B waited {wait:?}");
     assert!(b.t.finished < fast.records[0].t.finished, "B is done before A");
 }
 
