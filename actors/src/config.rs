@@ -69,6 +69,13 @@ pub struct RoleSpec {
     /// Block size of a linear model's pool (grouped models carry their own).
     #[serde(default)]
     pub block_size_tokens: Option<Tokens>,
+    /// The longest sequence a rank serves (vLLM's `--max-model-len`, whose
+    /// default is the model's `max_position_embeddings`): a request whose
+    /// prompt and output tokens exceed it fails when it arrives, as vLLM
+    /// rejects it (a prefill rank of a handoff counts the prompt and one
+    /// token, its `max_tokens = 1`). No limit when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<Tokens>,
     /// Whether the pool keeps a prefix cache.
     #[serde(default = "yes")]
     pub prefix_caching: bool,

@@ -28,6 +28,8 @@ pub(crate) struct RankCore {
     index: u32,
     role: Role,
     router: ActorId,
+    /// The longest sequence it serves (`max_model_len`), if limited.
+    max_model_len: Option<Tokens>,
     /// The scheduler, which owns the pool.
     sched: Scheduler,
     /// Sampled use over time.
@@ -56,10 +58,18 @@ pub(crate) struct RankParts {
 
 impl RankCore {
     /// A rank's common part.
-    pub(crate) fn new(index: u32, role: Role, router: ActorId, sched: Scheduler, interval: SimDuration) -> Self {
+    pub(crate) fn new(
+        index: u32,
+        role: Role,
+        router: ActorId,
+        sched: Scheduler,
+        interval: SimDuration,
+        max_model_len: Option<Tokens>,
+    ) -> Self {
         RankCore {
             index,
             role,
+            max_model_len,
             router,
             sched,
             timeline: Timeline::new(interval),
@@ -85,8 +95,17 @@ impl RankCore {
         }
     }
 
-    /// Fails a request that cannot fit in this rank's pool.
+    /// Fails a request longer than the rank's `max_model_len`, or that
+    /// cannot fit in its pool.
     fn fits(&self, req: &mut Request, now: SimTime) -> bool {
+        if let Some(max) = self.max_model_len {
+            // vLLM checks prompt + max_tokens; a handoff's prefill asks for one token.
+            let asked = if self.role == Role::Prefill { Tokens::new(1) } else { req.output };
+            if req.prompt.saturating_add(asked) > max {
+                req.fail(FailReason::ExceedsMaxModelLen { role: self.role, max_model_len: max.get() }, now);
+                return false;
+            }
+        }
         let (needed, capacity) = self.sched.least_blocks(req);
         if needed <= capacity {
             return true;

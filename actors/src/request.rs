@@ -216,6 +216,13 @@ pub enum FailReason {
         /// Blocks the pool has.
         capacity: u64,
     },
+    /// Its prompt and output exceed the rank's `max_model_len`.
+    ExceedsMaxModelLen {
+        /// The refusing rank's role.
+        role: Role,
+        /// The rank's limit, tokens.
+        max_model_len: u64,
+    },
     /// The simulation ended (a time limit) with the request still in flight.
     Unfinished,
     /// Its decode rank crashed.
@@ -248,6 +255,9 @@ impl fmt::Display for FailReason {
             }
             FailReason::DoesNotFit { role, needed, capacity } => {
                 write!(f, "{role} rank cannot fit the request: needs {needed} blocks, pool has {capacity}")
+            }
+            FailReason::ExceedsMaxModelLen { role, max_model_len } => {
+                write!(f, "{role} rank refused the request: prompt and output exceed max_model_len {max_model_len}")
             }
             FailReason::Unfinished => f.write_str("still in flight when the simulation ended"),
             FailReason::DecodeCrashed => f.write_str("decode rank crashed"),

@@ -407,7 +407,14 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         };
         let mut prefill = Vec::new();
         for i in 0..p.spec.count {
-            let core = RankCore::new(i, Role::Prefill, router, dep.scheduler(p, Mode::PrefillOnly), dep.interval);
+            let core = RankCore::new(
+                i,
+                Role::Prefill,
+                router,
+                dep.scheduler(p, Mode::PrefillOnly),
+                dep.interval,
+                p.spec.max_model_len,
+            );
             let id =
                 sim.add_actor(&format!("prefill{i}"), PrefillRank::new(core, dep.model.clone(), hold)).expect("unique");
             prefill.push(id);
@@ -429,7 +436,14 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
             let links: Vec<ActorId> = (0..p.spec.count)
                 .map(|i| shared.unwrap_or_else(|| add_link(&mut sim, format!("link-p{i}-d{j}"))))
                 .collect();
-            let core = RankCore::new(j, Role::Decode, router, dep.scheduler(d, Mode::Generate), dep.interval);
+            let core = RankCore::new(
+                j,
+                Role::Decode,
+                router,
+                dep.scheduler(d, Mode::Generate),
+                dep.interval,
+                d.spec.max_model_len,
+            );
             let abort = spec.faults.decode_abort_probability;
             // The decode rank renews what the prefill ranks hold under a lease.
             let lease = match hold {
@@ -457,7 +471,14 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         let a = dep.plan(Role::Aggregated).expect("aggregated");
         let mut all = Vec::new();
         for i in 0..a.spec.count {
-            let core = RankCore::new(i, Role::Aggregated, router, dep.scheduler(a, Mode::Generate), dep.interval);
+            let core = RankCore::new(
+                i,
+                Role::Aggregated,
+                router,
+                dep.scheduler(a, Mode::Generate),
+                dep.interval,
+                a.spec.max_model_len,
+            );
             let id = sim.add_actor(&format!("aggregated{i}"), AggregatedRank::new(core)).expect("unique");
             all.push(id);
             ranks.push(RankId::Aggregated(id));

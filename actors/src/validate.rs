@@ -223,6 +223,9 @@ fn role(r: &RoleSpec, grouped: bool) -> Result<(), FieldError> {
         }
         at_least_one("block_size_tokens", b.get())?;
     }
+    if let Some(m) = r.max_model_len {
+        at_least_one("max_model_len", m.get())?;
+    }
     step_time(&r.step_time).map_err(|e| e.under("step_time"))
 }
 

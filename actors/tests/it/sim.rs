@@ -29,6 +29,7 @@ fn role(count: u32, num_blocks: u64, step_time: StepTimeSpec) -> RoleSpec {
         max_num_batched_tokens: 8192,
         max_num_seqs: 256,
         block_size_tokens: None,
+        max_model_len: None,
         prefix_caching: true,
         vllm_version: None,
         step_time,
@@ -239,6 +240,44 @@ fn the_decode_rank_reserves_handoffs_in_its_schedule_calls() {
         }
         let d = out.ranks.iter().find(|k| k.role == Role::Decode).unwrap();
         assert_eq!(d.reservations_waited, u64::from(max_seqs == 1));
+    }
+}
+
+/// `max_model_len`: vLLM rejects a request whose prompt and `max_tokens`
+/// exceed it. A decode rank of 1,024 refuses 1,000 + 25 (1,025 tokens)
+/// and cancels its source; 1,000 + 24 fits exactly. A prefill rank of
+/// 1,000 counts the prompt and its one token (`max_tokens = 1` in a
+/// handoff): a 1,000-token prompt is refused there, 999 passes.
+#[test]
+fn requests_longer_than_max_model_len_fail_at_arrival() {
+    let model = linear_spec(32_768);
+    let mut spec =
+        pd(role(1, 10_000, linear_step(2_000.0, 1.0, 0.0)), role(1, 10_000, linear_step(5_000.0, 0.0, 0.0)), 50.0);
+    spec.vllm_version = None;
+    spec.decode.as_mut().unwrap().max_model_len = Some(Tokens::new(1_024));
+    let out = run(&model, &spec, vec![req(0, 1_000, 25), req(0, 1_000, 24)]);
+    assert_eq!(out.violations, Vec::<String>::new());
+    let refused = Outcome::Failed(FailReason::ExceedsMaxModelLen { role: Role::Decode, max_model_len: 1_024 });
+    assert_eq!((out.records[0].outcome, out.records[1].outcome), (refused, Outcome::Completed));
+    assert_eq!(
+        refused_reason(&out.records[0]),
+        "decode rank refused the request: prompt and output exceed max_model_len 1024"
+    );
+    let p = out.ranks.iter().find(|k| k.role == Role::Prefill).unwrap().sources.unwrap();
+    assert_eq!((p.held, p.released, p.cancelled), (2, 1, 1));
+
+    spec.decode.as_mut().unwrap().max_model_len = None;
+    spec.prefill.as_mut().unwrap().max_model_len = Some(Tokens::new(1_000));
+    let out = run(&model, &spec, vec![req(0, 1_000, 5), req(0, 999, 5)]);
+    let refused = Outcome::Failed(FailReason::ExceedsMaxModelLen { role: Role::Prefill, max_model_len: 1_000 });
+    assert_eq!((out.records[0].outcome, out.records[1].outcome), (refused, Outcome::Completed));
+    assert_eq!(out.records[0].t.prefill_started, None, "refused at arrival");
+}
+
+fn refused_reason(r: &actors::request::Request) -> String {
+    match r.outcome {
+        Outcome::Failed(reason) => reason.to_string(),
+        other => panic!("not failed: {other:?}"),
     }
 }
 

@@ -17,6 +17,7 @@ fn role() -> RoleSpec {
         max_num_batched_tokens: 8192,
         max_num_seqs: 256,
         block_size_tokens: None,
+        max_model_len: None,
         prefix_caching: true,
         vllm_version: None,
         step_time: StepTimeSpec::Linear {
@@ -90,6 +91,7 @@ fn role_fields_are_bounded() {
     is(refused(&with(|r| r.max_num_batched_tokens = 0)), "decode.max_num_batched_tokens", "must be >= 1");
     is(refused(&with(|r| r.max_num_seqs = 0)), "decode.max_num_seqs", "must be >= 1");
     is(refused(&with(|r| r.block_size_tokens = Some(Tokens::ZERO))), "decode.block_size_tokens", "must be >= 1");
+    is(refused(&with(|r| r.max_model_len = Some(Tokens::ZERO))), "decode.max_model_len", "must be >= 1");
     let grouped = with(|r| r.block_size_tokens = Some(Tokens::new(16)));
     is(refused_for(&glm_spec(), &grouped), "decode.block_size_tokens", "not allowed with a grouped model");
 }
