@@ -54,10 +54,11 @@ pub struct RoleSpec {
     /// How many ranks (data-parallel replicas) of this role.
     #[serde(default = "one")]
     pub count: u32,
-    /// Tensor-parallel size of one rank (informational: the model's byte
-    /// counts are already per TP rank).
-    #[serde(default = "one")]
-    pub tp: u32,
+    /// Tensor-parallel size of one rank. The model's byte counts are
+    /// derived at it when the model gives its own `tp` (the size its counts
+    /// are for); absent, the model's `tp` (or 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<u32>,
     /// Blocks in the rank's KV pool, shared by every cache group.
     pub num_blocks: u64,
     /// Token budget of one scheduler step.
@@ -88,6 +89,14 @@ pub struct RoleSpec {
 
 fn one() -> u32 {
     1
+}
+
+impl RoleSpec {
+    /// The rank's TP size under `model`: its own `tp`, else the model's,
+    /// else 1.
+    pub fn tp_under(&self, model: &crate::model::ModelSpec) -> u32 {
+        self.tp.or(model.tp).unwrap_or(1)
+    }
 }
 fn yes() -> bool {
     true

@@ -23,6 +23,7 @@ pub mod scheduler;
 pub mod sim;
 pub mod steps;
 pub mod steptime;
+pub mod tp;
 pub mod units;
 pub mod validate;
 pub mod workload;

@@ -15,7 +15,7 @@
 //! let spec = ModelSpec {
 //!     name: Some("llama-like".into()),
 //!     kv_bytes_per_token: Some(Bytes::new(32_768)),
-//!     cache_groups: vec![],
+//!     ..Default::default()
 //! };
 //! let model = spec.validate(Role::Prefill).unwrap();
 //! assert!(model.as_linear().is_some());
@@ -116,6 +116,12 @@ pub struct CacheGroupSpec {
     /// refused on other groups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_blocks: Option<Blocks>,
+    /// The heads behind the group's bytes, over the whole model (not per
+    /// rank): KV heads of an attention group, heads of a state group. With
+    /// the model's `tp`, they let a rank of another TP size derive its
+    /// bytes ([`crate::tp`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heads: Option<u32>,
 }
 
 /// A model as a scenario file gives it (not yet validated): exactly one of
@@ -132,6 +138,15 @@ pub struct ModelSpec {
     /// The cache groups of a grouped model, in vLLM's group order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cache_groups: Vec<CacheGroupSpec>,
+    /// The TP size the byte counts are given for (per TP rank at this
+    /// size). Absent: at the ranks' own `tp`, which must then be the same
+    /// on prefill and decode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<u32>,
+    /// KV heads of a linear model (over the whole model), for other TP
+    /// sizes (see `tp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_heads: Option<u32>,
 }
 
 /// A validated cache group: every field present and consistent.

@@ -20,7 +20,7 @@ use crate::msg::Msg;
 use crate::request::{Command, FailReason, Outcome, ReqId, Request};
 use crate::rules;
 use crate::scheduler::{Finished, PoolReport, Reservation, Scheduler, Source, StepStats};
-use crate::units::Tokens;
+use crate::units::{Bytes, Tokens};
 
 /// What every rank has.
 pub(crate) struct RankCore {
@@ -572,6 +572,9 @@ pub struct DecodeRank {
     transferring: FxHashMap<ReqId, InTransfer>,
     /// Scratch: the loads a schedule call reserved.
     reserved: Vec<(Box<Request>, Tokens, Reservation)>,
+    /// Decode ranks (TP ranks) reading from one prefill TP rank: a link
+    /// carries that many times one decode rank's bytes (`tp::Reads`).
+    readers: u32,
     /// The prefill ranks' lease on the sources this rank accepted, if they
     /// hold under a lease.
     lease: Option<SimDuration>,
@@ -588,8 +591,10 @@ impl DecodeRank {
         links: Vec<ActorId>,
         abort: f64,
         lease: Option<SimDuration>,
+        readers: u32,
     ) -> Self {
         DecodeRank {
+            readers,
             core,
             model,
             prefill,
@@ -701,7 +706,8 @@ impl DecodeRank {
                 landed = true;
             } else {
                 let link = self.links[req.prefill_rank.expect("a handoff names its prefill rank") as usize];
-                let msg = Msg::StartTransfer { id: req.id, bytes: payload.bytes, reply_to: ctx.me() };
+                let bytes = Bytes::new(payload.bytes.get().saturating_mul(u64::from(self.readers)));
+                let msg = Msg::StartTransfer { id: req.id, bytes, reply_to: ctx.me() };
                 ctx.send(link, msg).expect("links outlive the run");
                 self.transferring.insert(req.id, InTransfer { req, reservation });
             }

@@ -25,6 +25,7 @@
 //!     prefix_cacheable: Some(true),
 //!     window_tokens: None,
 //!     checkpoint_blocks: None,
+//!     heads: None,
 //! };
 //! let model = ModelSpec { cache_groups: vec![fa], ..Default::default() }
 //!     .validate(Role::Prefill)

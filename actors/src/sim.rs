@@ -16,6 +16,7 @@ use crate::request::{FailReason, Outcome, Request};
 use crate::router::{RoutePolicy, Router, Targets, policy};
 use crate::scheduler::{BatchPolicy, Limits, Mode, Scheduler, StepStats, VllmPolicy};
 use crate::steptime::{self, StepTimeModel};
+use crate::tp::Reads;
 use crate::units::{Bandwidth, Tokens};
 use crate::validate;
 use crate::workload::{ArrivalMode, RequestSource, WorkloadError};
@@ -46,6 +47,8 @@ pub struct Deployment {
     lease: Option<SimDuration>,
     crashes: Vec<(u32, SimTime)>,
     interval: SimDuration,
+    /// How a handoff reads between the prefill and decode TP sizes.
+    reads: Option<Reads>,
     lazy_decoding: bool,
     plugins: Plugins,
 }
@@ -96,6 +99,7 @@ impl Deployment {
             lease: checked.faults.lease,
             crashes: checked.faults.crashes,
             interval: checked.interval,
+            reads: checked.reads,
             lazy_decoding: true,
             plugins: Plugins::default(),
         })
@@ -453,7 +457,10 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
             // A linear model's handoff moves whole blocks of the decode rank's size.
             let block = d.spec.block_size_tokens.unwrap_or(DEFAULT_LINEAR_BLOCK_SIZE);
             let model = dep.model.clone().with_block_size(block);
-            let rank = DecodeRank::new(core, model, prefill.clone(), links, abort, lease);
+            // A link carries the busiest NIC's bytes: a prefill rank sends
+            // what each of its readers takes (`tp`).
+            let readers = dep.reads.map_or(1, |r| r.readers);
+            let rank = DecodeRank::new(core, model, prefill.clone(), links, abort, lease, readers);
             let id = sim.add_actor(&format!("decode{j}"), rank).expect("unique");
             decode.push(id);
             ranks.push(RankId::Decode(id));
@@ -574,7 +581,10 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
         received += l.stats.bytes_completed + l.bytes_in_flight();
         link_reports.push(LinkReport { name, stats: l.stats, timeline: std::mem::take(&mut l.timeline) });
     }
-    let priced: u64 = records.iter().map(|r| r.transfer_bytes.get()).sum();
+    // A request's bytes are one decode TP rank's; a link carries them for
+    // each decode rank that reads from one prefill rank.
+    let readers = dep.reads.map_or(1, |r| u64::from(r.readers));
+    let priced: u64 = records.iter().map(|r| r.transfer_bytes.get() * readers).sum();
     if sent != received || sent != priced {
         violations.push(format!(
             "links were given {sent} bytes and delivered or hold {received}; requests were priced {priced}"

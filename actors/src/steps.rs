@@ -264,6 +264,7 @@ fn groups(case: &Case) -> Result<Vec<crate::model::CacheGroup>, FieldError> {
                 prefix_cacheable: Some(g.prefix_cacheable),
                 window_tokens: g.window_tokens.map(Tokens::new),
                 checkpoint_blocks: g.checkpoint_blocks.map(Blocks::new),
+                heads: None,
             };
             spec.validate(Role::Aggregated, i)
                 .map_err(|e| FieldError::new(format!("cache_groups[{i}]"), e.problem.to_string()))

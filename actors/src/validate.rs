@@ -22,6 +22,7 @@ use crate::model::{CacheGroup, CacheGroupKind, CacheGroupSpec, GateError, Model,
 use crate::model::{DEFAULT_LINEAR_BLOCK_SIZE, check_pairing, check_rank};
 use crate::scheduler::MAX_GROUPS;
 use crate::sim::MAX_RANKS;
+use crate::tp::Reads;
 use crate::units::Bandwidth;
 
 /// A refused field: its dotted path and a one-line reason.
@@ -133,6 +134,8 @@ pub(crate) struct Checked {
     pub(crate) latency: SimDuration,
     pub(crate) faults: Faults,
     pub(crate) interval: SimDuration,
+    /// How a handoff reads between the prefill and decode TP sizes (P/D only).
+    pub(crate) reads: Option<Reads>,
 }
 
 /// The checked faults.
@@ -169,13 +172,50 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
         check_pairing(p, d)?;
     }
 
+    let reads = tp_pairing(model, &present)?;
+    // Each role holds the model's bytes at its own TP size.
     let mut roles = Vec::new();
-    for (role, rs, m, rules) in &gated {
-        let groups = pool_groups(*role, rs, m)?;
+    let mut last = None;
+    for (role, rs, _, rules) in &gated {
+        let tp = rs.tp_under(model);
+        let at = model.at_tp(tp).map_err(|e| {
+            let field = format!("model.{}", e.field);
+            FieldError::new(field, format!("{} ({} rank at tp {tp})", e.problem, role))
+        })?;
+        let m = at.validate(*role)?;
+        let groups = pool_groups(*role, rs, &m)?;
         roles.push(CheckedRole { role: *role, spec: (*rs).clone(), rules: *rules, groups });
+        last = Some(m);
     }
-    let model = gated.pop().expect("roles() found at least one role").2;
-    Ok(Checked { model, roles, bandwidth, latency, faults, interval })
+    let model = last.expect("roles() found at least one role");
+    Ok(Checked { model, roles, bandwidth, latency, faults, interval, reads })
+}
+
+/// The TP sizes of a prefill and a decode role: equal, or (heterogeneous
+/// TP, as vLLM's NIXL connector supports it) dividing one another, with a
+/// model that says at which TP size its bytes are given (`model.tp`) so
+/// that each side's can be derived. Returns how a handoff reads.
+fn tp_pairing(model: &ModelSpec, present: &[(Role, &RoleSpec)]) -> Result<Option<Reads>, FieldError> {
+    let [(Role::Prefill, p), (Role::Decode, d)] = present else { return Ok(None) };
+    let (pt, dt) = (p.tp_under(model), d.tp_under(model));
+    if pt != dt {
+        if model.tp.is_none() {
+            return Err(FieldError::new(
+                "decode.tp",
+                format!(
+                    "{dt} differs from prefill.tp {pt}: heterogeneous TP needs the model's tp (the TP size \
+                     its byte counts are for) and each group's heads"
+                ),
+            ));
+        }
+        if !pt.is_multiple_of(dt) && !dt.is_multiple_of(pt) {
+            return Err(FieldError::new(
+                "decode.tp",
+                format!("{dt} and prefill.tp {pt} must divide one another (vLLM's NIXL maps ranks by their ratio)"),
+            ));
+        }
+    }
+    Ok(Some(Reads::for_model(model, pt, dt)))
 }
 
 /// The roles present: prefill and decode, or aggregated alone.
@@ -210,7 +250,9 @@ fn role(r: &RoleSpec, grouped: bool) -> Result<(), FieldError> {
     if r.count == 0 || r.count > MAX_RANKS {
         return Err(FieldError::new("count", format!("must be from 1 to {MAX_RANKS}, got {}", r.count)));
     }
-    at_least_one("tp", u64::from(r.tp))?;
+    if let Some(tp) = r.tp {
+        at_least_one("tp", u64::from(tp))?;
+    }
     at_least_one("num_blocks", r.num_blocks)?;
     at_least_one("max_num_batched_tokens", r.max_num_batched_tokens)?;
     at_least_one("max_num_seqs", u64::from(r.max_num_seqs))?;
@@ -361,6 +403,7 @@ fn pool_groups(role: Role, rs: &RoleSpec, m: &Model) -> Result<Vec<CacheGroup>, 
                 prefix_cacheable: Some(true),
                 window_tokens: None,
                 checkpoint_blocks: None,
+                heads: None,
             };
             vec![spec.validate(role, 0)?]
         }

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use actors::model::{DEFAULT_LINEAR_BLOCK_SIZE, Model};
 use actors::rules::{Payload, RuleError, payload};
-use actors::units::{Bandwidth, Link, Tokens};
+use actors::tp::Reads;
+use actors::units::{Bandwidth, Bytes, Link, Tokens};
 use pdsim::scenario;
 use serde::Serialize;
 use sim_core::SimDuration;
@@ -48,7 +49,16 @@ struct Report {
     decode_hit_tokens: u64,
     /// T: tokens the prefill computes and hands off.
     transferred_tokens: u64,
+    /// Bytes one decode TP rank reads.
     payload_bytes: u64,
+    prefill_tp: u32,
+    decode_tp: u32,
+    /// Prefill TP ranks one decode TP rank reads from.
+    prefill_ranks_read: u32,
+    /// Bytes over the busiest NIC: `payload_bytes` times the decode ranks
+    /// reading from one prefill rank (`decode_tp / prefill_tp` when larger
+    /// than 1); the delay is priced on these.
+    link_bytes: u64,
     /// Bytes of the window and state groups (0 for a linear model).
     fixed_bytes: u64,
     full_decode_hit: bool,
@@ -91,15 +101,23 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     };
     let bandwidth = Bandwidth::parse_gb_per_s(gb_s).map_err(|why| CmdError::BadInput(format!("{flag}: {why}")))?;
     let link = Link { latency: SimDuration::from_secs_f64(link_spec.latency_us / 1e6), bandwidth };
-    // A linear model moves whole blocks of the decode rank's block size.
+    // A linear model moves whole blocks of the decode rank's block size; the
+    // model's bytes are the decode rank's (at its TP size).
     let dep = scenario.deployment();
+    let (prefill_tp, decode_tp) = match (&dep.prefill, &dep.decode) {
+        (Some(p), Some(d)) => (p.tp_under(scenario.model_spec()), d.tp_under(scenario.model_spec())),
+        _ => (1, 1),
+    };
+    let reads = Reads::for_model(scenario.model_spec(), prefill_tp, decode_tp);
     let block = dep.decode.as_ref().or(dep.aggregated.as_ref()).and_then(|r| r.block_size_tokens);
     let model = &scenario.model().clone().with_block_size(block.unwrap_or(DEFAULT_LINEAR_BLOCK_SIZE));
     let p = payload(model, Tokens::new(n), Tokens::new(k)).map_err(|e| match e {
         RuleError::HitExceedsPrompt { .. } => CmdError::BadInput(format!("--decode-cached-tokens: {e}")),
         _ => CmdError::BadInput(format!("--prompt-tokens: {e}")),
     })?;
-    let delay = link.delay(p.bytes());
+    // The busiest NIC: a prefill rank sends what each of its readers takes.
+    let link_bytes = Bytes::new(p.bytes().get().saturating_mul(u64::from(reads.readers)));
+    let delay = link.delay(link_bytes);
     let report = Report {
         scenario: scenario.source().to_owned(),
         model: model.name().map(str::to_owned),
@@ -115,6 +133,10 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         },
         transferred_tokens: p.transferred_tokens().get(),
         payload_bytes: p.bytes().get(),
+        prefill_tp,
+        decode_tp,
+        prefill_ranks_read: reads.sources,
+        link_bytes: link_bytes.get(),
         fixed_bytes: match &p {
             Payload::Tokens(_) => 0,
             Payload::Blocks(b) => b.fixed_bytes().get(),
@@ -185,6 +207,15 @@ fn table(r: &Report, model: &Model) -> String {
         thousands(r.transferred_tokens)
     ));
     line(format!("link         {} GB/s, latency {} us", r.bandwidth_gb_s, r.latency_us));
+    if r.prefill_tp != r.decode_tp {
+        line(format!(
+            "tp           prefill {}, decode {}: each decode rank reads from {} prefill rank(s); {} bytes over the busiest NIC",
+            r.prefill_tp,
+            r.decode_tp,
+            r.prefill_ranks_read,
+            thousands(r.link_bytes)
+        ));
+    }
     line(String::new());
     if r.groups.is_empty() {
         let (tokens, blocks) = (r.tokens.unwrap_or(0), r.blocks.unwrap_or(0));

@@ -188,3 +188,26 @@ fn bad_flags_exit_2_naming_the_flag() {
     refused(&[g], &["--prompt-tokens"]);
     refused(&["no/such/scenario.toml", "--prompt-tokens", "100"], &["no/such/scenario.toml", "cannot read"]);
 }
+
+#[test]
+fn heterogeneous_tp_derives_each_ranks_bytes() {
+    // The shipped prefill TP 4 / decode TP 8 scenario, N = 1,000 (T = 999):
+    // per decode TP rank, the MLA latent and the ring are replicated
+    // (13,045,120 and 22,528 bytes a block at any TP), the KDA groups'
+    // 64 heads halve: 9,768,960 / 2 = 4,884,480 and 8,683,520 / 2 =
+    // 4,341,760. 13,045,120 + 22,528 + 2 x 4,884,480 + 2 x 4,341,760 =
+    // 31,520,128 bytes a decode rank. Each prefill rank serves 8 / 4 = 2
+    // decode ranks, so its NIC sends 63,040,256 bytes: 20,000 ns +
+    // 63,040,256 / 50 = 1,260,805.12 -> 1,280,806 ns.
+    let v = transfer_json(&scenario_file("glm-5.3-flash-p4d8.toml"), &["--prompt-tokens", "1000"]);
+    let blocks: Vec<u64> = v["groups"].as_array().unwrap().iter().map(|g| g["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(blocks, [13_045_120, 22_528, 4_884_480, 4_884_480, 4_341_760, 4_341_760]);
+    assert_eq!(v["payload_bytes"], 31_520_128u64);
+    assert_eq!((v["prefill_tp"].as_u64(), v["decode_tp"].as_u64()), (Some(4), Some(8)));
+    assert_eq!(v["prefill_ranks_read"], 1);
+    assert_eq!(v["link_bytes"], 63_040_256u64);
+    assert_eq!(v["delay_ns"], 1_280_806u64);
+    // Equal TP: the busiest NIC carries one decode rank's bytes.
+    let v = transfer_json(&scenario_file("glm-5.3-flash-1p1d.toml"), &["--prompt-tokens", "1000"]);
+    assert_eq!((v["payload_bytes"].as_u64(), v["link_bytes"].as_u64()), (Some(49_972_608), Some(49_972_608)));
+}

@@ -17,14 +17,15 @@ use pdsim::{report, runner, scenario};
 use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
-const PINNED: [(&str, u64, u64, u64); 8] = [
-    ("default.toml", 0x7e96_15cc_ff3a_90d3, 0x1e52_376d_d7e5_b16b, 0x8389_8ce6_00eb_ca9c),
-    ("glm-5.3-flash-1p1d.toml", 0x0313_1e9e_8845_a27d, 0x17be_0ffd_61ee_0bbc, 0x2c9e_5c9a_47a2_2b7c),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0xe546_6666_1bed_9a3f, 0x38ad_f5bb_71e5_1e11, 0x7e07_a87c_c0b7_444d),
-    ("glm-5.3-flash-2p2d.toml", 0xfe09_782a_0069_a33f, 0x6808_499a_7236_30cf, 0x0b08_715f_6c54_42f3),
+const PINNED: [(&str, u64, u64, u64); 9] = [
+    ("default.toml", 0xe298_f2c6_d2c1_30a5, 0x1e52_376d_d7e5_b16b, 0x8389_8ce6_00eb_ca9c),
+    ("glm-5.3-flash-1p1d.toml", 0x1abf_54b1_bb1e_0d7f, 0x17be_0ffd_61ee_0bbc, 0x2c9e_5c9a_47a2_2b7c),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0xf1e7_6f86_1a7d_f4a5, 0x38ad_f5bb_71e5_1e11, 0x7e07_a87c_c0b7_444d),
+    ("glm-5.3-flash-2p2d.toml", 0x36b9_96c7_1eaf_a8ef, 0x6808_499a_7236_30cf, 0x0b08_715f_6c54_42f3),
+    ("glm-5.3-flash-p4d8.toml", 0x573d_3524_ceeb_3328, 0xcbac_954e_2772_3d69, 0x3bad_3415_a437_f897),
     ("gpt-oss-1p1d.toml", 0xc5f2_ab0a_e030_c1ae, 0x3d1e_f468_37bf_59b0, 0xb742_2d68_dd45_02b8),
-    ("llama-3.1-8b-1p1d.toml", 0x6be1_8dcd_de11_a6b5, 0xf436_e46b_de60_8ba3, 0xf4d5_f12b_fc82_16ff),
-    ("llama-3.1-8b-aggregated.toml", 0xb063_d4d4_423d_a1f6, 0x2a60_b16c_16ad_c6c7, 0xd657_f61d_916e_941e),
+    ("llama-3.1-8b-1p1d.toml", 0xd9cd_e031_8391_6eb6, 0xf436_e46b_de60_8ba3, 0xf4d5_f12b_fc82_16ff),
+    ("llama-3.1-8b-aggregated.toml", 0x57a1_b808_6100_b507, 0x2a60_b16c_16ad_c6c7, 0xd657_f61d_916e_941e),
     ("mamba2-hybrid-1p1d.toml", 0xb7cc_4cdc_bd84_41e6, 0x3815_9bd8_e855_3cd6, 0x1904_931f_2fc3_5f7a),
 ];
 

@@ -20,7 +20,7 @@ pub const REQUESTS: u64 = 10_000;
 fn role(num_blocks: u64, fixed_us: f64, per_token_us: f64) -> RoleSpec {
     RoleSpec {
         count: 1,
-        tp: 4,
+        tp: Some(4),
         num_blocks,
         max_num_batched_tokens: 8192,
         max_num_seqs: 256,
@@ -47,7 +47,7 @@ fn deployment(vllm: Option<&str>, roles: (Option<RoleSpec>, Option<RoleSpec>, Op
 }
 
 fn llama() -> ModelSpec {
-    ModelSpec { name: None, kv_bytes_per_token: Some(Bytes::new(32_768)), cache_groups: vec![] }
+    ModelSpec { kv_bytes_per_token: Some(Bytes::new(32_768)), ..Default::default() }
 }
 
 fn glm() -> ModelSpec {
@@ -60,12 +60,11 @@ fn glm() -> ModelSpec {
         prefix_cacheable: Some(cacheable),
         window_tokens: None,
         checkpoint_blocks: Some(Blocks::new(ckpt)),
+        heads: None,
     };
     let fa = CacheGroupKind::FullAttention;
     let st = CacheGroupKind::State;
     ModelSpec {
-        name: None,
-        kv_bytes_per_token: None,
         cache_groups: vec![
             g("full attention", fa, 13_045_120, true, 0),
             g("tail ring", st, 22_528, false, 0),
@@ -74,6 +73,7 @@ fn glm() -> ModelSpec {
             g("kda 2", st, 8_683_520, true, 1),
             g("kda 3", st, 8_683_520, true, 1),
         ],
+        ..Default::default()
     }
 }
 

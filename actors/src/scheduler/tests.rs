@@ -28,6 +28,7 @@ fn group(kind: CacheGroupKind, b: u64, window: Option<u64>) -> CacheGroup {
         prefix_cacheable: Some(kind != CacheGroupKind::SlidingWindow),
         window_tokens: window.map(Tokens::new),
         checkpoint_blocks: Some(Blocks::ZERO),
+        heads: None,
     }
     .validate(Role::Aggregated, 0)
     .unwrap()

@@ -27,6 +27,7 @@ pub fn group(name: &str, kind: CacheGroupKind, b: u64, page: u64, transfer: u64)
         prefix_cacheable: Some(true),
         window_tokens: None,
         checkpoint_blocks: None,
+        heads: None,
     }
 }
 
@@ -50,7 +51,7 @@ pub fn state(name: &str, b: u64, page: u64, transfer: u64, mamba: bool) -> Cache
 
 /// A grouped model spec from groups.
 pub fn spec(groups: Vec<CacheGroupSpec>) -> ModelSpec {
-    ModelSpec { name: None, kv_bytes_per_token: None, cache_groups: groups }
+    ModelSpec { cache_groups: groups, ..Default::default() }
 }
 
 /// Validates `spec` as a prefill model, panicking on a gate error.
@@ -63,6 +64,7 @@ pub fn model(spec: &ModelSpec) -> Model {
 pub fn glm_spec() -> ModelSpec {
     let kda = |name: &str, bytes: u64| CacheGroupSpec {
         checkpoint_blocks: Some(Blocks::new(1)),
+        heads: None,
         ..state(name, GLM_B, GLM_PAGE, bytes, true)
     };
     spec(vec![
@@ -82,5 +84,5 @@ pub fn glm() -> Model {
 
 /// A linear model of `kv` bytes per token.
 pub fn linear_spec(kv: u64) -> ModelSpec {
-    ModelSpec { name: None, kv_bytes_per_token: Some(Bytes::new(kv)), cache_groups: vec![] }
+    ModelSpec { kv_bytes_per_token: Some(Bytes::new(kv)), ..Default::default() }
 }

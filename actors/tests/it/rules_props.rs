@@ -55,6 +55,7 @@ fn model_with(windows: bool) -> impl Strategy<Value = Model> {
                     prefix_cacheable: Some(pc),
                     window_tokens: kind.is_window().then_some(Tokens::new(w)),
                     checkpoint_blocks: mamba.then_some(Blocks::new(ckpt)),
+                    heads: None,
                 }
             })
             .collect();

@@ -24,7 +24,7 @@ fn linear_step(fixed_us: f64, per_token_us: f64, per_context_token_us: f64) -> S
 fn role(count: u32, num_blocks: u64, step_time: StepTimeSpec) -> RoleSpec {
     RoleSpec {
         count,
-        tp: 4,
+        tp: Some(4),
         num_blocks,
         max_num_batched_tokens: 8192,
         max_num_seqs: 256,

@@ -12,7 +12,7 @@ use super::model_fixtures::{fa, glm_spec, linear_spec, spec};
 fn role() -> RoleSpec {
     RoleSpec {
         count: 1,
-        tp: 1,
+        tp: Some(1),
         num_blocks: 100,
         max_num_batched_tokens: 8192,
         max_num_seqs: 256,
@@ -86,7 +86,7 @@ fn role_fields_are_bounded() {
     };
     is(refused(&with(|r| r.count = 0)), "decode.count", "must be from 1 to 1024, got 0");
     is(refused(&with(|r| r.count = MAX_RANKS + 1)), "decode.count", "got 1025");
-    is(refused(&with(|r| r.tp = 0)), "decode.tp", "must be >= 1, got 0");
+    is(refused(&with(|r| r.tp = Some(0))), "decode.tp", "must be >= 1, got 0");
     is(refused(&with(|r| r.num_blocks = 0)), "decode.num_blocks", "must be >= 1, got 0");
     is(refused(&with(|r| r.max_num_batched_tokens = 0)), "decode.max_num_batched_tokens", "must be >= 1");
     is(refused(&with(|r| r.max_num_seqs = 0)), "decode.max_num_seqs", "must be >= 1");
@@ -200,4 +200,44 @@ fn slo_bounds_are_positive() {
     assert_eq!(validate::slo(&SloSpec::default()), Ok(()));
     let e = validate::slo(&SloSpec { tpot_ms: Some(0.0), ..SloSpec::default() }).unwrap_err().under("slo");
     assert_eq!(e.to_string(), "slo.tpot_ms: must be > 0, got 0");
+}
+
+/// Heterogeneous TP: the sizes must divide one another, and the model must
+/// say at which TP size its bytes are given, with the heads to derive
+/// others; a group whose heads cannot be sharded is named.
+#[test]
+fn tp_sizes_the_model_cannot_be_sharded_to_are_refused() {
+    let with_tp = |p: u32, d: u32| {
+        let mut s = pd();
+        s.prefill.as_mut().unwrap().tp = Some(p);
+        s.decode.as_mut().unwrap().tp = Some(d);
+        s
+    };
+    // No reference tp: equal sizes only (the bytes are the ranks' own).
+    assert!(Deployment::build(&linear_spec(1_024), &with_tp(4, 4)).is_ok());
+    is(refused(&with_tp(4, 8)), "decode.tp", "8 differs from prefill.tp 4: heterogeneous TP needs the model's tp");
+    // With one: sizes that divide one another, and the heads to derive them.
+    let mut llama = linear_spec(32_768);
+    llama.tp = Some(4);
+    llama.kv_heads = Some(8);
+    is(refused_for(&llama, &with_tp(4, 6)), "decode.tp", "6 and prefill.tp 4 must divide one another");
+    assert!(Deployment::build(&llama, &with_tp(4, 8)).is_ok());
+    assert!(Deployment::build(&llama, &with_tp(8, 2)).is_ok());
+    // 8 KV heads at TP 16: replicated (16 % 8 = 0); at TP 3 neither divides.
+    assert!(Deployment::build(&llama, &with_tp(16, 16)).is_ok());
+    llama.kv_heads = None;
+    is(refused_for(&llama, &with_tp(4, 8)), "model.kv_heads", "missing: needed to derive the bytes at tp 8 from tp 4");
+    let mut glm = glm_spec();
+    glm.tp = Some(4);
+    is(refused_for(&glm, &with_tp(4, 8)), "model.cache_groups[0].heads", "missing");
+    for g in &mut glm.cache_groups {
+        g.heads = Some(if g.prefix_cacheable == Some(true) && g.kind == actors::model::CacheGroupKind::State {
+            64
+        } else {
+            1
+        });
+    }
+    assert!(Deployment::build(&glm, &with_tp(4, 8)).is_ok());
+    // A Mamba-type state of 64 heads does not split across 128 ranks.
+    is(refused_for(&glm, &with_tp(4, 128)), "model.cache_groups[2].heads", "64 heads cannot be split across tp 128");
 }
