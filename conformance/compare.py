@@ -7,7 +7,8 @@ exit 0 if step-identical, 1 if not.
 
 A step matches when the same requests are scheduled with the same tokens
 in the same order, the same ones are preempted, and the same ones finish
-after it. vLLM's log writes `batch` sorted by id and the scheduling order
+after it; in a decode case (P/D), also when the same remote loads are
+reserved, in the same order (`reserved`). vLLM's log writes `batch` sorted by id and the scheduling order
 in `order`; pdsim writes `batch` in scheduling order.
 """
 import json
@@ -16,12 +17,13 @@ import sys
 
 def norm_vllm(line):
     batch = {int(k): v for k, v in line["batch"].items()}
-    return ([(i, batch[i]) for i in line["order"]], sorted(line["preempted"]), sorted(line["finished_after"]))
+    return ([(i, batch[i]) for i in line["order"]], sorted(line["preempted"]), sorted(line["finished_after"]),
+            line.get("reserved"))
 
 
 def norm_pdsim(line):
     return ([(int(k), v) for k, v in line["batch"].items()], sorted(line["preempted"]),
-            sorted(line["finished_after"]))
+            sorted(line["finished_after"]), line.get("reserved"))
 
 
 def first_difference(pd, vl):

@@ -22,10 +22,17 @@
 //!   `prefix_cacheable`, `checkpoint_blocks`); absent, one full-attention
 //!   group of `block_size`.
 //!
-//! The scheduler runs as an aggregated rank would (vLLM's policy, every
-//! sequence handled one by one each step), with 1 ms steps. One
-//! [`StepLine`] per schedule call, empty steps included so that step
-//! numbers line up.
+//! - `role` (optional): `"aggregated"` (the default) or `"decode"`: a
+//!   decode rank of a P/D deployment, whose requests arrive as handoffs
+//!   (remote loads, `Scheduler::enqueue_remote`); a schedule call reserves
+//!   their blocks, and the KV of one reserved in call `s` lands (is ready)
+//!   before call `s + load_steps` (per request, default 1); it then
+//!   computes its last prompt token and decodes.
+//!
+//! The scheduler runs as such a rank would (vLLM's policy, every sequence
+//! handled one by one each step), with 1 ms steps. One [`StepLine`] per
+//! schedule call, empty steps included so that step numbers line up; a
+//! decode case's lines also list the loads each call reserved.
 
 use std::collections::BTreeMap;
 
@@ -35,7 +42,7 @@ use sim_core::{SimDuration, SimTime};
 
 use crate::model::{CacheGroupKind, CacheGroupSpec, Role};
 use crate::request::{ReqId, Request};
-use crate::scheduler::{Finished, Limits, Mode, Scheduler, VllmPolicy};
+use crate::scheduler::{Finished, Limits, Mode, Reservation, Scheduler, VllmPolicy};
 use crate::steptime::{BatchShape, StepTimeModel};
 use crate::units::{Blocks, Bytes, Tokens};
 use crate::validate::FieldError;
@@ -65,6 +72,9 @@ pub struct Case {
     /// pdsim's scheduler.
     #[serde(default)]
     pub max_model_len: Option<u64>,
+    /// `"aggregated"` (default) or `"decode"`.
+    #[serde(default)]
+    pub role: Option<String>,
 }
 
 /// A request of a case.
@@ -85,6 +95,10 @@ pub struct CaseRequest {
     /// Shared tokens of the group.
     #[serde(default)]
     pub prefix_tokens: Option<u64>,
+    /// A decode case: schedule calls from the one that reserves its
+    /// blocks to the one its KV is ready for (default 1).
+    #[serde(default)]
+    pub load_steps: Option<u64>,
 }
 
 /// A cache group of a case (pdsim's group fields; bytes do not matter here).
@@ -118,6 +132,9 @@ pub struct StepLine {
     pub preempted: Vec<ReqId>,
     /// Requests that finished once the step was applied, by id.
     pub finished_after: Vec<ReqId>,
+    /// A decode case: the remote loads the call reserved, in order (`None`
+    /// for an aggregated case).
+    pub reserved: Option<Vec<ReqId>>,
 }
 
 impl Serialize for StepLine {
@@ -132,11 +149,14 @@ impl Serialize for StepLine {
                 m.end()
             }
         }
-        let mut m = s.serialize_map(Some(4))?;
+        let mut m = s.serialize_map(Some(4 + usize::from(self.reserved.is_some())))?;
         m.serialize_entry("step", &self.step)?;
         m.serialize_entry("batch", &Batch(&self.batch))?;
         m.serialize_entry("preempted", &self.preempted)?;
         m.serialize_entry("finished_after", &self.finished_after)?;
+        if let Some(r) = &self.reserved {
+            m.serialize_entry("reserved", r)?;
+        }
         m.end()
     }
 }
@@ -166,6 +186,13 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
         max_num_batched_tokens: positive("max_num_batched_tokens", case.max_num_batched_tokens)?,
         max_num_seqs: positive("max_num_seqs", u64::from(case.max_num_seqs))? as usize,
     };
+    let decode = match case.role.as_deref() {
+        None | Some("aggregated") => false,
+        Some("decode") => true,
+        Some(other) => {
+            return Err(FieldError::new("role", format!("must be \"aggregated\" or \"decode\", got {other:?}")));
+        }
+    };
     let pool = (groups, case.num_blocks - 1, case.prefix_caching);
     let mut sched = Scheduler::new(Mode::Generate, limits, false, pool, Box::new(OneMs), Box::new(VllmPolicy));
     sched.set_lazy_decoding(false);
@@ -183,7 +210,16 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
         if r.prefix_tokens.unwrap_or(0) > r.prompt {
             return Err(FieldError::new(at("prefix_tokens"), "must not exceed the prompt"));
         }
+        match (decode, r.load_steps) {
+            (false, Some(_)) => return Err(FieldError::new(at("load_steps"), "only in a decode case")),
+            (true, Some(0)) => return Err(FieldError::new(at("load_steps"), "must be at least 1")),
+            _ => {}
+        }
     }
+    let load_steps: BTreeMap<ReqId, u64> = case.requests.iter().map(|r| (r.id, r.load_steps.unwrap_or(1))).collect();
+    // Reserved loads by the call their KV is ready for.
+    let mut landing: BTreeMap<u64, Vec<(Box<Request>, Reservation)>> = BTreeMap::new();
+    let mut reserved = Vec::new();
     pending.sort_by_key(|&(_, r)| (std::cmp::Reverse(r.arrival_step), std::cmp::Reverse(r.id)));
 
     let mut lines = Vec::new();
@@ -193,15 +229,36 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
         if step >= MAX_STEPS {
             return Err(FieldError::new("requests", format!("the case has not ended after {MAX_STEPS} steps")));
         }
+        for (req, reservation) in landing.remove(&step).unwrap_or_default() {
+            sched.enqueue_landed(req, reservation);
+        }
         while let Some(&(_, r)) = pending.last()
             && r.arrival_step <= step
         {
             pending.pop();
-            sched.enqueue(request(r, now), Tokens::ZERO);
+            if decode {
+                let mut req = request(r, now);
+                // A full-attention handoff: the prefill computed every prompt token.
+                req.transferred_tokens = req.prompt;
+                sched.enqueue_remote(req);
+            } else {
+                sched.enqueue(request(r, now), Tokens::ZERO);
+            }
             in_flight += 1;
         }
-        let mut line = StepLine { step, batch: Vec::new(), preempted: Vec::new(), finished_after: Vec::new() };
+        let mut line = StepLine {
+            step,
+            batch: Vec::new(),
+            preempted: Vec::new(),
+            finished_after: Vec::new(),
+            reserved: decode.then(Vec::new),
+        };
         let planned = sched.start_one_step(now, SimTime::MAX, |r| &mut r.t.prefill_started);
+        sched.take_reserved(&mut reserved);
+        for (req, _hit, reservation) in reserved.drain(..) {
+            line.reserved.as_mut().expect("a decode case").push(req.id);
+            landing.entry(step + load_steps[&req.id]).or_default().push((req, reservation));
+        }
         sched.take_preempted(&mut line.preempted);
         line.preempted.sort_unstable();
         if let Some(dt) = planned {

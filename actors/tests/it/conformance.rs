@@ -68,10 +68,12 @@ const NOT_YET: &[(&str, &str)] = &[
     ("gen-3-99", HYBRID_HIT),
 ];
 
-type Step = (Vec<(u64, u64)>, Vec<u64>, Vec<u64>);
+/// (batch in scheduling order, preempted, finished after, reserved loads of
+/// a decode case).
+type Step = (Vec<(u64, u64)>, Vec<u64>, Vec<u64>, Option<Vec<u64>>);
 
-fn cases_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../conformance/cases")
+fn cases_dir(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../conformance").join(dir)
 }
 
 fn ids(v: &Value) -> Vec<u64> {
@@ -97,43 +99,56 @@ fn vllm_log(path: &Path) -> Vec<Step> {
                     (id, batch[&id.to_string()].as_u64().unwrap())
                 })
                 .collect();
-            (scheduled, ids(&v["preempted"]), ids(&v["finished_after"]))
+            let reserved =
+                v.get("reserved").map(|r| r.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect());
+            (scheduled, ids(&v["preempted"]), ids(&v["finished_after"]), reserved)
         })
         .collect()
 }
 
 fn pdsim_log(lines: Vec<StepLine>) -> Vec<Step> {
-    lines.into_iter().map(|l| (l.batch, l.preempted, l.finished_after)).collect()
+    lines.into_iter().map(|l| (l.batch, l.preempted, l.finished_after, l.reserved)).collect()
 }
 
-#[test]
-fn the_scheduler_matches_vllm_step_for_step_on_the_recorded_cases() {
-    let mut names: Vec<String> = std::fs::read_dir(cases_dir())
+/// Recorded case names in `dir`, and the first difference of each from
+/// vLLM's log (`None`: identical).
+fn compare_dir(dir: &str) -> Vec<(String, Option<String>)> {
+    let mut names: Vec<String> = std::fs::read_dir(cases_dir(dir))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .filter_map(|n| n.strip_suffix(".vllm.jsonl").map(str::to_owned))
         .collect();
     names.sort();
-    assert!(names.len() >= 160, "the recorded cases are there: {}", names.len());
+    names
+        .into_iter()
+        .map(|name| {
+            let d = cases_dir(dir);
+            let case: Case = serde_json::from_str(&std::fs::read_to_string(d.join(format!("{name}.json"))).unwrap())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let ours = pdsim_log(run_case(&case).unwrap_or_else(|e| panic!("{name}: {e}")));
+            let theirs = vllm_log(&d.join(format!("{name}.vllm.jsonl")));
+            let first = (0..ours.len().max(theirs.len())).find(|&i| ours.get(i) != theirs.get(i));
+            let diff = first.map(|i| format!("differs at step {i}: pdsim {:?}, vLLM {:?}", ours.get(i), theirs.get(i)));
+            (name, diff)
+        })
+        .collect()
+}
+
+#[test]
+fn the_scheduler_matches_vllm_step_for_step_on_the_recorded_cases() {
+    let results = compare_dir("cases");
+    assert!(results.len() >= 160, "the recorded cases are there: {}", results.len());
     let mut wrong = Vec::new();
-    for name in &names {
-        let dir = cases_dir();
-        let case: Case = serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let ours = pdsim_log(run_case(&case).unwrap_or_else(|e| panic!("{name}: {e}")));
-        let theirs = vllm_log(&dir.join(format!("{name}.vllm.jsonl")));
-        let first = (0..ours.len().max(theirs.len())).find(|&i| ours.get(i) != theirs.get(i));
+    for (name, diff) in &results {
         let not_yet = NOT_YET.iter().find(|(n, _)| n == name);
-        match (first, not_yet) {
+        match (diff, not_yet) {
             (None, None) | (Some(_), Some(_)) => {}
-            (Some(i), None) => {
-                wrong.push(format!("{name}: differs at step {i}: pdsim {:?}, vLLM {:?}", ours.get(i), theirs.get(i)))
-            }
+            (Some(d), None) => wrong.push(format!("{name}: {d}")),
             (None, Some((_, rule))) => wrong.push(format!("{name}: now identical; take it off NOT_YET ({rule})")),
         }
     }
     for (listed, _) in NOT_YET {
-        if !names.iter().any(|n| n == listed) {
+        if !results.iter().any(|(n, _)| n == listed) {
             wrong.push(format!("{listed}: listed in NOT_YET but not a recorded case"));
         }
     }
