@@ -4,7 +4,8 @@
 #   conformance/run.sh [--recorded] CASE.json...
 #
 # For each case, runs `pdsim steps CASE.json` and vLLM's real v1 Scheduler
-# (vllm_steps.py, in the venv below) on the same case, compares every step
+# (vllm_steps.py, or for a decode case vllm_pd_steps.py: the decode side of
+# P/D with the NIXL connector; in the venv below) on the same case, compares every step
 # and prints one verdict line; the last line is `N/M cases step-identical`.
 # With --recorded, vLLM's log is read from CASE.vllm.jsonl beside the case
 # instead (no vLLM needed). Exit 0 when every case is identical.
@@ -27,10 +28,20 @@ trap 'rm -rf "$work"' EXIT
 
 if [[ $recorded -eq 0 ]]; then
   python="$("$here/venv.sh")"
-  if ! (cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py "$work/vllm" "$@" 2> "$work/vllm.err"); then
-    tail -5 "$work/vllm.err" >&2
-    exit 1
-  fi
+  # Decode (P/D) cases go to the decode-side driver, the rest to the aggregated one.
+  agg=() pd=()
+  for c in "$@"; do
+    if grep -q '"role": *"decode"' "$c"; then pd+=("$c"); else agg+=("$c"); fi
+  done
+  for batch in vllm_batch.py vllm_pd_batch.py; do
+    if [[ $batch == vllm_batch.py ]]; then set -- "${agg[@]+"${agg[@]}"}"; else set -- "${pd[@]+"${pd[@]}"}"; fi
+    [[ $# -eq 0 ]] && continue
+    if ! (cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" "$batch" "$work/vllm" "$@" 2> "$work/vllm.err"); then
+      tail -5 "$work/vllm.err" >&2
+      exit 1
+    fi
+  done
+  set -- "${cases[@]}"
 fi
 
 same=0

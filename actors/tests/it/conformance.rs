@@ -154,3 +154,16 @@ fn the_scheduler_matches_vllm_step_for_step_on_the_recorded_cases() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// The decode side of P/D: `conformance/pd_cases/`, vLLM 0.33.0's decode
+/// scheduler with its NIXL pull connector (`vllm_pd_steps.py`), where
+/// handoffs are reserved in the waiting loop and land `load_steps` calls
+/// later. Every recorded case must be step-identical, the reservations
+/// included.
+#[test]
+fn the_decode_side_matches_vllm_step_for_step_on_the_recorded_cases() {
+    let results = compare_dir("pd_cases");
+    assert!(results.len() >= 60, "the recorded decode cases are there: {}", results.len());
+    let wrong: Vec<String> = results.iter().filter_map(|(n, d)| d.as_ref().map(|d| format!("{n}: {d}"))).collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Regenerates the recorded decode-side (P/D) cases (conformance/pd_cases/):
+# 60 generated cases of seed 5 (gen-pd-5-*) and the hand-written ones
+# (pd1..pd5), with vLLM 0.33.0's step logs (vllm_pd_steps.py).
+#
+#   conformance/record_pd.sh
+#
+# The venv: see venv.sh. The hand-written cases are kept as they are.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+python="$("$here/venv.sh")"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+rm -f "$here"/pd_cases/gen-pd-5-*
+python3 "$here/gen_pd_cases.py" 5 60 "$here/pd_cases"
+cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_pd_batch.py pd_cases pd_cases/*.json \
+  2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
+echo "recorded $(ls pd_cases/*.vllm.jsonl | wc -l) cases"

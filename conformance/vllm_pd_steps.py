@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""vLLM 0.33.0's real v1 Scheduler as the DECODE side of a P/D deployment,
+with the NIXL pull connector's real scheduler side, driven on CPU with fake
+model outputs and a fake connector worker. Prints one JSON line per
+schedule() call.
+
+Input (argv[1], JSON): vllm_steps.py's case format, full attention only
+({"max_num_seqs", "max_num_batched_tokens", "num_blocks" (vLLM's null block
+included), "block_size", "prefix_caching", "requests": [{"id",
+"arrival_step", "prompt", "output", "prefix_group"(opt),
+"prefix_tokens"(opt)}]}), plus "role": "decode" and, per request,
+"load_steps": k (k >= 1, default 1).
+
+What is real and what is faked
+------------------------------
+* The Scheduler is built with a real KVTransferConfig(kv_connector=
+  "NixlConnector", kv_role="kv_consumer"), so vLLM's own KVConnectorFactory
+  creates the connector (NixlPullConnector, role SCHEDULER, whose
+  connector_scheduler is a real NixlPullConnectorScheduler). NOTHING IS
+  MONKEYPATCHED: on CPU the NIXL module imports fine ("NIXL is not
+  available" is only logged; the scheduler side never touches the NIXL
+  agent), the platform is vLLM's UnspecifiedPlatform, so the connector
+  does not use a host buffer, and no handshake listener is started (that
+  only happens in set_xfer_handshake_metadata, a worker-driven call).
+  VllmConfig turns the hybrid KV cache manager off itself when a connector
+  is configured; with one full-attention group this changes nothing.
+* Each request is added (Scheduler.add_request, which calls the
+  connector's on_new_request) with the kv_transfer_params a real P/D proxy
+  forwards from the prefill engine's response, i.e. what the P side's
+  NixlPullConnectorScheduler.request_finished returns: do_remote_prefill=True,
+  do_remote_decode=False, remote_block_ids (one group, cdiv(prompt, B)
+  blocks), remote_engine_id, remote_request_id, remote_host, remote_port,
+  tp_size=1, dcp_size=1, pp_size=1, remote_num_tokens=prompt,
+  remote_blocks_expiry_time=None, remote_registration_generation=0,
+  transfer_mode="pull".
+* The scheduler's waiting loop then does everything itself: the local
+  prefix-cache hit, connector.get_num_new_matched_tokens (prompt - aligned
+  local hit, async), allocate_slots(0 new tokens, external tokens,
+  delay_cache_blocks=True, reserved_blocks = the in-flight reservations),
+  connector.update_state_after_alloc, status WAITING_FOR_REMOTE_KVS,
+  kv_holding_waiting; and after the load, _update_waiting_for_remote_kv
+  (caches the blocks, num_computed_tokens = num_tokens - 1).
+  A request preempted later recomputes locally: update_state_after_alloc
+  cleared do_remote_prefill, so get_num_new_matched_tokens gives (0, False)
+  and the request is never reserved twice. (The connector also packages
+  heartbeats for the prefill engine by wall-clock time in
+  build_connector_meta; nothing reads them here, and they do not touch
+  scheduling.)
+* The worker side is faked (no NIXL transfer): it reads the real
+  NixlConnectorMetadata the scheduler built in schedule()
+  (SchedulerOutput.kv_connector_metadata.reqs_to_recv) and, for each entry
+  with awaiting_kvs=True (the connector's flag for "parked in
+  WAITING_FOR_REMOTE_KVS, expects finished_recving"; a notify-only entry
+  would not be reported, as the real worker does not), reports the request
+  id in ModelRunnerOutput.kv_connector_output.finished_recving of the step
+  load_steps - 1 after the allocating one.
+* Model outputs are faked as in vllm_steps.py: every scheduled request that
+  reaches the end of its known tokens samples one token (never EOS); it
+  finishes at max_tokens = output.
+
+Output line per schedule() call s (the first call is step 0):
+  {"step": s, "batch": {"<id>": tokens, ...} (sorted by id),
+   "order": [ids in scheduling order], "preempted": [ids],
+   "finished_after": [ids that finished once the step's output was applied],
+   "reserved": [ids the call allocated as async remote loads (parked in
+                WAITING_FOR_REMOTE_KVS), in allocation order],
+   "waiting": n (every unfinished request not running: Scheduler.waiting
+              plus kv_holding_waiting, so reserved and landed-but-not-yet-
+              scheduled loads included),
+   "running": n}
+
+Timing: a request with arrival_step s is added before call s. Reserved in
+call r with load_steps k, it is reported in finished_recving of call
+r + k - 1's model output, so it is ready (promoted by the scheduler's
+_handle_blocked_waiting_request) from call r + k on; there it computes its
+last prompt token (1 token, or more after a preemption) and samples.
+"""
+import json
+import os
+import sys
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
+import torch  # noqa: E402
+
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    KVTransferConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler import (  # noqa: E402
+    NixlPullConnectorScheduler,
+)
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import sha256  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+from vllm_steps import tokens_of  # noqa: E402  (the same token ids as the aggregated driver)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAX_STEPS = 100_000
+
+
+def build(cfg):
+    if cfg.get("cache_groups"):
+        raise SystemExit("vllm_pd_steps.py: full attention only (no cache_groups)")
+    if cfg.get("role") != "decode":
+        raise SystemExit('vllm_pd_steps.py: a decode case ("role": "decode"); use vllm_steps.py otherwise')
+    max_len = cfg.get("max_model_len", 8192)
+    sc = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
+                         max_model_len=max_len, enable_chunked_prefill=True,
+                         async_scheduling=False, is_encoder_decoder=False)
+    mc = ModelConfig(model=os.path.join(HERE, "tiny-llama"), skip_tokenizer_init=True, dtype="float16",
+                     max_model_len=max_len)
+    cc = CacheConfig(block_size=cfg["block_size"], enable_prefix_caching=cfg["prefix_caching"])
+    kt = KVTransferConfig(kv_connector="NixlConnector", kv_role="kv_consumer", engine_id="decode")
+    vc = VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc, device_config=DeviceConfig("cpu"),
+                    kv_transfer_config=kt)
+    kvc = KVCacheConfig(num_blocks=cfg["num_blocks"], kv_cache_tensors=[],
+                        kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
+                            block_size=cfg["block_size"], num_kv_heads=1, head_size=1, dtype=torch.float32))])
+    cc.num_gpu_blocks = cfg["num_blocks"]
+    sched = Scheduler(vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
+                      block_size=cfg["block_size"], log_stats=True)
+    assert sched.connector is not None
+    assert isinstance(sched.connector.connector_scheduler, NixlPullConnectorScheduler), type(sched.connector)
+    return sched
+
+
+def remote_prefill_params(r, block_size):
+    """What a P/D proxy forwards to the decode engine: the prefill engine's
+    NixlPullConnectorScheduler.request_finished result (P side: every prompt
+    token computed, backoff 0 for full attention)."""
+    n_blocks = -(-r["prompt"] // block_size)
+    first = 1 + 1000 * int(r["id"])
+    return dict(do_remote_prefill=True, do_remote_decode=False,
+                remote_block_ids=[list(range(first, first + n_blocks))],
+                remote_engine_id="prefill", remote_request_id=f"p-{r['id']}",
+                remote_host="localhost", remote_port=5600, tp_size=1, dcp_size=1, pp_size=1,
+                remote_num_tokens=r["prompt"], remote_blocks_expiry_time=None,
+                remote_registration_generation=0, transfer_mode="pull")
+
+
+def main():
+    cfg = json.load(open(sys.argv[1]))
+    init_none_hash(sha256)
+    sched = build(cfg)
+    hasher = get_request_block_hasher(cfg["block_size"], sha256)
+    load_steps = {str(r["id"]): int(r.get("load_steps", 1)) for r in cfg["requests"]}
+    assert all(k >= 1 for k in load_steps.values()), "load_steps must be at least 1"
+    pending = sorted(cfg["requests"], key=lambda r: (r["arrival_step"], r["id"]))
+    landing = {}  # step whose model output reports the load -> [req ids]
+    step = 0
+    done = set()
+    added = set()
+    while pending or sched.get_num_unfinished_requests() or landing:
+        while pending and pending[0]["arrival_step"] <= step:
+            r = pending.pop(0)
+            sp = SamplingParams(max_tokens=r["output"], ignore_eos=True,
+                                extra_args={"kv_transfer_params": remote_prefill_params(r, cfg["block_size"])})
+            sched.add_request(Request(request_id=str(r["id"]), prompt_token_ids=tokens_of(r), sampling_params=sp,
+                                      pooling_params=None, block_hasher=hasher, arrival_time=float(step)))
+            added.add(int(r["id"]))
+        out = sched.schedule()
+        # The fake worker: the loads the scheduler parked (real connector metadata).
+        meta = out.kv_connector_metadata
+        reserved = [rid for rid, rm in meta.reqs_to_recv.items() if rm.awaiting_kvs]
+        for rid in reserved:
+            assert sched.requests[rid].status == RequestStatus.WAITING_FOR_REMOTE_KVS, rid
+            landing.setdefault(step + load_steps[rid] - 1, []).append(rid)
+        sched_tokens = dict(out.num_scheduled_tokens)
+        req_ids = list(sched_tokens)
+        sampled = []
+        for rid in req_ids:
+            req = sched.requests[rid]
+            # num_computed_tokens is already advanced past this step's tokens
+            sampled.append([5] if req.num_computed_tokens >= req.num_tokens else [])
+        landed = landing.pop(step, [])
+        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                sampled_token_ids=sampled,
+                                kv_connector_output=KVConnectorOutput(finished_recving=set(landed))
+                                if landed else None)
+        preempted = sorted(int(x) for x in getattr(out, "preempted_req_ids", None) or [])
+        sched.update_from_output(out, mro)
+        now_done = added - {int(x) for x in sched.requests} - done
+        print(json.dumps(dict(step=step, batch={int(k): v for k, v in sorted(sched_tokens.items(),
+                                                                             key=lambda kv: int(kv[0]))},
+                              order=[int(k) for k in req_ids], preempted=preempted,
+                              finished_after=sorted(now_done), reserved=[int(x) for x in reserved],
+                              waiting=len(sched.waiting) + len(sched.kv_holding_waiting),
+                              running=len(sched.running))), flush=True)
+        done |= now_done
+        step += 1
+        if step > MAX_STEPS:
+            raise SystemExit("no progress")
+
+
+if __name__ == "__main__":
+    main()
