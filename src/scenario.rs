@@ -18,7 +18,7 @@
 //! max_num_batched_tokens = 8192      # default 8192
 //! max_num_seqs = 256                 # default 256
 //! # block_size_tokens = 16           # linear models only
-//! # max_model_len = 131072          # longer requests fail at arrival
+//! # max_model_len = 131072          # prompts that reach it fail; outputs are capped
 //! # prefix_caching = true            # default true
 //! # vllm_version = "0.31.0"          # overrides the top-level one
 //! step_time = { kind = "linear", fixed_us = 4000, per_token_us = 40, per_seq_us = 0, per_context_token_us = 0.002 }

@@ -71,10 +71,11 @@ pub struct RoleSpec {
     #[serde(default)]
     pub block_size_tokens: Option<Tokens>,
     /// The longest sequence a rank serves (vLLM's `--max-model-len`, whose
-    /// default is the model's `max_position_embeddings`): a request whose
-    /// prompt and output tokens exceed it fails when it arrives, as vLLM
-    /// rejects it (a prefill rank of a handoff counts the prompt and one
-    /// token, its `max_tokens = 1`). No limit when absent.
+    /// default is the model's `max_position_embeddings`): as vLLM, a rank
+    /// refuses a request whose prompt leaves no room for an output token
+    /// (prompt >= max_model_len; it fails when it arrives), and stops one
+    /// whose output would run past the limit there (its output is capped
+    /// at `max_model_len − prompt`). No limit when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_model_len: Option<Tokens>,
     /// Whether the pool keeps a prefix cache.

@@ -99,11 +99,15 @@ impl RankCore {
     /// cannot fit in its pool.
     fn fits(&self, req: &mut Request, now: SimTime) -> bool {
         if let Some(max) = self.max_model_len {
-            // vLLM checks prompt + max_tokens; a handoff's prefill asks for one token.
-            let asked = if self.role == Role::Prefill { Tokens::new(1) } else { req.output };
-            if req.prompt.saturating_add(asked) > max {
+            // vLLM refuses a prompt that leaves no room for an output token
+            // (`input_processor.py`: prompt >= max_model_len), and otherwise
+            // stops the request at the limit (its `max_tokens` capped).
+            if req.prompt >= max {
                 req.fail(FailReason::ExceedsMaxModelLen { role: self.role, max_model_len: max.get() }, now);
                 return false;
+            }
+            if self.role != Role::Prefill {
+                req.output = req.output.min(max - req.prompt);
             }
         }
         let (needed, capacity) = self.sched.least_blocks(req);

@@ -216,7 +216,8 @@ pub enum FailReason {
         /// Blocks the pool has.
         capacity: u64,
     },
-    /// Its prompt and output exceed the rank's `max_model_len`.
+    /// Its prompt leaves no room for an output token within the rank's
+    /// `max_model_len`.
     ExceedsMaxModelLen {
         /// The refusing rank's role.
         role: Role,
@@ -257,7 +258,7 @@ impl fmt::Display for FailReason {
                 write!(f, "{role} rank cannot fit the request: needs {needed} blocks, pool has {capacity}")
             }
             FailReason::ExceedsMaxModelLen { role, max_model_len } => {
-                write!(f, "{role} rank refused the request: prompt and output exceed max_model_len {max_model_len}")
+                write!(f, "{role} rank refused the request: its prompt reaches max_model_len {max_model_len}")
             }
             FailReason::Unfinished => f.write_str("still in flight when the simulation ended"),
             FailReason::DecodeCrashed => f.write_str("decode rank crashed"),

@@ -172,6 +172,7 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
         check_pairing(p, d)?;
     }
 
+    tp_fields(model)?;
     let reads = tp_pairing(model, &present)?;
     // Each role holds the model's bytes at its own TP size.
     let mut roles = Vec::new();
@@ -189,6 +190,23 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
     }
     let model = last.expect("roles() found at least one role");
     Ok(Checked { model, roles, bandwidth, latency, faults, interval, reads })
+}
+
+/// The model's TP fields: its `tp`, `kv_heads` and every group's `heads`
+/// are at least 1.
+fn tp_fields(model: &ModelSpec) -> Result<(), FieldError> {
+    if let Some(t) = model.tp {
+        at_least_one("model.tp", u64::from(t))?;
+    }
+    if let Some(h) = model.kv_heads {
+        at_least_one("model.kv_heads", u64::from(h))?;
+    }
+    for (i, g) in model.cache_groups.iter().enumerate() {
+        if let Some(h) = g.heads {
+            at_least_one(&format!("model.cache_groups[{i}].heads"), u64::from(h))?;
+        }
+    }
+    Ok(())
 }
 
 /// The TP sizes of a prefill and a decode role: equal, or (heterogeneous

@@ -243,28 +243,30 @@ fn the_decode_rank_reserves_handoffs_in_its_schedule_calls() {
     }
 }
 
-/// `max_model_len`: vLLM rejects a request whose prompt and `max_tokens`
-/// exceed it. A decode rank of 1,024 refuses 1,000 + 25 (1,025 tokens)
-/// and cancels its source; 1,000 + 24 fits exactly. A prefill rank of
-/// 1,000 counts the prompt and its one token (`max_tokens = 1` in a
-/// handoff): a 1,000-token prompt is refused there, 999 passes.
+/// `max_model_len`, as vLLM 0.33.0 applies it: a prompt that leaves no
+/// room for an output token is refused (`input_processor.py`: prompt >=
+/// max_model_len), and a request whose output would run past the limit is
+/// stopped there (`sched/utils.py`). A decode rank of 1,024: 1,000 + 25
+/// completes with 24 output tokens (1,000 + 24 = 1,024); a 1,024-token
+/// prompt is refused and its source cancelled; 1,000 + 10 is untouched. A
+/// prefill rank of 1,000 (a handoff's prefill asks for one token): a
+/// 1,000-token prompt is refused there, 999 passes.
 #[test]
-fn requests_longer_than_max_model_len_fail_at_arrival() {
+fn max_model_len_refuses_full_prompts_and_caps_outputs() {
     let model = linear_spec(32_768);
     let mut spec =
         pd(role(1, 10_000, linear_step(2_000.0, 1.0, 0.0)), role(1, 10_000, linear_step(5_000.0, 0.0, 0.0)), 50.0);
     spec.vllm_version = None;
     spec.decode.as_mut().unwrap().max_model_len = Some(Tokens::new(1_024));
-    let out = run(&model, &spec, vec![req(0, 1_000, 25), req(0, 1_000, 24)]);
+    let out = run(&model, &spec, vec![req(0, 1_000, 25), req(0, 1_024, 5), req(0, 1_000, 10)]);
     assert_eq!(out.violations, Vec::<String>::new());
+    let r = &out.records;
     let refused = Outcome::Failed(FailReason::ExceedsMaxModelLen { role: Role::Decode, max_model_len: 1_024 });
-    assert_eq!((out.records[0].outcome, out.records[1].outcome), (refused, Outcome::Completed));
-    assert_eq!(
-        refused_reason(&out.records[0]),
-        "decode rank refused the request: prompt and output exceed max_model_len 1024"
-    );
+    assert_eq!((r[0].outcome, r[1].outcome, r[2].outcome), (Outcome::Completed, refused, Outcome::Completed));
+    assert_eq!((r[0].generated, r[2].generated), (Tokens::new(24), Tokens::new(10)));
+    assert_eq!(refused_reason(&r[1]), "decode rank refused the request: its prompt reaches max_model_len 1024");
     let p = out.ranks.iter().find(|k| k.role == Role::Prefill).unwrap().sources.unwrap();
-    assert_eq!((p.held, p.released, p.cancelled), (2, 1, 1));
+    assert_eq!((p.held, p.released, p.cancelled), (3, 2, 1));
 
     spec.decode.as_mut().unwrap().max_model_len = None;
     spec.prefill.as_mut().unwrap().max_model_len = Some(Tokens::new(1_000));
@@ -272,6 +274,7 @@ fn requests_longer_than_max_model_len_fail_at_arrival() {
     let refused = Outcome::Failed(FailReason::ExceedsMaxModelLen { role: Role::Prefill, max_model_len: 1_000 });
     assert_eq!((out.records[0].outcome, out.records[1].outcome), (refused, Outcome::Completed));
     assert_eq!(out.records[0].t.prefill_started, None, "refused at arrival");
+    assert_eq!(out.records[1].generated, Tokens::new(5), "the prefill rank caps nothing");
 }
 
 fn refused_reason(r: &actors::request::Request) -> String {

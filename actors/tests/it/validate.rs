@@ -238,6 +238,13 @@ fn tp_sizes_the_model_cannot_be_sharded_to_are_refused() {
         });
     }
     assert!(Deployment::build(&glm, &with_tp(4, 8)).is_ok());
+    // Zero TP sizes and heads are refused, naming the field.
+    let mut zero = glm.clone();
+    zero.tp = Some(0);
+    is(refused_for(&zero, &pd()), "model.tp", "must be >= 1");
+    let mut zero = glm.clone();
+    zero.cache_groups[1].heads = Some(0);
+    is(refused_for(&zero, &pd()), "model.cache_groups[1].heads", "must be >= 1");
     // A Mamba-type state of 64 heads does not split across 128 ranks.
     is(refused_for(&glm, &with_tp(4, 128)), "model.cache_groups[2].heads", "64 heads cannot be split across tp 128");
 }
