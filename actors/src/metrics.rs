@@ -319,7 +319,8 @@ pub enum Metric {
     Running,
     /// Sources held for handoffs (prefill ranks).
     HeldSources,
-    /// Reservations waiting for blocks (decode ranks).
+    /// Handoffs waiting for their reservation, a decode rank's remote loads
+    /// (decode ranks).
     PendingReservations,
     /// Transfers in flight to this rank (decode ranks).
     Transferring,

@@ -692,37 +692,45 @@ impl DecodeRank {
     fn start_transfers(&mut self, ctx: &mut Context<'_, Msg>) {
         let now = ctx.now();
         let mut reserved = std::mem::take(&mut self.reserved);
-        self.core.sched.take_reserved(&mut reserved);
-        let mut landed = false;
-        for (mut req, k, reservation) in reserved.drain(..) {
-            let payload =
-                rules::handoff_size(&self.model, req.prompt, k).expect("the prompt is >= 1 token and the hit below it");
-            req.t.reserved = Some(now);
-            req.decode_hit = k;
-            req.transferred_tokens = payload.transferred_tokens;
-            req.transfer_bytes = payload.bytes;
-            req.t.transfer_started = Some(now);
-            if payload.moves_nothing {
-                // A full hit: nothing to read, only the notification.
-                req.t.transfer_done = Some(now);
-                ctx.send(self.source_of(&req), Msg::ReleaseSource(req.id)).expect("prefill ranks outlive the run");
-                self.core.sched.enqueue_landed(req, reservation);
-                landed = true;
-            } else {
-                let link = self.links[req.prefill_rank.expect("a handoff names its prefill rank") as usize];
-                let bytes = Bytes::new(payload.bytes.get().saturating_mul(u64::from(self.readers)));
-                let msg = Msg::StartTransfer { id: req.id, bytes, reply_to: ctx.me() };
-                ctx.send(link, msg).expect("links outlive the run");
-                self.transferring.insert(req.id, InTransfer { req, reservation });
+        loop {
+            self.core.sched.take_reserved(&mut reserved);
+            if reserved.is_empty() {
+                break;
             }
-        }
-        self.reserved = reserved;
-        if landed {
+            let mut landed = false;
+            for (mut req, k, reservation) in reserved.drain(..) {
+                let payload = rules::handoff_size(&self.model, req.prompt, k)
+                    .expect("the prompt is >= 1 token and the hit below it");
+                req.t.reserved = Some(now);
+                req.decode_hit = k;
+                req.transferred_tokens = payload.transferred_tokens;
+                req.transfer_bytes = payload.bytes;
+                req.t.transfer_started = Some(now);
+                if payload.moves_nothing {
+                    // A full hit: nothing to read, only the notification.
+                    req.t.transfer_done = Some(now);
+                    let source = self.source_of(&req);
+                    ctx.send(source, Msg::ReleaseSource(req.id)).expect("prefill ranks outlive the run");
+                    self.core.sched.enqueue_landed(req, reservation);
+                    landed = true;
+                } else {
+                    let link = self.links[req.prefill_rank.expect("a handoff names its prefill rank") as usize];
+                    let bytes = Bytes::new(payload.bytes.get().saturating_mul(u64::from(self.readers)));
+                    let msg = Msg::StartTransfer { id: req.id, bytes, reply_to: ctx.me() };
+                    ctx.send(link, msg).expect("links outlive the run");
+                    self.transferring.insert(req.id, InTransfer { req, reservation });
+                }
+            }
+            if !landed {
+                break;
+            }
             // vLLM schedules a full hit in the call that found it (there is
-            // nothing to load); here it runs in a step planned at once, if
-            // none is in flight.
+            // nothing to load); here it runs in a step planned at once if
+            // none is in flight (else at the next call: a departure), whose
+            // own reservations start here too.
             self.core.kick(ctx, Self::started);
         }
+        self.reserved = reserved;
     }
 
     /// Takes out every request whose transfer is in flight (its blocks

@@ -454,8 +454,9 @@ pub struct HandoffSize {
     pub transferred_tokens: Tokens,
     /// All bytes that move.
     pub bytes: Bytes,
-    /// Whether nothing moves (a full decode hit on a grouped model, or a
-    /// linear hit of the whole prompt), as [`Payload::moves_nothing`].
+    /// Whether nothing moves (a full decode hit on a Mamba-type model), as
+    /// [`Payload::moves_nothing`]; a linear handoff always moves its last
+    /// block.
     pub moves_nothing: bool,
 }
 

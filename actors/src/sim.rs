@@ -216,7 +216,9 @@ pub struct RankReport {
     pub refusals: Vec<String>,
     /// Source counters (prefill ranks).
     pub sources: Option<SourceStats>,
-    /// Reservations that waited for blocks (decode ranks).
+    /// Reservations not made at the first schedule call after their
+    /// handoff arrived: they waited for blocks, or behind a request that
+    /// did, or for a running slot (decode ranks).
     pub reservations_waited: u64,
     /// Sampled use over time.
     pub timeline: Timeline,
@@ -584,7 +586,7 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
     // A request's bytes are one decode TP rank's; a link carries them for
     // each decode rank that reads from one prefill rank.
     let readers = dep.reads.map_or(1, |r| u64::from(r.readers));
-    let priced: u64 = records.iter().map(|r| r.transfer_bytes.get() * readers).sum();
+    let priced: u64 = records.iter().map(|r| r.transfer_bytes.get().saturating_mul(readers)).sum();
     if sent != received || sent != priced {
         violations.push(format!(
             "links were given {sent} bytes and delivered or hold {received}; requests were priced {priced}"

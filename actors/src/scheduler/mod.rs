@@ -54,7 +54,7 @@ use crate::steptime::StepTimeModel;
 use crate::units::Tokens;
 use crate::workload::PrefixIds;
 use plan::{Ahead, StepLog};
-use pool::{Alloc, KvPool};
+use pool::{Alloc, KvPool, Whole};
 use seqs::{Seq, SeqKey, Seqs};
 use stats::Stats;
 
@@ -112,6 +112,8 @@ pub(crate) struct Source {
 #[must_use = "a reservation's blocks stay held until it lands or is cancelled"]
 pub(crate) struct Reservation {
     alloc: Alloc,
+    /// Its place in the order of reservations: landed loads wait in it.
+    no: u64,
 }
 
 /// The pool's counts, read with nothing held ahead.
@@ -169,7 +171,9 @@ struct Core {
     calls: u64,
     /// Remote loads the last schedule calls reserved, with their hits, for
     /// the rank to start their transfers ([`Scheduler::take_reserved`]).
-    reserved: Vec<(Box<Request>, Tokens, Alloc)>,
+    reserved: Vec<(Box<Request>, Tokens, Alloc, u64)>,
+    /// Reservations made so far (numbers them, in order).
+    reservations_made: u64,
     /// Remote loads not reserved at the first schedule call that could.
     reservations_waited: u64,
     /// Sequences finished in the step being finished, in order.
@@ -224,6 +228,7 @@ impl Scheduler {
             ahead: Ahead::default(),
             calls: 0,
             reserved: Vec::new(),
+            reservations_made: 0,
             reservations_waited: 0,
             done: Vec::new(),
             preempted: Vec::new(),
@@ -393,7 +398,7 @@ impl Scheduler {
     /// its first decode step holds (the KV of all N prompt tokens, as vLLM
     /// allocates for the whole prompt), its cached prefix pinned.
     pub(crate) fn take_reserved(&mut self, out: &mut Vec<(Box<Request>, Tokens, Reservation)>) {
-        out.extend(self.core.reserved.drain(..).map(|(req, hit, alloc)| (req, hit, Reservation { alloc })));
+        out.extend(self.core.reserved.drain(..).map(|(req, hit, alloc, no)| (req, hit, Reservation { alloc, no })));
     }
 
     /// Takes out the waiting remote load of request `id` (its handoff was
@@ -429,14 +434,17 @@ impl Scheduler {
     /// decode side: never computed by a Mamba-type prefill, recomputed for
     /// its logits otherwise).
     ///
-    /// It waits ahead of every sequence that holds no blocks, behind the
-    /// handoffs that landed before it (vLLM drains its `kv_holding_waiting`
-    /// queue before `waiting`).
+    /// It waits ahead of every sequence that holds no blocks, among the
+    /// landed handoffs in the order they were reserved (vLLM keeps a load
+    /// in its `kv_holding_waiting` queue from its reservation on, skipped
+    /// while it loads, and drains that queue before `waiting`).
     pub(crate) fn enqueue_landed(&mut self, req: Box<Request>, reservation: Reservation) {
-        let mut alloc = reservation.alloc;
+        let Reservation { mut alloc, no } = reservation;
         self.core.pool.register(&mut alloc, &req.prefix, req.prompt, req.transferred_tokens);
         let computed = req.prompt.saturating_sub(Tokens::new(1));
-        self.core.seqs.enqueue_holding(Seq::new(req, alloc, computed, Tokens::ZERO, true));
+        let mut seq = Seq::new(req, alloc, computed, Tokens::ZERO, true);
+        seq.reservation = no;
+        self.core.seqs.enqueue_holding(seq);
     }
 
     /// The pool's counts and the queue lengths, as stepping one event at a
@@ -465,6 +473,11 @@ impl Scheduler {
         for mut seq in core.seqs.drain() {
             core.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
             out.push(seq.req);
+        }
+        // Reserved loads the rank has not taken yet (none between its calls).
+        for (req, _, mut alloc, _) in core.reserved.drain(..) {
+            core.pool.release(&mut alloc, &req.prefix, req.prompt);
+            out.push(req);
         }
         out
     }
@@ -513,6 +526,24 @@ fn core_finished(pool: &mut KvPool, mode: Mode, seq: Seq) -> Finished {
 }
 
 impl Core {
+    /// Blocks the prefills in flight still need to hold their whole known
+    /// sequence: running sequences (outside the decoding set) whose goal is
+    /// not reached after the step being planned (vLLM's
+    /// `_inflight_prefill_reserved_blocks`). O(running).
+    fn inflight_prefill_blocks(&self) -> u64 {
+        let in_flight = Tokens::new(self.limits.max_num_batched_tokens);
+        self.seqs
+            .running
+            .iter()
+            .map(|&k| self.seqs.get(k))
+            .filter(|s| s.member.is_none() && s.computed + s.step_tokens < s.goal(self.mode))
+            .map(|s| {
+                let whole = Whole { from: s.computed, to: s.goal(self.mode), checkpoints: false, in_flight };
+                self.pool.whole_blocks(whole).saturating_sub(self.pool.held_by(&s.alloc))
+            })
+            .sum()
+    }
+
     /// Applies the step (or run of steps) that just ended at `now`: the
     /// finished sequences go to `self.done`, in order.
     fn finish_step(&mut self, now: SimTime) {

@@ -464,9 +464,10 @@ impl KvPool {
         owner: u64,
         n: u32,
         need: u64,
+        keep: u64,
     ) -> Result<(), Shortfall> {
         let need = self.pin_and_take_need(n, need);
-        let mut available = self.free + self.cached_free;
+        let mut available = (self.free + self.cached_free).saturating_sub(keep);
         for i in 0..n {
             let k = self.key(prefix, prompt, owner, i);
             if self.entries.get(&k).is_some_and(|e| e.refs == 0) {
@@ -543,12 +544,28 @@ impl KvPool {
         prefix: &PrefixIds,
         prompt: Tokens,
         hit: u32,
+        span: (Tokens, Tokens),
+        checkpoints: bool,
+    ) -> Result<(), Shortfall> {
+        self.pin_and_allocate_leaving(alloc, prefix, prompt, hit, span, checkpoints, 0)
+    }
+
+    /// [`KvPool::pin_and_allocate`], but only if `keep` free or evictable
+    /// blocks are left for others afterwards (vLLM's `reserved_blocks`).
+    #[expect(clippy::too_many_arguments, reason = "pin_and_allocate's, and what to leave")]
+    pub fn pin_and_allocate_leaving(
+        &mut self,
+        alloc: &mut Alloc,
+        prefix: &PrefixIds,
+        prompt: Tokens,
+        hit: u32,
         (from, to): (Tokens, Tokens),
         checkpoints: bool,
+        keep: u64,
     ) -> Result<(), Shortfall> {
         debug_assert!(alloc.is_empty());
         let need = self.blocks_after_hit(hit, from, to, checkpoints);
-        if let Err(short) = self.can_pin_and_take(prefix, prompt, alloc.owner, hit, need) {
+        if let Err(short) = self.can_pin_and_take(prefix, prompt, alloc.owner, hit, need, keep) {
             let needed = need + u64::from(hit) * self.fa_groups;
             return Err(Shortfall { needed, available: short.available });
         }
@@ -587,9 +604,17 @@ impl KvPool {
         hit: u32,
         whole: Whole,
     ) -> Result<(), Shortfall> {
+        let need = self.whole_blocks(whole).saturating_sub(u64::from(hit) * self.fa_groups);
+        self.can_pin_and_take(prefix, prompt, owner, hit, need, 0)
+            .map_err(|short| Shortfall { needed: need + u64::from(hit) * self.fa_groups, available: short.available })
+    }
+
+    /// Blocks a sequence holds for its whole known sequence (`from..to`),
+    /// a window group counted at most at its admission cap (see
+    /// [`KvPool::whole_fits`]); hit blocks included.
+    pub fn whole_blocks(&self, whole: Whole) -> u64 {
         let Whole { from, to: whole, checkpoints, in_flight } = whole;
-        let all: u64 = self
-            .groups
+        self.groups
             .iter()
             .map(|g| {
                 let blocks = Self::group_blocks(g, from, whole, checkpoints);
@@ -602,10 +627,7 @@ impl KvPool {
                     _ => blocks,
                 }
             })
-            .sum();
-        let need = all.saturating_sub(u64::from(hit) * self.fa_groups);
-        self.can_pin_and_take(prefix, prompt, owner, hit, need)
-            .map_err(|short| Shortfall { needed: need + u64::from(hit) * self.fa_groups, available: short.available })
+            .sum()
     }
 
     /// The source release of a completed handoff prefill: frees, group by
@@ -720,7 +742,9 @@ impl KvPool {
             v.insert(Entry { refs: 1, tick: 0 });
             self.shared += self.fa_groups;
         } else {
-            // Same content computed twice: keep the cached copy.
+            // Same content computed twice: keep the cached copy. (vLLM keeps
+            // both copies, `BlockHashToBlockMap` does not de-duplicate; see
+            // `conformance/README.md`.)
             self.free += self.fa_groups;
             self.fa_used_add(-1);
             self.ref_entry(k);

@@ -49,6 +49,9 @@ pub(crate) struct Seq {
     pub(super) remote: bool,
     /// For a remote load: the first schedule call that could reserve it.
     pub(super) first_call: u64,
+    /// For a landed handoff: its reservation's number (landed handoffs
+    /// wait in reservation order).
+    pub(super) reservation: u64,
     /// It finished in the step being finished ([`Seqs::take_finished`]).
     pub(super) finished: bool,
 }
@@ -74,6 +77,7 @@ impl Seq {
             membership: 0,
             remote: false,
             first_call: 0,
+            reservation: 0,
             finished: false,
         }
     }
@@ -91,7 +95,7 @@ impl Seq {
 ///
 /// The waiting queue is vLLM's two: the sequences that hold blocks already
 /// (a decode rank's landed handoffs, vLLM's `kv_holding_waiting`), in the
-/// order they landed, always ahead of the others (`waiting`: preempted
+/// order they were reserved, always ahead of the others (`waiting`: preempted
 /// ones at its front, new ones at its back), as vLLM drains the first
 /// before it looks at the second.
 #[derive(Default)]
@@ -119,12 +123,14 @@ impl Seqs {
         self.waiting.push_back(key);
     }
 
-    /// Adds `seq`, which holds its blocks, behind the other such sequences
-    /// and ahead of every other waiting one.
+    /// Adds `seq`, which holds its blocks, among the other such sequences
+    /// in reservation order, ahead of every other waiting one.
     pub(super) fn enqueue_holding(&mut self, seq: Seq) {
         debug_assert!(!seq.alloc.is_empty() && !seq.remote);
+        let no = seq.reservation;
+        let at = (0..self.holding).find(|&i| self.map[self.waiting[i]].reservation > no).unwrap_or(self.holding);
         let key = self.map.insert(seq);
-        self.waiting.insert(self.holding, key);
+        self.waiting.insert(at, key);
         self.holding += 1;
     }
 

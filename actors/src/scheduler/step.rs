@@ -29,12 +29,15 @@ pub struct Step<'a> {
     shape: BatchShape,
     budget: u64,
     preempted: usize,
+    /// Blocks the prefills in flight still need (read at the step's first
+    /// reservation, once the running sequences are scheduled).
+    inflight: Option<u64>,
 }
 
 impl<'a> Step<'a> {
     pub(super) fn new(core: &'a mut Core, lazy: bool, shape: BatchShape, budget: u64) -> Self {
         core.batch.clear();
-        Step { core, lazy, shape, budget, preempted: 0 }
+        Step { core, lazy, shape, budget, preempted: 0, inflight: None }
     }
 
     pub(super) fn shape(&self) -> BatchShape {
@@ -184,18 +187,25 @@ impl<'a> Step<'a> {
         true
     }
 
-    /// Reserves the remote load at `wi` (see [`Step::admit`]).
+    /// Reserves the remote load at `wi` (see [`Step::admit`]). As vLLM's
+    /// decode scheduler does for an async load (`reserved_blocks`), it
+    /// must leave free the blocks that the prefills in flight (running
+    /// sequences whose prompt is not all computed after this step: a
+    /// preempted request's recompute, in chunks) still need to hold their
+    /// whole known sequence.
     fn reserve(&mut self, wi: usize) -> bool {
+        let keep = *self.inflight.get_or_insert_with(|| self.core.inflight_prefill_blocks());
         let core = &mut *self.core;
         let key = core.seqs.waiting[wi];
         let seq = core.seqs.get(key);
         let n = seq.req.prompt;
         let hit = core.pool.cached_prefix(&seq.req.prefix, n, seq.req.id, n);
         let need = core.pool.blocks_after_hit(hit, n - Tokens::new(1), n, false);
-        core.make_room(core.pool.pin_and_take_need(hit, need));
+        core.make_room(core.pool.pin_and_take_need(hit, need) + keep);
         let seq = core.seqs.get_mut(key);
         let state = (n - Tokens::new(1), n);
-        if let Err(short) = core.pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, n, hit, state, false) {
+        let prefix = &seq.req.prefix;
+        if let Err(short) = core.pool.pin_and_allocate_leaving(&mut seq.alloc, prefix, n, hit, state, false, keep) {
             core.last_need = short.needed;
             return false;
         }
@@ -204,7 +214,8 @@ impl<'a> Step<'a> {
         if core.calls > seq.first_call {
             core.reservations_waited += 1;
         }
-        core.reserved.push((seq.req, core.pool.hit_tokens(hit), seq.alloc));
+        core.reservations_made += 1;
+        core.reserved.push((seq.req, core.pool.hit_tokens(hit), seq.alloc, core.reservations_made));
         true
     }
 
