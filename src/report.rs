@@ -12,7 +12,6 @@
 //! trace-event format does.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use actors::config::LinkTopology;
@@ -22,7 +21,7 @@ use actors::request::{Outcome, Request};
 use actors::sim::{LinkReport, RankReport};
 use serde::Serialize;
 use serde_json::{Value, json};
-use sim_core::{SimDuration, SimTime};
+use sim_core::SimTime;
 
 use crate::runner::Run;
 use crate::scenario::Scenario;
@@ -248,14 +247,7 @@ impl LinkSummary {
             busy_fraction: fraction(s.busy.as_nanos(), run_ns),
             mean_busy_gb_s: if busy > 0.0 { s.bytes_completed as f64 / busy / 1e9 } else { 0.0 },
             peak_active_transfers: s.peak_active,
-            peak_sampled_bytes_in_flight: l
-                .timeline
-                .samples
-                .iter()
-                .filter(|s| s.metric == Metric::BytesInFlight)
-                .map(|s| s.value)
-                .max()
-                .unwrap_or(0),
+            peak_sampled_bytes_in_flight: s.peak_sampled_bytes_in_flight,
             unexpected_messages: s.unexpected,
         }
     }
@@ -407,36 +399,71 @@ pub const REQUEST_COLUMNS: &[&str] = &[
 /// # Errors
 /// Writing fails.
 pub fn write_requests_csv(w: &mut impl Write, records: &[Request], disaggregated: bool) -> io::Result<()> {
-    writeln!(w, "{}", REQUEST_COLUMNS.join(","))?;
-    let first_role = if disaggregated { Role::Prefill } else { Role::Aggregated };
-    let t = |x: Option<SimTime>| x.map(|t| ms6(t.as_nanos())).unwrap_or_default();
-    let d = |x: Option<SimDuration>| x.map(|d| ms6(d.as_nanos())).unwrap_or_default();
-    let span = |a: Option<SimTime>, b: Option<SimTime>| d(a.zip(b).map(|(a, b)| b.saturating_since(a)));
-    let mut line = String::new();
+    let mut rows = RequestRows::new(disaggregated);
+    w.write_all(rows.header())?;
     for r in records {
+        w.write_all(rows.row(r))?;
+    }
+    Ok(())
+}
+
+/// The lines of `requests.csv`, formatted into one reused byte buffer
+/// (digits written by hand, no allocation or UTF-8 check per field), so
+/// that rows can be written as requests end ([`write_requests_csv`] is
+/// the same rows over a slice).
+pub struct RequestRows {
+    first_role: Role,
+    line: Vec<u8>,
+}
+
+impl RequestRows {
+    /// Rows of a run with (`disaggregated`) or without a handoff.
+    pub fn new(disaggregated: bool) -> Self {
+        RequestRows { first_role: if disaggregated { Role::Prefill } else { Role::Aggregated }, line: Vec::new() }
+    }
+
+    /// The header line.
+    pub fn header(&mut self) -> &[u8] {
+        self.line.clear();
+        self.line.extend_from_slice(REQUEST_COLUMNS.join(",").as_bytes());
+        self.line.push(b'\n');
+        &self.line
+    }
+
+    /// The line of `r`.
+    pub fn row(&mut self, r: &Request) -> &[u8] {
+        let l = &mut self.line;
+        l.clear();
         let s = &r.t;
-        let reason = match r.outcome {
-            Outcome::Failed(why) => csv_field(&why.to_string()),
-            _ => String::new(),
-        };
-        line.clear();
-        let _ = write!(
-            line,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},",
-            r.id,
-            outcome_name(&r.outcome),
-            reason,
-            r.prompt.get(),
-            r.output.get(),
-            r.generated.get(),
-            rank_name(first_role, r.prefill_rank).unwrap_or_default(),
-            rank_name(Role::Decode, r.decode_rank).unwrap_or_default(),
+        bytes_u64(l, r.id);
+        l.push(b',');
+        l.extend_from_slice(outcome_name(&r.outcome).as_bytes());
+        l.push(b',');
+        if let Outcome::Failed(why) = r.outcome {
+            l.extend_from_slice(csv_field(&why.to_string()).as_bytes());
+        }
+        l.push(b',');
+        for v in [r.prompt.get(), r.output.get(), r.generated.get()] {
+            bytes_u64(l, v);
+            l.push(b',');
+        }
+        for (role, index) in [(self.first_role, r.prefill_rank), (Role::Decode, r.decode_rank)] {
+            if let Some(i) = index {
+                l.extend_from_slice(role.as_str().as_bytes());
+                bytes_u64(l, u64::from(i));
+            }
+            l.push(b',');
+        }
+        for v in [
             r.transferred_tokens.get(),
             r.transfer_bytes.get(),
             r.prefill_hit.get(),
             r.decode_hit.get(),
-            r.preemptions,
-        );
+            u64::from(r.preemptions),
+        ] {
+            bytes_u64(l, v);
+            l.push(b',');
+        }
         let stamps = [
             Some(s.arrival),
             s.prefill_queued,
@@ -452,9 +479,12 @@ pub fn write_requests_csv(w: &mut impl Write, records: &[Request], disaggregated
             s.finished,
         ];
         for x in stamps {
-            line.push_str(&t(x));
-            line.push(',');
+            if let Some(t) = x {
+                bytes_fixed(l, t.as_nanos(), 6);
+            }
+            l.push(b',');
         }
+        let span = |a: Option<SimTime>, b: Option<SimTime>| a.zip(b).map(|(a, b)| b.saturating_since(a));
         let queued = s.prefill_queued.map(|_| s.arrival);
         let spans = [
             span(queued, s.prefill_started),
@@ -462,16 +492,52 @@ pub fn write_requests_csv(w: &mut impl Write, records: &[Request], disaggregated
             span(s.prefill_done, s.transfer_started),
             span(s.transfer_started, s.transfer_done),
             span(s.transfer_done, s.decode_started),
-            d(r.ttft()),
-            d(r.tpot()),
-            d(r.e2e()),
-            if r.generated.get() >= 2 { ms6(r.max_itl.as_nanos()) } else { String::new() },
+            r.ttft(),
+            r.tpot(),
+            r.e2e(),
+            (r.generated.get() >= 2).then_some(r.max_itl),
         ];
-        line.push_str(&spans.join(","));
-        line.push('\n');
-        w.write_all(line.as_bytes())?;
+        for (i, x) in spans.into_iter().enumerate() {
+            if i > 0 {
+                l.push(b',');
+            }
+            if let Some(d) = x {
+                bytes_fixed(l, d.as_nanos(), 6);
+            }
+        }
+        l.push(b'\n');
+        &self.line
     }
-    Ok(())
+}
+
+/// Appends `v` in decimal.
+fn bytes_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+/// Appends `v / 10^decimals` with exactly `decimals` (at most 19) decimals.
+fn bytes_fixed(out: &mut Vec<u8>, v: u64, decimals: u32) {
+    let scale = 10u64.pow(decimals);
+    bytes_u64(out, v / scale);
+    out.push(b'.');
+    let mut frac = v % scale;
+    let mut buf = [b'0'; 19];
+    let n = decimals as usize;
+    for slot in buf[..n].iter_mut().rev() {
+        *slot = b'0' + (frac % 10) as u8;
+        frac /= 10;
+    }
+    out.extend_from_slice(&buf[..n]);
 }
 
 /// Writes `timeline.csv` in long format, `time_ms,entity,metric,value`:

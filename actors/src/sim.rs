@@ -12,7 +12,8 @@ use crate::metrics::{self, Histogram, Summary, Timeline};
 use crate::model::{CacheGroup, CacheGroupKind, DEFAULT_LINEAR_BLOCK_SIZE, Model, ModelSpec, RankRules, Role};
 use crate::msg::Msg;
 use crate::ranks::{AggregatedRank, DecodeRank, Hold, PrefillRank, RankCore, SourceStats};
-use crate::request::{FailReason, Outcome, Request};
+use crate::records::{Digest, RecordStream, Totals};
+use crate::request::{FailReason, Request};
 use crate::router::{RoutePolicy, Router, Targets, policy};
 use crate::scheduler::{BatchPolicy, Limits, Mode, Scheduler, StepStats, VllmPolicy};
 use crate::steptime::{self, StepTimeModel};
@@ -47,6 +48,7 @@ pub struct Deployment {
     crashes: Vec<(u32, SimTime)>,
     interval: SimDuration,
     lazy_decoding: bool,
+    keep_timelines: bool,
     plugins: Plugins,
 }
 
@@ -97,6 +99,7 @@ impl Deployment {
             crashes: checked.faults.crashes,
             interval: checked.interval,
             lazy_decoding: true,
+            keep_timelines: true,
             plugins: Plugins::default(),
         })
     }
@@ -148,6 +151,15 @@ impl Deployment {
     /// decoding set is checked against.
     pub fn set_lazy_decoding(&mut self, on: bool) {
         self.lazy_decoding = on;
+    }
+
+    /// Whether runs keep the ranks' and links' timelines (on by default).
+    /// Off, they are sampled on the same cadence (so the events and every
+    /// record are the same) but no sample is stored: `RankReport::timeline`
+    /// and `LinkReport::timeline` come back empty, and a long run does not
+    /// hold them.
+    pub fn set_keep_timelines(&mut self, on: bool) {
+        self.keep_timelines = on;
     }
 
     /// The validated model.
@@ -310,7 +322,6 @@ pub struct Built<'d> {
     pub ranks: Vec<RankId>,
     /// Every link, with its name.
     pub links: Vec<(String, ActorId)>,
-    slo: SloSpec,
     until: Option<SimTime>,
 }
 
@@ -326,6 +337,15 @@ pub struct Progress {
 }
 
 impl Built<'_> {
+    /// Hands each request's record to `sink` as the request ends, in id
+    /// order (records that end before an earlier request wait in a reorder
+    /// buffer for it), instead of keeping them: the run's memory is then
+    /// bounded by what is in flight, and `SimOutput::records` comes back
+    /// empty. The summary and the digest are the same either way.
+    pub fn set_record_sink(&mut self, sink: impl FnMut(&Request) + 'static) {
+        self.sim.actor_mut::<Router>(self.router).expect("router").records.set_sink(Box::new(sink));
+    }
+
     /// Runs to the end (or the time limit) and collects the output.
     pub fn run(self) -> Result<SimOutput, SimError> {
         self.run_in_slices(SimDuration::MAX, |_| true)
@@ -351,8 +371,7 @@ impl Built<'_> {
             let limit = from.saturating_add(slice).min(until);
             let summary = self.sim.run_until(limit);
             let r = self.sim.actor::<Router>(self.router).expect("router");
-            let go_on =
-                on_slice(Progress { now: self.sim.now(), issued: r.issued(), finished: r.records.len() as u64 });
+            let go_on = on_slice(Progress { now: self.sim.now(), issued: r.issued(), finished: r.ended() });
             if !go_on || summary.stop_reason != sim_core::StopReason::TimeLimit || limit == until {
                 break;
             }
@@ -392,7 +411,10 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         (None, _) => policy(spec.router.decode_policy, 1, Tokens::new(1)),
     };
     let mut router = Router::new(first_policy, decode_policy, input.source, input.arrivals, input.max_requests);
+    router.records.set_slo(input.slo);
     let first_arrival = router.prime()?;
+    // Every timeline made from here on keeps its samples or not.
+    let _samples = metrics::discarding_samples(!dep.keep_timelines);
     let router = sim.add_actor("router", router).expect("fresh simulation");
 
     let mut ranks = Vec::new();
@@ -468,19 +490,18 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
     if let Some(at) = first_arrival {
         sim.schedule(at, router, Msg::Arrival).expect("router exists");
     }
-    Ok(Built { dep, sim, router, ranks, links: link_ids, slo: input.slo, until: input.until })
+    Ok(Built { dep, sim, router, ranks, links: link_ids, until: input.until })
 }
 
 fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<SimOutput, SimError> {
-    let Built { dep, mut sim, router, ranks, links, slo, .. } = built;
-    let slo = &slo;
+    let Built { dep, mut sim, router, ranks, links, .. } = built;
     let events = sim.events_delivered();
     let r = sim.actor_mut::<Router>(router).expect("router");
     if let Some(e) = r.error.take() {
         return Err(SimError::Workload(e));
     }
     let issued = r.issued();
-    let mut records = std::mem::take(&mut r.records);
+    let mut stream = std::mem::replace(&mut r.records, RecordStream::new());
     let mut violations = Vec::new();
     let mut itl = Histogram::default();
     let mut reports = Vec::new();
@@ -538,11 +559,7 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
     }
     for mut req in unfinished {
         req.fail(FailReason::Unfinished, final_time);
-        records.push(*req);
-    }
-    order_by_id(&mut records);
-    if records.len() as u64 != issued {
-        violations.push(format!("{issued} requests entered, {} accounted for", records.len()));
+        stream.push(req);
     }
     let mut link_reports = Vec::new();
     let (mut sent, mut received) = (0u64, 0u64);
@@ -553,14 +570,17 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
         received += l.stats.bytes_completed + l.bytes_in_flight();
         link_reports.push(LinkReport { name, stats: l.stats, timeline: std::mem::take(&mut l.timeline) });
     }
-    let priced: u64 = records.iter().map(|r| r.transfer_bytes.get()).sum();
+    let Totals { records, summary, digest, count, priced, out_of_order } = stream.finish(&itl);
+    if count != issued {
+        violations.push(format!("{issued} requests entered, {count} accounted for"));
+    } else if out_of_order > 0 {
+        violations.push(format!("{out_of_order} request ids missing or repeated"));
+    }
     if sent != received || sent != priced {
         violations.push(format!(
             "links were given {sent} bytes and delivered or hold {received}; requests were priced {priced}"
         ));
     }
-    let summary = metrics::summarise(&records, &itl, slo);
-    let digest = digest(&records);
     Ok(SimOutput {
         records,
         summary,
@@ -574,62 +594,13 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
     })
 }
 
-/// Sorts records by id. Ids are 0..n in arrival order, so each record is
-/// swapped straight to its place (records are large; this moves each at
-/// most once); anything else falls back to a sort.
-fn order_by_id(records: &mut [Request]) {
-    let n = records.len() as u64;
-    let mut seen = vec![false; records.len()];
-    if !records.iter().all(|r| r.id < n && !std::mem::replace(&mut seen[r.id as usize], true)) {
-        records.sort_by_key(|r| r.id);
-        return;
-    }
-    for i in 0..records.len() {
-        while records[i].id != i as u64 {
-            let j = records[i].id as usize;
-            records.swap(i, j);
-        }
-    }
-}
-
 /// A 64-bit digest of every request's outcome, counts and times: each
 /// value is folded in as a whole word (multiply-rotate, then a final
 /// splitmix64 mix), so equal records give equal digests on every machine.
 pub fn digest(records: &[Request]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut put = |w: u64| {
-        h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
-    };
-    let t = |x: Option<SimTime>| x.map_or(u64::MAX, SimTime::as_nanos);
+    let mut d = Digest::default();
     for r in records {
-        put(r.id);
-        put(match r.outcome {
-            Outcome::InFlight => 0,
-            Outcome::Completed => 1,
-            Outcome::Failed(_) => 2,
-        });
-        for x in [r.prompt, r.output, r.generated, r.transferred_tokens, r.prefill_hit, r.decode_hit] {
-            put(x.get());
-        }
-        put(r.transfer_bytes.get());
-        put(u64::from(r.preemptions));
-        let s = &r.t;
-        put(s.arrival.as_nanos());
-        for x in [
-            s.prefill_queued,
-            s.prefill_started,
-            s.prefill_done,
-            s.reserve_requested,
-            s.reserved,
-            s.transfer_started,
-            s.transfer_done,
-            s.decode_started,
-            s.first_token,
-            s.last_token,
-            s.finished,
-        ] {
-            put(t(x));
-        }
+        d.add(r);
     }
-    crate::workload::mix(h, records.len() as u64)
+    d.value()
 }

@@ -1,8 +1,12 @@
 //! `pdsim run [SCENARIO]`: simulate a scenario and write its reports; also
 //! what `pdsim` with no arguments does (the embedded default scenario).
 
+use std::cell::RefCell;
 use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -98,17 +102,41 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
 
 fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(), CmdError> {
     let total = args.requests.or(scenario.workload().requests());
+    let files = args.files();
+    let (want_timeline, want_trace) = (files.contains(&"timeline.csv"), files.contains(&"trace.json"));
+    // requests.csv is written as requests end (the trace still needs every
+    // record at the end, so a run that writes one keeps them).
+    clear_dir(dir)?;
+    let rows = if want_trace {
+        None
+    } else {
+        Some(StreamedRows::create(&dir.join("requests.csv"), scenario.deployment().prefill.is_some())?)
+    };
+    let keep = runner::Keep {
+        timelines: want_timeline || want_trace,
+        record_sink: rows.as_ref().map(|r| r.sink() as actors::records::RecordSink),
+    };
     let mut progress = ProgressGate::new(args.quiet, total, "requests");
-    let result = runner::simulate(
+    let result = runner::simulate_with(
         scenario,
         scenario.seed(),
         args.requests,
         |p| progress.update(p.finished, || format!("simulated {:.0} s", p.now.as_secs_f64())),
         &INTERRUPTED,
+        keep,
     );
     progress.finish();
-    let run = result?;
-    write_run(scenario, label, &run, dir, &args.files())?;
+    let run = match result {
+        Ok(run) => run,
+        Err(e) => {
+            if let Some(rows) = rows {
+                rows.discard();
+            }
+            return Err(e.into());
+        }
+    };
+    // The folder was cleared before the run.
+    write_files(scenario, label, &run, dir, &files, rows)?;
     check_violations(&run)?;
     if !args.quiet {
         emit(&human_summary(scenario, label, &run, dir, &args.files()))?;
@@ -119,7 +147,7 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
             "stopped at simulated {:.3} s; {} covers the {} requests that entered by then",
             o.final_time.as_secs_f64(),
             dir.display(),
-            o.records.len()
+            o.summary.requests
         )));
     }
     Ok(())
@@ -133,6 +161,13 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
 /// mixes two runs, and a folder with a report.json holds all of its run's
 /// files, whatever stopped the writing (a full disk, a second Ctrl-C).
 pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files: &[&str]) -> Result<(), CmdError> {
+    clear_dir(dir)?;
+    write_files(scenario, label, run, dir, files, None)
+}
+
+/// Creates `dir` and removes every file an earlier run may have left there
+/// ([`FILES`] and their `.partial` siblings).
+fn clear_dir(dir: &Path) -> Result<(), CmdError> {
     create_dir(dir)?;
     for f in FILES {
         for name in [f.to_string(), format!("{f}.partial")] {
@@ -143,6 +178,89 @@ pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files:
             }
         }
     }
+    Ok(())
+}
+
+/// `requests.csv` written a row at a time as requests end (in id order),
+/// under `requests.csv.partial` until the run's other files are written.
+struct StreamedRows {
+    path: PathBuf,
+    partial: PathBuf,
+    inner: Rc<RefCell<RowsInner>>,
+}
+
+struct RowsInner {
+    w: BufWriter<File>,
+    rows: report::RequestRows,
+    /// The first write error; later rows are dropped.
+    error: Option<std::io::Error>,
+}
+
+impl StreamedRows {
+    fn create(path: &Path, disaggregated: bool) -> Result<Self, CmdError> {
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = PathBuf::from(partial);
+        let file = File::create(&partial).map_err(|e| write_error(path, &e))?;
+        let mut inner = RowsInner {
+            w: BufWriter::with_capacity(1 << 20, file),
+            rows: report::RequestRows::new(disaggregated),
+            error: None,
+        };
+        if let Err(e) = inner.w.write_all(inner.rows.header()) {
+            inner.error = Some(e);
+        }
+        Ok(StreamedRows { path: path.to_owned(), partial, inner: Rc::new(RefCell::new(inner)) })
+    }
+
+    /// The run's record sink: one row per record.
+    fn sink(&self) -> Box<dyn FnMut(&actors::request::Request)> {
+        let inner = Rc::clone(&self.inner);
+        Box::new(move |r| {
+            let RowsInner { w, rows, error } = &mut *inner.borrow_mut();
+            if error.is_none()
+                && let Err(e) = w.write_all(rows.row(r))
+            {
+                *error = Some(e);
+            }
+        })
+    }
+
+    /// Flushes the rows and moves the file into place.
+    fn finish(self) -> Result<(), CmdError> {
+        let fail = |e: std::io::Error| write_error(&self.path, &e);
+        let mut inner = self.inner.borrow_mut();
+        let written = match inner.error.take() {
+            Some(e) => Err(e),
+            None => inner.w.flush(),
+        };
+        drop(inner);
+        drop(self.inner);
+        match written.and_then(|()| std::fs::rename(&self.partial, &self.path)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = std::fs::remove_file(&self.partial);
+                Err(fail(e))
+            }
+        }
+    }
+
+    /// Removes the partial file (the run failed).
+    fn discard(self) {
+        let _ = std::fs::remove_file(&self.partial);
+    }
+}
+
+/// Writes the run's files into a cleared `dir`; `rows`, when given, holds
+/// requests.csv as streamed during the run.
+fn write_files(
+    scenario: &Scenario,
+    label: &str,
+    run: &Run,
+    dir: &Path,
+    files: &[&str],
+    rows: Option<StreamedRows>,
+) -> Result<(), CmdError> {
     let out = &run.output;
     let disaggregated = scenario.deployment().prefill.is_some();
     let topology = scenario.deployment().link.topology;
@@ -161,8 +279,12 @@ pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files:
             }
             write_file(&dir.join("trace.json"), |w| report::write_trace_json(w, label, run, topology, disaggregated))
         });
-        let requests =
-            write_file(&dir.join("requests.csv"), |w| report::write_requests_csv(w, &out.records, disaggregated));
+        let requests = match rows {
+            Some(rows) => rows.finish(),
+            None => {
+                write_file(&dir.join("requests.csv"), |w| report::write_requests_csv(w, &out.records, disaggregated))
+            }
+        };
         let join = |h: std::thread::ScopedJoinHandle<'_, Result<(), CmdError>>| {
             h.join().unwrap_or_else(|_| Err(CmdError::Internal("a report writer panicked".into())))
         };
