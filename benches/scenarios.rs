@@ -52,6 +52,7 @@ fn scenarios(c: &mut Criterion) {
             let keep = Keep {
                 timelines: false,
                 record_sink: Some(Box::new(move |r| *counted.borrow_mut() += rows.row(r).len() as u64)),
+                sample_sink: None,
             };
             let run = runner::simulate_with(&s, s.seed(), requests, |_| {}, &stop, keep).expect("runs");
             assert!(run.output.violations.is_empty(), "{name}: {:?}", run.output.violations);

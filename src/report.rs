@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use actors::config::LinkTopology;
-use actors::metrics::{Metric, Summary};
+use actors::metrics::{EntitySample, Metric, Summary};
 use actors::model::Role;
 use actors::request::{Outcome, Request};
 use actors::sim::{LinkReport, RankReport};
@@ -422,6 +422,13 @@ impl RequestRows {
         RequestRows { first_role: if disaggregated { Role::Prefill } else { Role::Aggregated }, line: Vec::new() }
     }
 
+    /// The header line, on its own.
+    pub fn header_bytes(&self) -> Vec<u8> {
+        let mut h = REQUEST_COLUMNS.join(",").into_bytes();
+        h.push(b'\n');
+        h
+    }
+
     /// The header line.
     pub fn header(&mut self) -> &[u8] {
         self.line.clear();
@@ -547,38 +554,74 @@ fn bytes_fixed(out: &mut Vec<u8>, v: u64, decimals: u32) {
 /// # Errors
 /// Writing fails.
 pub fn write_timeline_csv(w: &mut impl Write, ranks: &[RankReport], links: &[LinkReport]) -> io::Result<()> {
-    writeln!(w, "time_ms,entity,metric,value")?;
-    let no_groups: &[String] = &[];
-    let entities: Vec<(&str, &[String], &actors::metrics::Timeline)> = ranks
+    let entities: Vec<(String, Vec<String>)> = ranks
         .iter()
-        .map(|r| (r.name.as_str(), r.groups.as_slice(), &r.timeline))
-        .chain(links.iter().map(|l| (l.name.as_str(), no_groups, &l.timeline)))
+        .map(|r| (r.name.clone(), r.groups.clone()))
+        .chain(links.iter().map(|l| (l.name.clone(), Vec::new())))
         .collect();
+    let timelines: Vec<&actors::metrics::Timeline> =
+        ranks.iter().map(|r| &r.timeline).chain(links.iter().map(|l| &l.timeline)).collect();
     // (time, entity, position in the entity's samples): a total order.
     let mut rows: Vec<(u64, usize, usize)> = Vec::new();
-    for (e, (_, _, tl)) in entities.iter().enumerate() {
+    for (e, tl) in timelines.iter().enumerate() {
         rows.extend(tl.samples.iter().enumerate().map(|(i, s)| (s.time.as_nanos(), e, i)));
     }
     rows.sort_unstable();
-    let names: Vec<String> = entities.iter().map(|(n, _, _)| csv_field(n)).collect();
-    let mut metric_names: BTreeMap<(usize, Metric), String> = BTreeMap::new();
-    let mut line = String::new();
-    for (time, e, i) in rows {
-        let (_, groups, tl) = entities[e];
-        let s = tl.samples[i];
-        let metric = metric_names.entry((e, s.metric)).or_insert_with(|| csv_field(&metric_name(s.metric, groups)));
-        line.clear();
-        push_fixed(&mut line, time, 6);
-        line.push(',');
-        line.push_str(&names[e]);
-        line.push(',');
-        line.push_str(metric);
-        line.push(',');
-        push_u64(&mut line, s.value);
-        line.push('\n');
-        w.write_all(line.as_bytes())?;
+    let mut out = TimelineRows::new(&entities);
+    w.write_all(TimelineRows::HEADER)?;
+    let mut buf = Vec::new();
+    for chunk in rows.chunks(4096) {
+        buf.clear();
+        for &(_, e, i) in chunk {
+            out.push(&mut buf, &EntitySample { entity: e as u32, sample: timelines[e].samples[i] });
+        }
+        w.write_all(&buf)?;
     }
     Ok(())
+}
+
+/// The lines of `timeline.csv`, formatted by hand into a caller's buffer,
+/// so that samples can be written as a run takes them (in the order
+/// [`actors::sim::Built::set_sample_sink`] hands them over, which is the
+/// file's) or all at once ([`write_timeline_csv`]).
+pub struct TimelineRows {
+    /// Entity names, CSV-quoted.
+    names: Vec<String>,
+    groups: Vec<Vec<String>>,
+    metric_names: BTreeMap<(u32, Metric), String>,
+}
+
+impl TimelineRows {
+    /// The header line.
+    pub const HEADER: &'static [u8] = b"time_ms,entity,metric,value\n";
+
+    /// Rows of these entities (name, cache-group names), in report order.
+    pub fn new(entities: &[(String, Vec<String>)]) -> Self {
+        TimelineRows {
+            names: entities.iter().map(|(n, _)| csv_field(n)).collect(),
+            groups: entities.iter().map(|(_, g)| g.clone()).collect(),
+            metric_names: BTreeMap::new(),
+        }
+    }
+
+    /// Appends the line of `s` to `out`.
+    pub fn push(&mut self, out: &mut Vec<u8>, s: &EntitySample) {
+        let e = s.entity as usize;
+        let no_groups: &[String] = &[];
+        let groups = self.groups.get(e).map_or(no_groups, Vec::as_slice);
+        let metric = self
+            .metric_names
+            .entry((s.entity, s.sample.metric))
+            .or_insert_with(|| csv_field(&metric_name(s.sample.metric, groups)));
+        bytes_fixed(out, s.sample.time.as_nanos(), 6);
+        out.push(b',');
+        out.extend_from_slice(self.names.get(e).map_or("", String::as_str).as_bytes());
+        out.push(b',');
+        out.extend_from_slice(metric.as_bytes());
+        out.push(b',');
+        bytes_u64(out, s.sample.value);
+        out.push(b'\n');
+    }
 }
 
 /// A stage of a request on a track: (stage, track, start, end).

@@ -72,11 +72,19 @@ pub struct Keep {
     /// record goes to `sink` in id order as its request ends, and none is
     /// kept.
     pub record_sink: Option<actors::records::RecordSink>,
+    /// With `timelines`: `None` keeps the samples in the reports; `Some(make)`
+    /// makes, from the entities (name, cache groups; in report order), a
+    /// sink that takes them in slices in timeline.csv's order as the run
+    /// goes, and none is kept.
+    pub sample_sink: Option<SampleSinkFactory>,
 }
+
+/// Makes a sample sink from the run's entities: see [`Keep::sample_sink`].
+pub type SampleSinkFactory = Box<dyn FnOnce(&[(String, Vec<String>)]) -> actors::sim::SampleSink>;
 
 impl Default for Keep {
     fn default() -> Self {
-        Keep { timelines: true, record_sink: None }
+        Keep { timelines: true, record_sink: None, sample_sink: None }
     }
 }
 
@@ -134,6 +142,10 @@ pub fn simulate_with(
     let mut built = actors::sim::build(&dep, input).map_err(sim_error)?;
     if let Some(sink) = keep.record_sink {
         built.set_record_sink(sink);
+    }
+    if let Some(make) = keep.sample_sink {
+        let sink = make(&built.entities());
+        built.set_sample_sink(sink);
     }
     let mut stopped = false;
     let output = built

@@ -499,55 +499,127 @@ pub struct Sample {
     pub value: u64,
 }
 
+/// One sample of one entity (a rank or a link, by its index in report
+/// order: the ranks as `SimOutput::ranks` lists them, then the links).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntitySample {
+    /// The entity's index.
+    pub entity: u32,
+    /// The sample.
+    pub sample: Sample,
+}
+
+/// The samples of every timeline of a run, in the order they were taken
+/// (which is time order), shared by the timelines that log into it. (A
+/// mutex, not a `RefCell`, so that reports holding timelines can cross
+/// threads; it is taken once per sample, not per event, and never
+/// contended: a run is one thread.)
+pub type SampleLog = std::sync::Arc<std::sync::Mutex<Vec<EntitySample>>>;
+
+/// The log's rows (a poisoned lock only means a panic elsewhere; the rows
+/// are still whole).
+pub(crate) fn log_rows(log: &SampleLog) -> std::sync::MutexGuard<'_, Vec<EntitySample>> {
+    log.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Where a timeline's samples go.
+#[derive(Clone, Debug)]
+enum Store {
+    /// Its own `samples`.
+    Own,
+    /// Nowhere.
+    Discard,
+    /// A run's shared log, under this entity index.
+    Log(SampleLog, u32),
+}
+
 /// Samples of one actor, at most one batch per interval: an actor offers a
 /// sample whenever its state changes, and it is kept if the interval since
 /// the last kept one has passed.
 ///
-/// A timeline made while [`discarding_samples`] is in force keeps the same
-/// cadence (its due times still end runs of decode steps, so the events
-/// are the same) but stores nothing: a run whose timeline is not written
-/// does not hold it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where the samples go is set when it is made ([`sampling`]): its own
+/// `samples` (the default), nowhere (it keeps the same cadence, since its
+/// due times end runs of decode steps, so the events are the same, but a
+/// run whose timeline is not written does not hold it), or a run's shared
+/// [`SampleLog`], from which `sim` streams them out in slices.
+#[derive(Clone, Debug)]
 pub struct Timeline {
     interval: SimDuration,
     next: SimTime,
-    keep: bool,
+    store: Store,
     /// The samples, in time order.
     pub samples: Vec<Sample>,
 }
 
+impl PartialEq for Timeline {
+    /// Equal cadence and equal samples (wherever the samples are sent).
+    fn eq(&self, other: &Self) -> bool {
+        (self.interval, self.next, &self.samples) == (other.interval, other.next, &other.samples)
+    }
+}
+
+impl Eq for Timeline {}
+
 impl Default for Timeline {
     fn default() -> Self {
-        Timeline::new(SimDuration::ZERO)
+        Timeline { interval: SimDuration::ZERO, next: SimTime::ZERO, store: Store::Own, samples: Vec::new() }
     }
+}
+
+/// Where timelines made now send their samples (see [`sampling`]).
+#[derive(Clone, Debug)]
+pub(crate) enum Sampling {
+    /// Each keeps its own.
+    Own,
+    /// None is stored.
+    Discard,
+    /// Into this log, under the entity index last given to [`next_entity`].
+    Log(SampleLog),
 }
 
 thread_local! {
-    /// Whether timelines made now keep their samples (see [`discarding_samples`]).
-    static KEEP_SAMPLES: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+    static SAMPLING: std::cell::RefCell<(Sampling, u32)> = const { std::cell::RefCell::new((Sampling::Own, 0)) };
 }
 
-/// Restores the previous setting of [`discarding_samples`] when dropped.
-pub(crate) struct SampleSetting(bool);
+/// Restores the previous [`sampling`] when dropped.
+pub(crate) struct SamplingGuard(Option<(Sampling, u32)>);
 
-impl Drop for SampleSetting {
+impl Drop for SamplingGuard {
     fn drop(&mut self) {
-        KEEP_SAMPLES.with(|k| k.set(self.0));
+        if let Some(prev) = self.0.take() {
+            SAMPLING.with(|s| *s.borrow_mut() = prev);
+        }
     }
 }
 
-/// While the returned guard lives, timelines made on this thread keep no
-/// samples (`discard`) or keep them (the default). [`crate::sim::build`]
-/// holds it while it makes the actors: the ranks make their timelines
-/// from an interval only.
-pub(crate) fn discarding_samples(discard: bool) -> SampleSetting {
-    SampleSetting(KEEP_SAMPLES.with(|k| k.replace(!discard)))
+/// While the returned guard lives, timelines made on this thread store
+/// their samples as `mode` says. [`crate::sim::build`] holds it while it
+/// makes the actors: the ranks make their timelines from an interval
+/// only (ranks.rs), so the setting rides beside it.
+pub(crate) fn sampling(mode: Sampling) -> SamplingGuard {
+    SamplingGuard(Some(SAMPLING.with(|s| std::mem::replace(&mut *s.borrow_mut(), (mode, 0)))))
+}
+
+/// The entity index of the next timeline made into a log.
+pub(crate) fn next_entity(index: u32) {
+    SAMPLING.with(|s| s.borrow_mut().1 = index);
 }
 
 impl Timeline {
     /// A timeline sampled at most once per `interval`.
     pub fn new(interval: SimDuration) -> Self {
-        Timeline { interval, next: SimTime::ZERO, keep: KEEP_SAMPLES.with(|k| k.get()), samples: Vec::new() }
+        let store = SAMPLING.with(|s| match &*s.borrow() {
+            (Sampling::Own, _) => Store::Own,
+            (Sampling::Discard, _) => Store::Discard,
+            (Sampling::Log(log), e) => Store::Log(std::sync::Arc::clone(log), *e),
+        });
+        Timeline { interval, next: SimTime::ZERO, store, samples: Vec::new() }
+    }
+    /// Stops logging (a run's report holds its timelines on their own).
+    pub(crate) fn detach(&mut self) {
+        if matches!(self.store, Store::Log(..)) {
+            self.store = Store::Own;
+        }
     }
     /// When the next sample will be kept.
     pub fn next_due(&self) -> SimTime {
@@ -561,8 +633,11 @@ impl Timeline {
     /// Records one value at `now` and closes the interval.
     #[inline]
     pub fn push(&mut self, now: SimTime, metric: Metric, value: u64) {
-        if self.keep {
-            self.samples.push(Sample { time: now, metric, value });
+        let sample = Sample { time: now, metric, value };
+        match &self.store {
+            Store::Own => self.samples.push(sample),
+            Store::Discard => {}
+            Store::Log(log, entity) => log_rows(log).push(EntitySample { entity: *entity, sample }),
         }
         self.next = now.saturating_add(self.interval.max(SimDuration::from_nanos(1)));
     }

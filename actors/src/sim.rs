@@ -8,7 +8,7 @@ use sim_core::{ActorId, SimDuration, SimTime, Simulation};
 
 use crate::config::{DeploymentSpec, LinkTopology, RoleSpec, SloSpec};
 use crate::link::{LinkStats, NixlLink};
-use crate::metrics::{self, Histogram, Summary, Timeline};
+use crate::metrics::{self, EntitySample, Histogram, Sample, SampleLog, Sampling, Summary, Timeline};
 use crate::model::{CacheGroup, CacheGroupKind, DEFAULT_LINEAR_BLOCK_SIZE, Model, ModelSpec, RankRules, Role};
 use crate::msg::Msg;
 use crate::ranks::{AggregatedRank, DecodeRank, Hold, PrefillRank, RankCore, SourceStats};
@@ -323,7 +323,14 @@ pub struct Built<'d> {
     /// Every link, with its name.
     pub links: Vec<(String, ActorId)>,
     until: Option<SimTime>,
+    /// Every timeline's samples as they are taken (none when timelines are
+    /// not kept).
+    log: Option<SampleLog>,
+    sample_sink: Option<SampleSink>,
 }
+
+/// Takes timeline samples in slices: see [`Built::set_sample_sink`].
+pub type SampleSink = Box<dyn FnMut(&[EntitySample])>;
 
 /// How far a run has got, for progress displays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -344,6 +351,52 @@ impl Built<'_> {
     /// empty. The summary and the digest are the same either way.
     pub fn set_record_sink(&mut self, sink: impl FnMut(&Request) + 'static) {
         self.sim.actor_mut::<Router>(self.router).expect("router").records.set_sink(Box::new(sink));
+    }
+
+    /// Hands the timelines' samples to `sink` as the run goes, in slices,
+    /// ordered by time, then entity (the ranks in report order, then the
+    /// links), then the order the entity took them; the reports' timelines
+    /// then come back empty. Nothing is handed over when the deployment
+    /// keeps no timelines ([`Deployment::set_keep_timelines`]).
+    pub fn set_sample_sink(&mut self, sink: impl FnMut(&[EntitySample]) + 'static) {
+        self.sample_sink = Some(Box::new(sink));
+    }
+
+    /// The ranks and links, in report order (the entity indices of
+    /// [`EntitySample`]): each name (`prefill0`, `link-p0-d0`) and, for a
+    /// rank, its cache groups' names.
+    pub fn entities(&self) -> Vec<(String, Vec<String>)> {
+        let mut seen = [0u32; 3];
+        let mut out = Vec::new();
+        for rank in &self.ranks {
+            let (role, k) = match rank {
+                RankId::Prefill(_) => (Role::Prefill, 0),
+                RankId::Decode(_) => (Role::Decode, 1),
+                RankId::Aggregated(_) => (Role::Aggregated, 2),
+            };
+            let groups = self.dep.plan(role).map(|p| p.groups.iter().map(|g| g.name().to_string()).collect());
+            out.push((format!("{}{}", role.as_str(), seen[k]), groups.unwrap_or_default()));
+            seen[k] += 1;
+        }
+        out.extend(self.links.iter().map(|(name, _)| (name.clone(), Vec::new())));
+        out
+    }
+
+    /// Hands the samples taken before `before` (all of them: `None`) to the
+    /// sample sink, if there is one: every later sample is taken at the
+    /// clock or after it.
+    fn flush_samples(&mut self, before: Option<SimTime>) {
+        let (Some(log), Some(sink)) = (&self.log, &mut self.sample_sink) else { return };
+        let mut rows = metrics::log_rows(log);
+        let n = before.map_or(rows.len(), |t| rows.partition_point(|r| r.sample.time < t));
+        if n == 0 {
+            return;
+        }
+        // Taken in time order; within an instant, by entity (stable: each
+        // entity's own order stays).
+        rows[..n].sort_by_key(|r| (r.sample.time, r.entity));
+        sink(&rows[..n]);
+        rows.drain(..n);
     }
 
     /// Runs to the end (or the time limit) and collects the output.
@@ -370,6 +423,7 @@ impl Built<'_> {
             let from = self.sim.next_event_time().unwrap_or(self.sim.now()).max(self.sim.now());
             let limit = from.saturating_add(slice).min(until);
             let summary = self.sim.run_until(limit);
+            self.flush_samples(Some(self.sim.now()));
             let r = self.sim.actor::<Router>(self.router).expect("router");
             let go_on = on_slice(Progress { now: self.sim.now(), issued: r.issued(), finished: r.ended() });
             if !go_on || summary.stop_reason != sim_core::StopReason::TimeLimit || limit == until {
@@ -414,7 +468,11 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
     router.records.set_slo(input.slo);
     let first_arrival = router.prime()?;
     // Every timeline made from here on keeps its samples or not.
-    let _samples = metrics::discarding_samples(!dep.keep_timelines);
+    let log: Option<SampleLog> = dep.keep_timelines.then(SampleLog::default);
+    let _sampling = metrics::sampling(match &log {
+        Some(log) => Sampling::Log(Arc::clone(log)),
+        None => Sampling::Discard,
+    });
     let router = sim.add_actor("router", router).expect("fresh simulation");
 
     let mut ranks = Vec::new();
@@ -429,6 +487,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         };
         let mut prefill = Vec::new();
         for i in 0..p.spec.count {
+            metrics::next_entity(i);
             let core = RankCore::new(i, Role::Prefill, router, dep.scheduler(p, Mode::PrefillOnly), dep.interval);
             let id =
                 sim.add_actor(&format!("prefill{i}"), PrefillRank::new(core, dep.model.clone(), hold)).expect("unique");
@@ -437,6 +496,8 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         }
         let mut add_link = |sim: &mut Simulation<Msg>, name: String| {
             let index = link_ids.len() as u32;
+            // Links come after every rank in report order.
+            metrics::next_entity(p.spec.count + d.spec.count + index);
             let link = NixlLink::new(index, dep.latency, dep.bandwidth, spec.link.sharing, dep.interval);
             let id = sim.add_actor(&name, link).expect("unique");
             link_ids.push((name, id));
@@ -451,6 +512,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
             let links: Vec<ActorId> = (0..p.spec.count)
                 .map(|i| shared.unwrap_or_else(|| add_link(&mut sim, format!("link-p{i}-d{j}"))))
                 .collect();
+            metrics::next_entity(p.spec.count + j);
             let core = RankCore::new(j, Role::Decode, router, dep.scheduler(d, Mode::Generate), dep.interval);
             let abort = spec.faults.decode_abort_probability;
             // The decode rank renews what the prefill ranks hold under a lease.
@@ -479,6 +541,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         let a = dep.plan(Role::Aggregated).expect("aggregated");
         let mut all = Vec::new();
         for i in 0..a.spec.count {
+            metrics::next_entity(i);
             let core = RankCore::new(i, Role::Aggregated, router, dep.scheduler(a, Mode::Generate), dep.interval);
             let id = sim.add_actor(&format!("aggregated{i}"), AggregatedRank::new(core)).expect("unique");
             all.push(id);
@@ -490,11 +553,25 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
     if let Some(at) = first_arrival {
         sim.schedule(at, router, Msg::Arrival).expect("router exists");
     }
-    Ok(Built { dep, sim, router, ranks, links: link_ids, until: input.until })
+    Ok(Built { dep, sim, router, ranks, links: link_ids, until: input.until, log, sample_sink: None })
 }
 
 fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<SimOutput, SimError> {
-    let Built { dep, mut sim, router, ranks, links, .. } = built;
+    let mut built = built;
+    built.flush_samples(None);
+    let Built { dep, mut sim, router, ranks, links, log, .. } = built;
+    // Without a sink, the samples go back to their timelines.
+    let mut logged: Vec<Vec<Sample>> = Vec::new();
+    if let Some(log) = log {
+        for r in metrics::log_rows(&log).drain(..) {
+            let e = r.entity as usize;
+            if e >= logged.len() {
+                logged.resize_with(e + 1, Vec::new);
+            }
+            logged[e].push(r.sample);
+        }
+    }
+    let mut logged = logged.into_iter();
     let events = sim.events_delivered();
     let r = sim.actor_mut::<Router>(router).expect("router");
     if let Some(e) = r.error.take() {
@@ -551,7 +628,7 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
             refusals: parts.refusals.iter().map(|r| r.to_string()).collect(),
             sources,
             reservations_waited: waited,
-            timeline: parts.timeline,
+            timeline: with_logged(parts.timeline, logged.next()),
         });
     }
     if !cut_short && !unfinished.is_empty() {
@@ -568,7 +645,8 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
         sent += l.stats.bytes_started;
         // Transfers cut off by a time limit count as neither lost nor received.
         received += l.stats.bytes_completed + l.bytes_in_flight();
-        link_reports.push(LinkReport { name, stats: l.stats, timeline: std::mem::take(&mut l.timeline) });
+        let timeline = with_logged(std::mem::take(&mut l.timeline), logged.next());
+        link_reports.push(LinkReport { name, stats: l.stats, timeline });
     }
     let Totals { records, summary, digest, count, priced, out_of_order } = stream.finish(&itl);
     if count != issued {
@@ -592,6 +670,20 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
         violations,
         digest,
     })
+}
+
+/// A timeline with its logged samples put back (they come after any of its
+/// own, of which a logging timeline has none).
+fn with_logged(mut timeline: Timeline, logged: Option<Vec<Sample>>) -> Timeline {
+    timeline.detach();
+    if let Some(mut l) = logged {
+        if timeline.samples.is_empty() {
+            timeline.samples = l;
+        } else {
+            timeline.samples.append(&mut l);
+        }
+    }
+    timeline
 }
 
 /// A 64-bit digest of every request's outcome, counts and times: each

@@ -104,18 +104,23 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
     let total = args.requests.or(scenario.workload().requests());
     let files = args.files();
     let (want_timeline, want_trace) = (files.contains(&"timeline.csv"), files.contains(&"trace.json"));
-    // requests.csv is written as requests end (the trace still needs every
-    // record at the end, so a run that writes one keeps them).
+    // requests.csv and timeline.csv are written as the run goes (the trace
+    // still needs every record and sample at the end, so a run that writes
+    // one keeps them).
     clear_dir(dir)?;
-    let rows = if want_trace {
-        None
-    } else {
-        Some(StreamedRows::create(&dir.join("requests.csv"), scenario.deployment().prefill.is_some())?)
-    };
-    let keep = runner::Keep {
-        timelines: want_timeline || want_trace,
-        record_sink: rows.as_ref().map(|r| r.sink() as actors::records::RecordSink),
-    };
+    let mut streamed = StreamedFiles::default();
+    let mut keep = runner::Keep { timelines: want_timeline || want_trace, ..runner::Keep::default() };
+    if !want_trace {
+        let rows = report::RequestRows::new(scenario.deployment().prefill.is_some());
+        let requests = Streamed::create(&dir.join("requests.csv"), &rows.header_bytes())?;
+        keep.record_sink = Some(requests.record_sink(rows));
+        streamed.requests = Some(requests);
+        if want_timeline {
+            let timeline = Streamed::create(&dir.join("timeline.csv"), report::TimelineRows::HEADER)?;
+            keep.sample_sink = Some(timeline.sample_sink());
+            streamed.timeline = Some(timeline);
+        }
+    }
     let mut progress = ProgressGate::new(args.quiet, total, "requests");
     let result = runner::simulate_with(
         scenario,
@@ -129,14 +134,14 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
     let run = match result {
         Ok(run) => run,
         Err(e) => {
-            if let Some(rows) = rows {
-                rows.discard();
+            for f in [streamed.requests, streamed.timeline].into_iter().flatten() {
+                f.discard();
             }
             return Err(e.into());
         }
     };
     // The folder was cleared before the run.
-    write_files(scenario, label, &run, dir, &files, rows)?;
+    write_files(scenario, label, &run, dir, &files, streamed)?;
     check_violations(&run)?;
     if !args.quiet {
         emit(&human_summary(scenario, label, &run, dir, &args.files()))?;
@@ -162,7 +167,7 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
 /// files, whatever stopped the writing (a full disk, a second Ctrl-C).
 pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files: &[&str]) -> Result<(), CmdError> {
     clear_dir(dir)?;
-    write_files(scenario, label, run, dir, files, None)
+    write_files(scenario, label, run, dir, files, StreamedFiles::default())
 }
 
 /// Creates `dir` and removes every file an earlier run may have left there
@@ -181,52 +186,68 @@ fn clear_dir(dir: &Path) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// `requests.csv` written a row at a time as requests end (in id order),
-/// under `requests.csv.partial` until the run's other files are written.
-struct StreamedRows {
+/// A file written as the run goes (requests.csv as requests end,
+/// timeline.csv as samples are taken), under `NAME.partial` until the
+/// run's other files are written.
+struct Streamed {
     path: PathBuf,
     partial: PathBuf,
-    inner: Rc<RefCell<RowsInner>>,
+    inner: Rc<RefCell<StreamedInner>>,
 }
 
-struct RowsInner {
+struct StreamedInner {
     w: BufWriter<File>,
-    rows: report::RequestRows,
-    /// The first write error; later rows are dropped.
+    /// The first write error; later bytes are dropped.
     error: Option<std::io::Error>,
 }
 
-impl StreamedRows {
-    fn create(path: &Path, disaggregated: bool) -> Result<Self, CmdError> {
+impl StreamedInner {
+    fn write(&mut self, bytes: &[u8]) {
+        if self.error.is_none()
+            && let Err(e) = self.w.write_all(bytes)
+        {
+            self.error = Some(e);
+        }
+    }
+}
+
+impl Streamed {
+    /// Creates `path.partial` and writes `header`.
+    fn create(path: &Path, header: &[u8]) -> Result<Self, CmdError> {
         let mut partial = path.as_os_str().to_owned();
         partial.push(".partial");
         let partial = PathBuf::from(partial);
         let file = File::create(&partial).map_err(|e| write_error(path, &e))?;
-        let mut inner = RowsInner {
-            w: BufWriter::with_capacity(1 << 20, file),
-            rows: report::RequestRows::new(disaggregated),
-            error: None,
-        };
-        if let Err(e) = inner.w.write_all(inner.rows.header()) {
-            inner.error = Some(e);
-        }
-        Ok(StreamedRows { path: path.to_owned(), partial, inner: Rc::new(RefCell::new(inner)) })
+        let mut inner = StreamedInner { w: BufWriter::with_capacity(1 << 20, file), error: None };
+        inner.write(header);
+        Ok(Streamed { path: path.to_owned(), partial, inner: Rc::new(RefCell::new(inner)) })
     }
 
-    /// The run's record sink: one row per record.
-    fn sink(&self) -> Box<dyn FnMut(&actors::request::Request)> {
+    /// requests.csv's record sink: one row per record.
+    fn record_sink(&self, mut rows: report::RequestRows) -> actors::records::RecordSink {
         let inner = Rc::clone(&self.inner);
-        Box::new(move |r| {
-            let RowsInner { w, rows, error } = &mut *inner.borrow_mut();
-            if error.is_none()
-                && let Err(e) = w.write_all(rows.row(r))
-            {
-                *error = Some(e);
-            }
+        Box::new(move |r| inner.borrow_mut().write(rows.row(r)))
+    }
+
+    /// timeline.csv's sample sink, for these entities: one row per sample.
+    fn sample_sink(&self) -> runner::SampleSinkFactory {
+        let inner = Rc::clone(&self.inner);
+        Box::new(move |entities| {
+            let mut rows = report::TimelineRows::new(entities);
+            let mut buf = Vec::new();
+            Box::new(move |samples| {
+                for chunk in samples.chunks(4096) {
+                    buf.clear();
+                    for s in chunk {
+                        rows.push(&mut buf, s);
+                    }
+                    inner.borrow_mut().write(&buf);
+                }
+            })
         })
     }
 
-    /// Flushes the rows and moves the file into place.
+    /// Flushes the file and moves it into place.
     fn finish(self) -> Result<(), CmdError> {
         let fail = |e: std::io::Error| write_error(&self.path, &e);
         let mut inner = self.inner.borrow_mut();
@@ -251,24 +272,33 @@ impl StreamedRows {
     }
 }
 
-/// Writes the run's files into a cleared `dir`; `rows`, when given, holds
-/// requests.csv as streamed during the run.
+/// The files a run streams.
+#[derive(Default)]
+struct StreamedFiles {
+    requests: Option<Streamed>,
+    timeline: Option<Streamed>,
+}
+
+/// Writes the run's files into a cleared `dir`; `streamed` holds the files
+/// written during the run.
 fn write_files(
     scenario: &Scenario,
     label: &str,
     run: &Run,
     dir: &Path,
     files: &[&str],
-    rows: Option<StreamedRows>,
+    streamed: StreamedFiles,
 ) -> Result<(), CmdError> {
     let out = &run.output;
     let disaggregated = scenario.deployment().prefill.is_some();
     let topology = scenario.deployment().link.topology;
     let rep = report::report(scenario, label, run);
     let (want_timeline, want_trace) = (files.contains(&"timeline.csv"), files.contains(&"trace.json"));
+    let StreamedFiles { requests: streamed_requests, timeline: streamed_timeline } = streamed;
+    let timeline_streamed = streamed_timeline.is_some();
     std::thread::scope(|scope| {
         let timeline = scope.spawn(|| {
-            if !want_timeline {
+            if !want_timeline || timeline_streamed {
                 return Ok(());
             }
             write_file(&dir.join("timeline.csv"), |w| report::write_timeline_csv(w, &out.ranks, &out.links))
@@ -279,7 +309,7 @@ fn write_files(
             }
             write_file(&dir.join("trace.json"), |w| report::write_trace_json(w, label, run, topology, disaggregated))
         });
-        let requests = match rows {
+        let requests = match streamed_requests {
             Some(rows) => rows.finish(),
             None => {
                 write_file(&dir.join("requests.csv"), |w| report::write_requests_csv(w, &out.records, disaggregated))
@@ -289,6 +319,7 @@ fn write_files(
             h.join().unwrap_or_else(|_| Err(CmdError::Internal("a report writer panicked".into())))
         };
         let (timeline, trace) = (join(timeline), join(trace));
+        let timeline = timeline.and(streamed_timeline.map_or(Ok(()), Streamed::finish));
         requests?;
         timeline?;
         trace?;
