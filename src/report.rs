@@ -37,13 +37,6 @@ pub fn ms6(ns: u64) -> String {
     s
 }
 
-/// `ns` nanoseconds as microseconds with three decimals, exactly.
-fn us3(ns: u64) -> String {
-    let mut s = String::with_capacity(24);
-    push_fixed(&mut s, ns, 3);
-    s
-}
-
 /// Appends `v` in decimal (the report files write millions of numbers;
 /// `core::fmt` is the bulk of their cost).
 fn push_u64(out: &mut String, mut v: u64) {
@@ -84,11 +77,6 @@ pub fn csv_field(s: &str) -> String {
 /// The digest of the per-request outcomes as 16 hex digits.
 pub fn digest_hex(digest: u64) -> String {
     format!("{digest:016x}")
-}
-
-/// A rank's name for a request's rank index, or `None`.
-fn rank_name(role: Role, index: Option<u32>) -> Option<String> {
-    index.map(|i| format!("{}{i}", role.as_str()))
 }
 
 /// `outcome` column: `completed`, `failed` or `in_flight`.
@@ -624,9 +612,6 @@ impl TimelineRows {
     }
 }
 
-/// A stage of a request on a track: (stage, track, start, end).
-type Slice = (&'static str, Option<String>, Option<SimTime>, Option<SimTime>);
-
 /// Writes `trace.json` in the Chrome trace-event format (JSON object form),
 /// for Perfetto (ui.perfetto.dev) or chrome://tracing.
 ///
@@ -657,118 +642,215 @@ pub fn write_trace_json(
     disaggregated: bool,
 ) -> io::Result<()> {
     let out = &run.output;
-    let mut pid_of: BTreeMap<&str, usize> = BTreeMap::new();
-    let entities: Vec<&str> =
-        out.ranks.iter().map(|r| r.name.as_str()).chain(out.links.iter().map(|l| l.name.as_str())).collect();
-    for (i, name) in entities.iter().enumerate() {
-        pid_of.insert(name, i + 1);
+    let entities: Vec<String> =
+        out.ranks.iter().map(|r| r.name.clone()).chain(out.links.iter().map(|l| l.name.clone())).collect();
+    write_trace_head(w, scenario_label, run.seed, out.digest, &entities)?;
+    let mut buf = Vec::new();
+    let mut slices = TraceSlices::new(&entities, topology, disaggregated);
+    for chunk in out.records.chunks(1024) {
+        buf.clear();
+        for r in chunk {
+            slices.push(&mut buf, r);
+        }
+        w.write_all(&buf)?;
     }
+    let timelines = out.ranks.iter().map(|r| &r.timeline).chain(out.links.iter().map(|l| &l.timeline));
+    for (i, tl) in timelines.enumerate() {
+        for chunk in tl.samples.chunks(4096) {
+            buf.clear();
+            for sample in chunk {
+                trace_counter(&mut buf, i as u32, sample);
+            }
+            w.write_all(&buf)?;
+        }
+    }
+    w.write_all(TRACE_TAIL)
+}
+
+/// The end of `trace.json`.
+pub const TRACE_TAIL: &[u8] = b"\n]}\n";
+
+/// Writes the start of `trace.json`: the header (with the run's digest)
+/// and the metadata events of every entity (`entities`: the ranks in report
+/// order, then the links). Every event after them ([`TraceSlices`],
+/// [`trace_counter`]) starts with its separator.
+///
+/// # Errors
+/// Writing fails.
+pub fn write_trace_head(
+    w: &mut impl Write,
+    label: &str,
+    seed: u64,
+    digest: u64,
+    entities: &[String],
+) -> io::Result<()> {
     let meta = json!({
         "pdsim_version": PDSIM_VERSION,
-        "scenario": scenario_label,
-        "seed": run.seed,
-        "digest": digest_hex(out.digest),
+        "scenario": label,
+        "seed": seed,
+        "digest": digest_hex(digest),
         "time_unit": "simulated microseconds",
     });
     writeln!(w, "{{\"displayTimeUnit\":\"ms\",\"otherData\":{meta},\"traceEvents\":[")?;
-    let mut first = true;
-    let mut emit = |w: &mut dyn Write, event: &str| -> io::Result<()> {
-        if !first {
-            w.write_all(b",\n")?;
-        }
-        first = false;
-        w.write_all(event.as_bytes())
-    };
     for (i, name) in entities.iter().enumerate() {
         let pid = i + 1;
         let name = serde_json::to_string(name)?;
-        emit(w, &format!(r#"{{"ph":"M","name":"process_name","pid":{pid},"tid":1,"args":{{"name":{name}}}}}"#))?;
-        emit(
-            w,
-            &format!(r#"{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":1,"args":{{"sort_index":{pid}}}}}"#),
-        )?;
-        emit(w, &format!(r#"{{"ph":"M","name":"thread_name","pid":{pid},"tid":1,"args":{{"name":{name}}}}}"#))?;
+        if i > 0 {
+            w.write_all(b",\n")?;
+        }
+        write!(w, r#"{{"ph":"M","name":"process_name","pid":{pid},"tid":1,"args":{{"name":{name}}}}}"#)?;
+        write!(w, ",\n")?;
+        write!(w, r#"{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":1,"args":{{"sort_index":{pid}}}}}"#)?;
+        write!(w, ",\n")?;
+        write!(w, r#"{{"ph":"M","name":"thread_name","pid":{pid},"tid":1,"args":{{"name":{name}}}}}"#)?;
     }
-    let first_role = if disaggregated { Role::Prefill } else { Role::Aggregated };
-    let second_role = if disaggregated { Role::Decode } else { Role::Aggregated };
-    for r in &out.records {
+    Ok(())
+}
+
+/// Appends the counter event of one timeline sample of entity `entity`
+/// (pid `entity + 1`), if its metric is one the trace shows. Perfetto
+/// names a counter track "<event name> <arg key>".
+pub fn trace_counter(out: &mut Vec<u8>, entity: u32, sample: &actors::metrics::Sample) {
+    let (name, key) = match sample.metric {
+        Metric::KvUsed => ("kv", "used_blocks"),
+        Metric::Waiting => ("seqs", "waiting"),
+        Metric::Running => ("seqs", "running"),
+        Metric::ActiveTransfers => ("transfers", "active"),
+        Metric::BytesInFlight => ("bytes", "in_flight"),
+        Metric::LinkBusyPermille => ("link", "busy_permille"),
+        _ => return,
+    };
+    out.extend_from_slice(b",\n{\"ph\":\"C\",\"name\":\"");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\",\"pid\":");
+    bytes_u64(out, u64::from(entity) + 1);
+    out.extend_from_slice(b",\"tid\":1,\"ts\":");
+    bytes_fixed(out, sample.time.as_nanos(), 3);
+    out.extend_from_slice(b",\"args\":{\"");
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
+    bytes_u64(out, sample.value);
+    out.extend_from_slice(b"}}");
+}
+
+/// The async slices of each request in `trace.json`, formatted by hand
+/// (the args object's keys in the sorted order serde_json writes them).
+pub struct TraceSlices {
+    pid_of: BTreeMap<String, usize>,
+    topology: LinkTopology,
+    disaggregated: bool,
+    name: String,
+}
+
+impl TraceSlices {
+    /// Slices on these entities (the ranks in report order, then the links).
+    pub fn new(entities: &[String], topology: LinkTopology, disaggregated: bool) -> Self {
+        let pid_of = entities.iter().enumerate().map(|(i, n)| (n.clone(), i + 1)).collect();
+        TraceSlices { pid_of, topology, disaggregated, name: String::new() }
+    }
+
+    /// The pid of rank `index` of `role`, or of `r`'s link.
+    fn pid(&mut self, what: Option<Role>, index: Option<u32>, r: &Request) -> Option<usize> {
+        self.name.clear();
+        match what {
+            Some(role) => {
+                self.name.push_str(role.as_str());
+                push_u64(&mut self.name, u64::from(index?));
+            }
+            None => {
+                let (p, d) = (r.prefill_rank?, r.decode_rank?);
+                match self.topology {
+                    LinkTopology::PerPair => {
+                        self.name.push_str("link-p");
+                        push_u64(&mut self.name, u64::from(p));
+                        self.name.push_str("-d");
+                        push_u64(&mut self.name, u64::from(d));
+                    }
+                    LinkTopology::Shared => self.name.push_str("link"),
+                }
+            }
+        }
+        self.pid_of.get(self.name.as_str()).copied()
+    }
+
+    /// Appends the slices of `r`.
+    pub fn push(&mut self, out: &mut Vec<u8>, r: &Request) {
         let s = &r.t;
         let end_or_failure = |end: Option<SimTime>| end.or(s.finished);
-        let args = json!({
-            "request": r.id,
-            "outcome": outcome_name(&r.outcome),
-            "prompt_tokens": r.prompt.get(),
-            "output_tokens": r.output.get(),
-            "transferred_tokens": r.transferred_tokens.get(),
-            "transfer_bytes": r.transfer_bytes.get(),
-            "prefill_hit_tokens": r.prefill_hit.get(),
-            "decode_hit_tokens": r.decode_hit.get(),
-            "preemptions": r.preemptions,
-        });
-        let mut slices: Vec<Slice> = Vec::new();
-        let first_rank = rank_name(first_role, r.prefill_rank);
-        if disaggregated {
-            slices.push(("prefill", first_rank, s.prefill_started, end_or_failure(s.prefill_done)));
+        // (stage, pid, start, end)
+        let mut slices: [(&str, Option<usize>, Option<SimTime>, Option<SimTime>); 3] = [("", None, None, None); 3];
+        if self.disaggregated {
+            slices[0] = (
+                "prefill",
+                self.pid(Some(Role::Prefill), r.prefill_rank, r),
+                s.prefill_started,
+                end_or_failure(s.prefill_done),
+            );
             if r.transfer_bytes.get() > 0 {
-                slices.push(("transfer", link_name(topology, r), s.transfer_started, end_or_failure(s.transfer_done)));
+                slices[1] = ("transfer", self.pid(None, None, r), s.transfer_started, end_or_failure(s.transfer_done));
             }
-            slices.push(("decode", rank_name(second_role, r.decode_rank), s.decode_started, s.finished));
+            slices[2] = ("decode", self.pid(Some(Role::Decode), r.decode_rank, r), s.decode_started, s.finished);
         } else {
-            slices.push(("prefill", first_rank.clone(), s.prefill_started, end_or_failure(s.first_token)));
-            slices.push(("decode", first_rank, s.first_token, s.finished));
+            let pid = self.pid(Some(Role::Aggregated), r.prefill_rank, r);
+            slices[0] = ("prefill", pid, s.prefill_started, end_or_failure(s.first_token));
+            slices[1] = ("decode", pid, s.first_token, s.finished);
         }
-        for (stage, entity, start, end) in slices {
-            let (Some(entity), Some(start), Some(end)) = (entity, start, end) else { continue };
-            let Some(pid) = pid_of.get(entity.as_str()) else { continue };
-            let id = format!("0x{:x}", r.id);
-            let (b, e) = (us3(start.as_nanos()), us3(end.max(start).as_nanos()));
-            emit(
-                w,
-                &format!(
-                    r#"{{"ph":"b","cat":"{stage}","name":"{stage}","id":"{id}","pid":{pid},"tid":1,"ts":{b},"args":{args}}}"#
-                ),
-            )?;
-            emit(
-                w,
-                &format!(r#"{{"ph":"e","cat":"{stage}","name":"{stage}","id":"{id}","pid":{pid},"tid":1,"ts":{e}}}"#),
-            )?;
-        }
-    }
-    // Perfetto names a counter track "<event name> <arg key>".
-    let counters = |metric: Metric| -> Option<(&'static str, &'static str)> {
-        match metric {
-            Metric::KvUsed => Some(("kv", "used_blocks")),
-            Metric::Waiting => Some(("seqs", "waiting")),
-            Metric::Running => Some(("seqs", "running")),
-            Metric::ActiveTransfers => Some(("transfers", "active")),
-            Metric::BytesInFlight => Some(("bytes", "in_flight")),
-            Metric::LinkBusyPermille => Some(("link", "busy_permille")),
-            _ => None,
-        }
-    };
-    let timelines = out.ranks.iter().map(|r| &r.timeline).chain(out.links.iter().map(|l| &l.timeline));
-    let mut line = String::new();
-    for (i, tl) in timelines.enumerate() {
-        let pid = i + 1;
-        for sample in &tl.samples {
-            if let Some((name, key)) = counters(sample.metric) {
-                line.clear();
-                line.push_str(r#"{"ph":"C","name":""#);
-                line.push_str(name);
-                line.push_str(r#"","pid":"#);
-                push_u64(&mut line, pid as u64);
-                line.push_str(r#","tid":1,"ts":"#);
-                push_fixed(&mut line, sample.time.as_nanos(), 3);
-                line.push_str(r#","args":{""#);
-                line.push_str(key);
-                line.push_str(r#"":"#);
-                push_u64(&mut line, sample.value);
-                line.push_str("}}");
-                emit(w, &line)?;
-            }
+        for (stage, pid, start, end) in slices {
+            let (Some(pid), Some(start), Some(end)) = (pid, start, end) else { continue };
+            let head = |out: &mut Vec<u8>, ph: &[u8]| {
+                out.extend_from_slice(b",\n{\"ph\":\"");
+                out.extend_from_slice(ph);
+                out.extend_from_slice(b"\",\"cat\":\"");
+                out.extend_from_slice(stage.as_bytes());
+                out.extend_from_slice(b"\",\"name\":\"");
+                out.extend_from_slice(stage.as_bytes());
+                out.extend_from_slice(b"\",\"id\":\"0x");
+                bytes_hex(out, r.id);
+                out.extend_from_slice(b"\",\"pid\":");
+                bytes_u64(out, pid as u64);
+                out.extend_from_slice(b",\"tid\":1,\"ts\":");
+            };
+            head(out, b"b");
+            bytes_fixed(out, start.as_nanos(), 3);
+            out.extend_from_slice(b",\"args\":{\"decode_hit_tokens\":");
+            bytes_u64(out, r.decode_hit.get());
+            out.extend_from_slice(b",\"outcome\":\"");
+            out.extend_from_slice(outcome_name(&r.outcome).as_bytes());
+            out.extend_from_slice(b"\",\"output_tokens\":");
+            bytes_u64(out, r.output.get());
+            out.extend_from_slice(b",\"preemptions\":");
+            bytes_u64(out, u64::from(r.preemptions));
+            out.extend_from_slice(b",\"prefill_hit_tokens\":");
+            bytes_u64(out, r.prefill_hit.get());
+            out.extend_from_slice(b",\"prompt_tokens\":");
+            bytes_u64(out, r.prompt.get());
+            out.extend_from_slice(b",\"request\":");
+            bytes_u64(out, r.id);
+            out.extend_from_slice(b",\"transfer_bytes\":");
+            bytes_u64(out, r.transfer_bytes.get());
+            out.extend_from_slice(b",\"transferred_tokens\":");
+            bytes_u64(out, r.transferred_tokens.get());
+            out.extend_from_slice(b"}}");
+            head(out, b"e");
+            bytes_fixed(out, end.max(start).as_nanos(), 3);
+            out.push(b'}');
         }
     }
-    w.write_all(b"\n]}\n")
+}
+
+/// Appends `v` in lower-case hexadecimal.
+fn bytes_hex(out: &mut Vec<u8>, mut v: u64) {
+    let mut buf = [0u8; 16];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b"0123456789abcdef"[(v & 15) as usize];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
 }
 
 #[cfg(test)]
