@@ -699,9 +699,9 @@ pub fn write_trace_head(
             w.write_all(b",\n")?;
         }
         write!(w, r#"{{"ph":"M","name":"process_name","pid":{pid},"tid":1,"args":{{"name":{name}}}}}"#)?;
-        write!(w, ",\n")?;
+        w.write_all(b",\n")?;
         write!(w, r#"{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":1,"args":{{"sort_index":{pid}}}}}"#)?;
-        write!(w, ",\n")?;
+        w.write_all(b",\n")?;
         write!(w, r#"{{"ph":"M","name":"thread_name","pid":{pid},"tid":1,"args":{{"name":{name}}}}}"#)?;
     }
     Ok(())
@@ -732,6 +732,9 @@ pub fn trace_counter(out: &mut Vec<u8>, entity: u32, sample: &actors::metrics::S
     bytes_u64(out, sample.value);
     out.extend_from_slice(b"}}");
 }
+
+/// A stage of a request on a track: (stage, pid, start, end).
+type Slice = (&'static str, Option<usize>, Option<SimTime>, Option<SimTime>);
 
 /// The async slices of each request in `trace.json`, formatted by hand
 /// (the args object's keys in the sorted order serde_json writes them).
@@ -778,7 +781,7 @@ impl TraceSlices {
         let s = &r.t;
         let end_or_failure = |end: Option<SimTime>| end.or(s.finished);
         // (stage, pid, start, end)
-        let mut slices: [(&str, Option<usize>, Option<SimTime>, Option<SimTime>); 3] = [("", None, None, None); 3];
+        let mut slices: [Slice; 3] = [("", None, None, None); 3];
         if self.disaggregated {
             slices[0] = (
                 "prefill",
@@ -863,8 +866,20 @@ mod tests {
         assert_eq!(ms6(7), "0.000007");
         assert_eq!(ms6(1_234_567_890), "1234.567890");
         assert_eq!(ms6(u64::MAX), "18446744073709.551615");
+        let us3 = |ns| {
+            let mut b = Vec::new();
+            bytes_fixed(&mut b, ns, 3);
+            String::from_utf8(b).unwrap()
+        };
         assert_eq!(us3(1_000_001), "1000.001");
         assert_eq!(us3(999), "0.999");
+        let mut b = Vec::new();
+        bytes_fixed(&mut b, u64::MAX, 6);
+        assert_eq!(b, ms6(u64::MAX).as_bytes());
+        let mut h = Vec::new();
+        bytes_hex(&mut h, 0x1f);
+        bytes_hex(&mut h, 0);
+        assert_eq!(h, b"1f0");
     }
 
     #[test]

@@ -1,12 +1,8 @@
 //! `pdsim run [SCENARIO]`: simulate a scenario and write its reports; also
 //! what `pdsim` with no arguments does (the embedded default scenario).
 
-use std::cell::RefCell;
 use std::fmt::Write as _;
-use std::fs::File;
-use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -15,6 +11,7 @@ use pdsim::report::{self, digest_hex};
 use pdsim::runner::{self, Run, default_jobs, ordered_parallel};
 use pdsim::scenario::{self, DEFAULT_SCENARIO_LABEL, Scenario};
 
+use super::live::{Live, TRACE_SPILLS};
 use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, write_error, write_file};
 
 /// Arguments of `pdsim run`.
@@ -104,23 +101,16 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
     let total = args.requests.or(scenario.workload().requests());
     let files = args.files();
     let (want_timeline, want_trace) = (files.contains(&"timeline.csv"), files.contains(&"trace.json"));
-    // requests.csv and timeline.csv are written as the run goes (the trace
-    // still needs every record and sample at the end, so a run that writes
-    // one keeps them).
+    // Every file is written as the run goes, so that it holds only what
+    // is in flight.
     clear_dir(dir)?;
-    let mut streamed = StreamedFiles::default();
-    let mut keep = runner::Keep { timelines: want_timeline || want_trace, ..runner::Keep::default() };
-    if !want_trace {
-        let rows = report::RequestRows::new(scenario.deployment().prefill.is_some());
-        let requests = Streamed::create(&dir.join("requests.csv"), &rows.header_bytes())?;
-        keep.record_sink = Some(requests.record_sink(rows));
-        streamed.requests = Some(requests);
-        if want_timeline {
-            let timeline = Streamed::create(&dir.join("timeline.csv"), report::TimelineRows::HEADER)?;
-            keep.sample_sink = Some(timeline.sample_sink());
-            streamed.timeline = Some(timeline);
-        }
-    }
+    let deployment = scenario.deployment();
+    let live = Live::create(dir, deployment.prefill.is_some(), deployment.link.topology, want_timeline, want_trace)?;
+    let keep = runner::Keep {
+        timelines: want_timeline || want_trace,
+        record_sink: Some(live.record_sink()),
+        sample_sink: live.sample_sink(),
+    };
     let mut progress = ProgressGate::new(args.quiet, total, "requests");
     let result = runner::simulate_with(
         scenario,
@@ -134,14 +124,12 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
     let run = match result {
         Ok(run) => run,
         Err(e) => {
-            for f in [streamed.requests, streamed.timeline].into_iter().flatten() {
-                f.discard();
-            }
+            live.discard();
             return Err(e.into());
         }
     };
     // The folder was cleared before the run.
-    write_files(scenario, label, &run, dir, &files, streamed)?;
+    write_files(scenario, label, &run, dir, &files, Some(live))?;
     check_violations(&run)?;
     if !args.quiet {
         emit(&human_summary(scenario, label, &run, dir, &args.files()))?;
@@ -167,116 +155,22 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
 /// files, whatever stopped the writing (a full disk, a second Ctrl-C).
 pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files: &[&str]) -> Result<(), CmdError> {
     clear_dir(dir)?;
-    write_files(scenario, label, run, dir, files, StreamedFiles::default())
+    write_files(scenario, label, run, dir, files, None)
 }
 
 /// Creates `dir` and removes every file an earlier run may have left there
 /// ([`FILES`] and their `.partial` siblings).
 fn clear_dir(dir: &Path) -> Result<(), CmdError> {
     create_dir(dir)?;
-    for f in FILES {
-        for name in [f.to_string(), format!("{f}.partial")] {
-            let path = dir.join(name);
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(write_error(&path, &e)),
-                _ => {}
-            }
+    let names = FILES.iter().flat_map(|f| [f.to_string(), format!("{f}.partial")]);
+    for name in names.chain(TRACE_SPILLS.iter().map(|s| s.to_string())) {
+        let path = dir.join(name);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(write_error(&path, &e)),
+            _ => {}
         }
     }
     Ok(())
-}
-
-/// A file written as the run goes (requests.csv as requests end,
-/// timeline.csv as samples are taken), under `NAME.partial` until the
-/// run's other files are written.
-struct Streamed {
-    path: PathBuf,
-    partial: PathBuf,
-    inner: Rc<RefCell<StreamedInner>>,
-}
-
-struct StreamedInner {
-    w: BufWriter<File>,
-    /// The first write error; later bytes are dropped.
-    error: Option<std::io::Error>,
-}
-
-impl StreamedInner {
-    fn write(&mut self, bytes: &[u8]) {
-        if self.error.is_none()
-            && let Err(e) = self.w.write_all(bytes)
-        {
-            self.error = Some(e);
-        }
-    }
-}
-
-impl Streamed {
-    /// Creates `path.partial` and writes `header`.
-    fn create(path: &Path, header: &[u8]) -> Result<Self, CmdError> {
-        let mut partial = path.as_os_str().to_owned();
-        partial.push(".partial");
-        let partial = PathBuf::from(partial);
-        let file = File::create(&partial).map_err(|e| write_error(path, &e))?;
-        let mut inner = StreamedInner { w: BufWriter::with_capacity(1 << 20, file), error: None };
-        inner.write(header);
-        Ok(Streamed { path: path.to_owned(), partial, inner: Rc::new(RefCell::new(inner)) })
-    }
-
-    /// requests.csv's record sink: one row per record.
-    fn record_sink(&self, mut rows: report::RequestRows) -> actors::records::RecordSink {
-        let inner = Rc::clone(&self.inner);
-        Box::new(move |r| inner.borrow_mut().write(rows.row(r)))
-    }
-
-    /// timeline.csv's sample sink, for these entities: one row per sample.
-    fn sample_sink(&self) -> runner::SampleSinkFactory {
-        let inner = Rc::clone(&self.inner);
-        Box::new(move |entities| {
-            let mut rows = report::TimelineRows::new(entities);
-            let mut buf = Vec::new();
-            Box::new(move |samples| {
-                for chunk in samples.chunks(4096) {
-                    buf.clear();
-                    for s in chunk {
-                        rows.push(&mut buf, s);
-                    }
-                    inner.borrow_mut().write(&buf);
-                }
-            })
-        })
-    }
-
-    /// Flushes the file and moves it into place.
-    fn finish(self) -> Result<(), CmdError> {
-        let fail = |e: std::io::Error| write_error(&self.path, &e);
-        let mut inner = self.inner.borrow_mut();
-        let written = match inner.error.take() {
-            Some(e) => Err(e),
-            None => inner.w.flush(),
-        };
-        drop(inner);
-        drop(self.inner);
-        match written.and_then(|()| std::fs::rename(&self.partial, &self.path)) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let _ = std::fs::remove_file(&self.partial);
-                Err(fail(e))
-            }
-        }
-    }
-
-    /// Removes the partial file (the run failed).
-    fn discard(self) {
-        let _ = std::fs::remove_file(&self.partial);
-    }
-}
-
-/// The files a run streams.
-#[derive(Default)]
-struct StreamedFiles {
-    requests: Option<Streamed>,
-    timeline: Option<Streamed>,
 }
 
 /// Writes the run's files into a cleared `dir`; `streamed` holds the files
@@ -287,18 +181,21 @@ fn write_files(
     run: &Run,
     dir: &Path,
     files: &[&str],
-    streamed: StreamedFiles,
+    live: Option<Live>,
 ) -> Result<(), CmdError> {
+    if let Some(live) = live {
+        live.finish(label, run)?;
+        let rep = report::report(scenario, label, run);
+        return write_file(&dir.join("report.json"), |w| report::write_report(w, &rep));
+    }
     let out = &run.output;
     let disaggregated = scenario.deployment().prefill.is_some();
     let topology = scenario.deployment().link.topology;
     let rep = report::report(scenario, label, run);
     let (want_timeline, want_trace) = (files.contains(&"timeline.csv"), files.contains(&"trace.json"));
-    let StreamedFiles { requests: streamed_requests, timeline: streamed_timeline } = streamed;
-    let timeline_streamed = streamed_timeline.is_some();
     std::thread::scope(|scope| {
         let timeline = scope.spawn(|| {
-            if !want_timeline || timeline_streamed {
+            if !want_timeline {
                 return Ok(());
             }
             write_file(&dir.join("timeline.csv"), |w| report::write_timeline_csv(w, &out.ranks, &out.links))
@@ -309,17 +206,12 @@ fn write_files(
             }
             write_file(&dir.join("trace.json"), |w| report::write_trace_json(w, label, run, topology, disaggregated))
         });
-        let requests = match streamed_requests {
-            Some(rows) => rows.finish(),
-            None => {
-                write_file(&dir.join("requests.csv"), |w| report::write_requests_csv(w, &out.records, disaggregated))
-            }
-        };
+        let requests =
+            write_file(&dir.join("requests.csv"), |w| report::write_requests_csv(w, &out.records, disaggregated));
         let join = |h: std::thread::ScopedJoinHandle<'_, Result<(), CmdError>>| {
             h.join().unwrap_or_else(|_| Err(CmdError::Internal("a report writer panicked".into())))
         };
         let (timeline, trace) = (join(timeline), join(trace));
-        let timeline = timeline.and(streamed_timeline.map_or(Ok(()), Streamed::finish));
         requests?;
         timeline?;
         trace?;
