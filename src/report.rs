@@ -505,34 +505,52 @@ impl RequestRows {
     }
 }
 
-/// Appends `v` in decimal.
-fn bytes_u64(out: &mut Vec<u8>, mut v: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
+/// Two decimal digits of every number below 100.
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Writes the last `buf.len()` decimal digits of `v`, zero-padded, into `buf`
+/// (two digits a division).
+#[inline]
+fn digits_into(buf: &mut [u8], mut v: u64) {
+    let mut k = buf.len();
+    while k >= 2 {
+        let r = (v % 100) as usize * 2;
+        v /= 100;
+        buf[k - 2..k].copy_from_slice(&PAIRS[r..r + 2]);
+        k -= 2;
     }
-    out.extend_from_slice(&buf[i..]);
+    if k == 1 {
+        buf[0] = b'0' + (v % 10) as u8;
+    }
 }
 
-/// Appends `v / 10^decimals` with exactly `decimals` (at most 19) decimals.
+/// Appends `v` in decimal.
+#[inline]
+fn bytes_u64(out: &mut Vec<u8>, v: u64) {
+    let width = if v == 0 { 1 } else { v.ilog10() as usize + 1 };
+    let mut buf = [0u8; 20];
+    digits_into(&mut buf[..width], v);
+    out.extend_from_slice(&buf[..width]);
+}
+
+/// Appends `v / 10^decimals` with exactly `decimals` (at most 19) decimals,
+/// in one copy (the divisions by a constant `decimals` where it is inlined).
+#[inline(always)]
 fn bytes_fixed(out: &mut Vec<u8>, v: u64, decimals: u32) {
     let scale = 10u64.pow(decimals);
-    bytes_u64(out, v / scale);
-    out.push(b'.');
-    let mut frac = v % scale;
-    let mut buf = [b'0'; 19];
+    let (whole, frac) = (v / scale, v % scale);
+    let width = if whole == 0 { 1 } else { whole.ilog10() as usize + 1 };
     let n = decimals as usize;
-    for slot in buf[..n].iter_mut().rev() {
-        *slot = b'0' + (frac % 10) as u8;
-        frac /= 10;
-    }
-    out.extend_from_slice(&buf[..n]);
+    let mut buf = [0u8; 40];
+    digits_into(&mut buf[..width], whole);
+    buf[width] = b'.';
+    digits_into(&mut buf[width + 1..width + 1 + n], frac);
+    out.extend_from_slice(&buf[..width + 1 + n]);
 }
 
 /// Writes `timeline.csv` in long format, `time_ms,entity,metric,value`:
@@ -876,6 +894,23 @@ mod tests {
         let mut b = Vec::new();
         bytes_fixed(&mut b, u64::MAX, 6);
         assert_eq!(b, ms6(u64::MAX).as_bytes());
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            for v in [x, x >> 20, x >> 40, x % 1000, x % 10] {
+                let mut b = Vec::new();
+                bytes_u64(&mut b, v);
+                assert_eq!(b, v.to_string().as_bytes());
+                b.clear();
+                bytes_fixed(&mut b, v, 6);
+                assert_eq!(b, format!("{}.{:06}", v / 1_000_000, v % 1_000_000).as_bytes());
+                b.clear();
+                bytes_fixed(&mut b, v, 3);
+                assert_eq!(b, format!("{}.{:03}", v / 1_000, v % 1_000).as_bytes());
+            }
+        }
         let mut h = Vec::new();
         bytes_hex(&mut h, 0x1f);
         bytes_hex(&mut h, 0);
