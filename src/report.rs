@@ -12,17 +12,16 @@
 //! trace-event format does.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use actors::config::LinkTopology;
-use actors::metrics::{Metric, Summary};
+use actors::metrics::{EntitySample, Metric, Summary};
 use actors::model::Role;
 use actors::request::{Outcome, Request};
 use actors::sim::{LinkReport, RankReport};
 use serde::Serialize;
 use serde_json::{Value, json};
-use sim_core::{SimDuration, SimTime};
+use sim_core::SimTime;
 
 use crate::runner::Run;
 use crate::scenario::Scenario;
@@ -35,13 +34,6 @@ pub const PDSIM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub fn ms6(ns: u64) -> String {
     let mut s = String::with_capacity(24);
     push_fixed(&mut s, ns, 6);
-    s
-}
-
-/// `ns` nanoseconds as microseconds with three decimals, exactly.
-fn us3(ns: u64) -> String {
-    let mut s = String::with_capacity(24);
-    push_fixed(&mut s, ns, 3);
     s
 }
 
@@ -85,11 +77,6 @@ pub fn csv_field(s: &str) -> String {
 /// The digest of the per-request outcomes as 16 hex digits.
 pub fn digest_hex(digest: u64) -> String {
     format!("{digest:016x}")
-}
-
-/// A rank's name for a request's rank index, or `None`.
-fn rank_name(role: Role, index: Option<u32>) -> Option<String> {
-    index.map(|i| format!("{}{i}", role.as_str()))
 }
 
 /// `outcome` column: `completed`, `failed` or `in_flight`.
@@ -248,14 +235,7 @@ impl LinkSummary {
             busy_fraction: fraction(s.busy.as_nanos(), run_ns),
             mean_busy_gb_s: if busy > 0.0 { s.bytes_completed as f64 / busy / 1e9 } else { 0.0 },
             peak_active_transfers: s.peak_active,
-            peak_sampled_bytes_in_flight: l
-                .timeline
-                .samples
-                .iter()
-                .filter(|s| s.metric == Metric::BytesInFlight)
-                .map(|s| s.value)
-                .max()
-                .unwrap_or(0),
+            peak_sampled_bytes_in_flight: s.peak_sampled_bytes_in_flight,
             unexpected_messages: s.unexpected,
         }
     }
@@ -407,36 +387,78 @@ pub const REQUEST_COLUMNS: &[&str] = &[
 /// # Errors
 /// Writing fails.
 pub fn write_requests_csv(w: &mut impl Write, records: &[Request], disaggregated: bool) -> io::Result<()> {
-    writeln!(w, "{}", REQUEST_COLUMNS.join(","))?;
-    let first_role = if disaggregated { Role::Prefill } else { Role::Aggregated };
-    let t = |x: Option<SimTime>| x.map(|t| ms6(t.as_nanos())).unwrap_or_default();
-    let d = |x: Option<SimDuration>| x.map(|d| ms6(d.as_nanos())).unwrap_or_default();
-    let span = |a: Option<SimTime>, b: Option<SimTime>| d(a.zip(b).map(|(a, b)| b.saturating_since(a)));
-    let mut line = String::new();
+    let mut rows = RequestRows::new(disaggregated);
+    w.write_all(rows.header())?;
     for r in records {
+        w.write_all(rows.row(r))?;
+    }
+    Ok(())
+}
+
+/// The lines of `requests.csv`, formatted into one reused byte buffer
+/// (digits written by hand, no allocation or UTF-8 check per field), so
+/// that rows can be written as requests end ([`write_requests_csv`] is
+/// the same rows over a slice).
+pub struct RequestRows {
+    first_role: Role,
+    line: Vec<u8>,
+}
+
+impl RequestRows {
+    /// Rows of a run with (`disaggregated`) or without a handoff.
+    pub fn new(disaggregated: bool) -> Self {
+        RequestRows { first_role: if disaggregated { Role::Prefill } else { Role::Aggregated }, line: Vec::new() }
+    }
+
+    /// The header line, on its own.
+    pub fn header_bytes(&self) -> Vec<u8> {
+        let mut h = REQUEST_COLUMNS.join(",").into_bytes();
+        h.push(b'\n');
+        h
+    }
+
+    /// The header line.
+    pub fn header(&mut self) -> &[u8] {
+        self.line.clear();
+        self.line.extend_from_slice(REQUEST_COLUMNS.join(",").as_bytes());
+        self.line.push(b'\n');
+        &self.line
+    }
+
+    /// The line of `r`.
+    pub fn row(&mut self, r: &Request) -> &[u8] {
+        let l = &mut self.line;
+        l.clear();
         let s = &r.t;
-        let reason = match r.outcome {
-            Outcome::Failed(why) => csv_field(&why.to_string()),
-            _ => String::new(),
-        };
-        line.clear();
-        let _ = write!(
-            line,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},",
-            r.id,
-            outcome_name(&r.outcome),
-            reason,
-            r.prompt.get(),
-            r.output.get(),
-            r.generated.get(),
-            rank_name(first_role, r.prefill_rank).unwrap_or_default(),
-            rank_name(Role::Decode, r.decode_rank).unwrap_or_default(),
+        bytes_u64(l, r.id);
+        l.push(b',');
+        l.extend_from_slice(outcome_name(&r.outcome).as_bytes());
+        l.push(b',');
+        if let Outcome::Failed(why) = r.outcome {
+            l.extend_from_slice(csv_field(&why.to_string()).as_bytes());
+        }
+        l.push(b',');
+        for v in [r.prompt.get(), r.output.get(), r.generated.get()] {
+            bytes_u64(l, v);
+            l.push(b',');
+        }
+        for (role, index) in [(self.first_role, r.prefill_rank), (Role::Decode, r.decode_rank)] {
+            if let Some(i) = index {
+                l.extend_from_slice(role.as_str().as_bytes());
+                bytes_u64(l, u64::from(i));
+            }
+            l.push(b',');
+        }
+        for v in [
             r.transferred_tokens.get(),
             r.transfer_bytes.get(),
             r.prefill_hit.get(),
             r.decode_hit.get(),
-            r.preemptions,
-        );
+            u64::from(r.preemptions),
+        ] {
+            bytes_u64(l, v);
+            l.push(b',');
+        }
         let stamps = [
             Some(s.arrival),
             s.prefill_queued,
@@ -452,9 +474,12 @@ pub fn write_requests_csv(w: &mut impl Write, records: &[Request], disaggregated
             s.finished,
         ];
         for x in stamps {
-            line.push_str(&t(x));
-            line.push(',');
+            if let Some(t) = x {
+                bytes_fixed(l, t.as_nanos(), 6);
+            }
+            l.push(b',');
         }
+        let span = |a: Option<SimTime>, b: Option<SimTime>| a.zip(b).map(|(a, b)| b.saturating_since(a));
         let queued = s.prefill_queued.map(|_| s.arrival);
         let spans = [
             span(queued, s.prefill_started),
@@ -462,16 +487,70 @@ pub fn write_requests_csv(w: &mut impl Write, records: &[Request], disaggregated
             span(s.prefill_done, s.transfer_started),
             span(s.transfer_started, s.transfer_done),
             span(s.transfer_done, s.decode_started),
-            d(r.ttft()),
-            d(r.tpot()),
-            d(r.e2e()),
-            if r.generated.get() >= 2 { ms6(r.max_itl.as_nanos()) } else { String::new() },
+            r.ttft(),
+            r.tpot(),
+            r.e2e(),
+            (r.generated.get() >= 2).then_some(r.max_itl),
         ];
-        line.push_str(&spans.join(","));
-        line.push('\n');
-        w.write_all(line.as_bytes())?;
+        for (i, x) in spans.into_iter().enumerate() {
+            if i > 0 {
+                l.push(b',');
+            }
+            if let Some(d) = x {
+                bytes_fixed(l, d.as_nanos(), 6);
+            }
+        }
+        l.push(b'\n');
+        &self.line
     }
-    Ok(())
+}
+
+/// Two decimal digits of every number below 100.
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Writes the last `buf.len()` decimal digits of `v`, zero-padded, into `buf`
+/// (two digits a division).
+#[inline]
+fn digits_into(buf: &mut [u8], mut v: u64) {
+    let mut k = buf.len();
+    while k >= 2 {
+        let r = (v % 100) as usize * 2;
+        v /= 100;
+        buf[k - 2..k].copy_from_slice(&PAIRS[r..r + 2]);
+        k -= 2;
+    }
+    if k == 1 {
+        buf[0] = b'0' + (v % 10) as u8;
+    }
+}
+
+/// Appends `v` in decimal.
+#[inline]
+fn bytes_u64(out: &mut Vec<u8>, v: u64) {
+    let width = if v == 0 { 1 } else { v.ilog10() as usize + 1 };
+    let mut buf = [0u8; 20];
+    digits_into(&mut buf[..width], v);
+    out.extend_from_slice(&buf[..width]);
+}
+
+/// Appends `v / 10^decimals` with exactly `decimals` (at most 19) decimals,
+/// in one copy (the divisions by a constant `decimals` where it is inlined).
+#[inline(always)]
+fn bytes_fixed(out: &mut Vec<u8>, v: u64, decimals: u32) {
+    let scale = 10u64.pow(decimals);
+    let (whole, frac) = (v / scale, v % scale);
+    let width = if whole == 0 { 1 } else { whole.ilog10() as usize + 1 };
+    let n = decimals as usize;
+    let mut buf = [0u8; 40];
+    digits_into(&mut buf[..width], whole);
+    buf[width] = b'.';
+    digits_into(&mut buf[width + 1..width + 1 + n], frac);
+    out.extend_from_slice(&buf[..width + 1 + n]);
 }
 
 /// Writes `timeline.csv` in long format, `time_ms,entity,metric,value`:
@@ -481,42 +560,75 @@ pub fn write_requests_csv(w: &mut impl Write, records: &[Request], disaggregated
 /// # Errors
 /// Writing fails.
 pub fn write_timeline_csv(w: &mut impl Write, ranks: &[RankReport], links: &[LinkReport]) -> io::Result<()> {
-    writeln!(w, "time_ms,entity,metric,value")?;
-    let no_groups: &[String] = &[];
-    let entities: Vec<(&str, &[String], &actors::metrics::Timeline)> = ranks
+    let entities: Vec<(String, Vec<String>)> = ranks
         .iter()
-        .map(|r| (r.name.as_str(), r.groups.as_slice(), &r.timeline))
-        .chain(links.iter().map(|l| (l.name.as_str(), no_groups, &l.timeline)))
+        .map(|r| (r.name.clone(), r.groups.clone()))
+        .chain(links.iter().map(|l| (l.name.clone(), Vec::new())))
         .collect();
+    let timelines: Vec<&actors::metrics::Timeline> =
+        ranks.iter().map(|r| &r.timeline).chain(links.iter().map(|l| &l.timeline)).collect();
     // (time, entity, position in the entity's samples): a total order.
     let mut rows: Vec<(u64, usize, usize)> = Vec::new();
-    for (e, (_, _, tl)) in entities.iter().enumerate() {
+    for (e, tl) in timelines.iter().enumerate() {
         rows.extend(tl.samples.iter().enumerate().map(|(i, s)| (s.time.as_nanos(), e, i)));
     }
     rows.sort_unstable();
-    let names: Vec<String> = entities.iter().map(|(n, _, _)| csv_field(n)).collect();
-    let mut metric_names: BTreeMap<(usize, Metric), String> = BTreeMap::new();
-    let mut line = String::new();
-    for (time, e, i) in rows {
-        let (_, groups, tl) = entities[e];
-        let s = tl.samples[i];
-        let metric = metric_names.entry((e, s.metric)).or_insert_with(|| csv_field(&metric_name(s.metric, groups)));
-        line.clear();
-        push_fixed(&mut line, time, 6);
-        line.push(',');
-        line.push_str(&names[e]);
-        line.push(',');
-        line.push_str(metric);
-        line.push(',');
-        push_u64(&mut line, s.value);
-        line.push('\n');
-        w.write_all(line.as_bytes())?;
+    let mut out = TimelineRows::new(&entities);
+    w.write_all(TimelineRows::HEADER)?;
+    let mut buf = Vec::new();
+    for chunk in rows.chunks(4096) {
+        buf.clear();
+        for &(_, e, i) in chunk {
+            out.push(&mut buf, &EntitySample { entity: e as u32, sample: timelines[e].samples[i] });
+        }
+        w.write_all(&buf)?;
     }
     Ok(())
 }
 
-/// A stage of a request on a track: (stage, track, start, end).
-type Slice = (&'static str, Option<String>, Option<SimTime>, Option<SimTime>);
+/// The lines of `timeline.csv`, formatted by hand into a caller's buffer,
+/// so that samples can be written as a run takes them (in the order
+/// [`actors::sim::Built::set_sample_sink`] hands them over, which is the
+/// file's) or all at once ([`write_timeline_csv`]).
+pub struct TimelineRows {
+    /// Entity names, CSV-quoted.
+    names: Vec<String>,
+    groups: Vec<Vec<String>>,
+    metric_names: BTreeMap<(u32, Metric), String>,
+}
+
+impl TimelineRows {
+    /// The header line.
+    pub const HEADER: &'static [u8] = b"time_ms,entity,metric,value\n";
+
+    /// Rows of these entities (name, cache-group names), in report order.
+    pub fn new(entities: &[(String, Vec<String>)]) -> Self {
+        TimelineRows {
+            names: entities.iter().map(|(n, _)| csv_field(n)).collect(),
+            groups: entities.iter().map(|(_, g)| g.clone()).collect(),
+            metric_names: BTreeMap::new(),
+        }
+    }
+
+    /// Appends the line of `s` to `out`.
+    pub fn push(&mut self, out: &mut Vec<u8>, s: &EntitySample) {
+        let e = s.entity as usize;
+        let no_groups: &[String] = &[];
+        let groups = self.groups.get(e).map_or(no_groups, Vec::as_slice);
+        let metric = self
+            .metric_names
+            .entry((s.entity, s.sample.metric))
+            .or_insert_with(|| csv_field(&metric_name(s.sample.metric, groups)));
+        bytes_fixed(out, s.sample.time.as_nanos(), 6);
+        out.push(b',');
+        out.extend_from_slice(self.names.get(e).map_or("", String::as_str).as_bytes());
+        out.push(b',');
+        out.extend_from_slice(metric.as_bytes());
+        out.push(b',');
+        bytes_u64(out, s.sample.value);
+        out.push(b'\n');
+    }
+}
 
 /// Writes `trace.json` in the Chrome trace-event format (JSON object form),
 /// for Perfetto (ui.perfetto.dev) or chrome://tracing.
@@ -548,118 +660,218 @@ pub fn write_trace_json(
     disaggregated: bool,
 ) -> io::Result<()> {
     let out = &run.output;
-    let mut pid_of: BTreeMap<&str, usize> = BTreeMap::new();
-    let entities: Vec<&str> =
-        out.ranks.iter().map(|r| r.name.as_str()).chain(out.links.iter().map(|l| l.name.as_str())).collect();
-    for (i, name) in entities.iter().enumerate() {
-        pid_of.insert(name, i + 1);
+    let entities: Vec<String> =
+        out.ranks.iter().map(|r| r.name.clone()).chain(out.links.iter().map(|l| l.name.clone())).collect();
+    write_trace_head(w, scenario_label, run.seed, out.digest, &entities)?;
+    let mut buf = Vec::new();
+    let mut slices = TraceSlices::new(&entities, topology, disaggregated);
+    for chunk in out.records.chunks(1024) {
+        buf.clear();
+        for r in chunk {
+            slices.push(&mut buf, r);
+        }
+        w.write_all(&buf)?;
     }
+    let timelines = out.ranks.iter().map(|r| &r.timeline).chain(out.links.iter().map(|l| &l.timeline));
+    for (i, tl) in timelines.enumerate() {
+        for chunk in tl.samples.chunks(4096) {
+            buf.clear();
+            for sample in chunk {
+                trace_counter(&mut buf, i as u32, sample);
+            }
+            w.write_all(&buf)?;
+        }
+    }
+    w.write_all(TRACE_TAIL)
+}
+
+/// The end of `trace.json`.
+pub const TRACE_TAIL: &[u8] = b"\n]}\n";
+
+/// Writes the start of `trace.json`: the header (with the run's digest)
+/// and the metadata events of every entity (`entities`: the ranks in report
+/// order, then the links). Every event after them ([`TraceSlices`],
+/// [`trace_counter`]) starts with its separator.
+///
+/// # Errors
+/// Writing fails.
+pub fn write_trace_head(
+    w: &mut impl Write,
+    label: &str,
+    seed: u64,
+    digest: u64,
+    entities: &[String],
+) -> io::Result<()> {
     let meta = json!({
         "pdsim_version": PDSIM_VERSION,
-        "scenario": scenario_label,
-        "seed": run.seed,
-        "digest": digest_hex(out.digest),
+        "scenario": label,
+        "seed": seed,
+        "digest": digest_hex(digest),
         "time_unit": "simulated microseconds",
     });
     writeln!(w, "{{\"displayTimeUnit\":\"ms\",\"otherData\":{meta},\"traceEvents\":[")?;
-    let mut first = true;
-    let mut emit = |w: &mut dyn Write, event: &str| -> io::Result<()> {
-        if !first {
-            w.write_all(b",\n")?;
-        }
-        first = false;
-        w.write_all(event.as_bytes())
-    };
     for (i, name) in entities.iter().enumerate() {
         let pid = i + 1;
         let name = serde_json::to_string(name)?;
-        emit(w, &format!(r#"{{"ph":"M","name":"process_name","pid":{pid},"tid":1,"args":{{"name":{name}}}}}"#))?;
-        emit(
-            w,
-            &format!(r#"{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":1,"args":{{"sort_index":{pid}}}}}"#),
-        )?;
-        emit(w, &format!(r#"{{"ph":"M","name":"thread_name","pid":{pid},"tid":1,"args":{{"name":{name}}}}}"#))?;
+        if i > 0 {
+            w.write_all(b",\n")?;
+        }
+        write!(w, r#"{{"ph":"M","name":"process_name","pid":{pid},"tid":1,"args":{{"name":{name}}}}}"#)?;
+        w.write_all(b",\n")?;
+        write!(w, r#"{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":1,"args":{{"sort_index":{pid}}}}}"#)?;
+        w.write_all(b",\n")?;
+        write!(w, r#"{{"ph":"M","name":"thread_name","pid":{pid},"tid":1,"args":{{"name":{name}}}}}"#)?;
     }
-    let first_role = if disaggregated { Role::Prefill } else { Role::Aggregated };
-    let second_role = if disaggregated { Role::Decode } else { Role::Aggregated };
-    for r in &out.records {
+    Ok(())
+}
+
+/// Appends the counter event of one timeline sample of entity `entity`
+/// (pid `entity + 1`), if its metric is one the trace shows. Perfetto
+/// names a counter track "<event name> <arg key>".
+pub fn trace_counter(out: &mut Vec<u8>, entity: u32, sample: &actors::metrics::Sample) {
+    let (name, key) = match sample.metric {
+        Metric::KvUsed => ("kv", "used_blocks"),
+        Metric::Waiting => ("seqs", "waiting"),
+        Metric::Running => ("seqs", "running"),
+        Metric::ActiveTransfers => ("transfers", "active"),
+        Metric::BytesInFlight => ("bytes", "in_flight"),
+        Metric::LinkBusyPermille => ("link", "busy_permille"),
+        _ => return,
+    };
+    out.extend_from_slice(b",\n{\"ph\":\"C\",\"name\":\"");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\",\"pid\":");
+    bytes_u64(out, u64::from(entity) + 1);
+    out.extend_from_slice(b",\"tid\":1,\"ts\":");
+    bytes_fixed(out, sample.time.as_nanos(), 3);
+    out.extend_from_slice(b",\"args\":{\"");
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
+    bytes_u64(out, sample.value);
+    out.extend_from_slice(b"}}");
+}
+
+/// A stage of a request on a track: (stage, pid, start, end).
+type Slice = (&'static str, Option<usize>, Option<SimTime>, Option<SimTime>);
+
+/// The async slices of each request in `trace.json`, formatted by hand
+/// (the args object's keys in the sorted order serde_json writes them).
+pub struct TraceSlices {
+    pid_of: BTreeMap<String, usize>,
+    topology: LinkTopology,
+    disaggregated: bool,
+    name: String,
+}
+
+impl TraceSlices {
+    /// Slices on these entities (the ranks in report order, then the links).
+    pub fn new(entities: &[String], topology: LinkTopology, disaggregated: bool) -> Self {
+        let pid_of = entities.iter().enumerate().map(|(i, n)| (n.clone(), i + 1)).collect();
+        TraceSlices { pid_of, topology, disaggregated, name: String::new() }
+    }
+
+    /// The pid of rank `index` of `role`, or of `r`'s link.
+    fn pid(&mut self, what: Option<Role>, index: Option<u32>, r: &Request) -> Option<usize> {
+        self.name.clear();
+        match what {
+            Some(role) => {
+                self.name.push_str(role.as_str());
+                push_u64(&mut self.name, u64::from(index?));
+            }
+            None => {
+                let (p, d) = (r.prefill_rank?, r.decode_rank?);
+                match self.topology {
+                    LinkTopology::PerPair => {
+                        self.name.push_str("link-p");
+                        push_u64(&mut self.name, u64::from(p));
+                        self.name.push_str("-d");
+                        push_u64(&mut self.name, u64::from(d));
+                    }
+                    LinkTopology::Shared => self.name.push_str("link"),
+                }
+            }
+        }
+        self.pid_of.get(self.name.as_str()).copied()
+    }
+
+    /// Appends the slices of `r`.
+    pub fn push(&mut self, out: &mut Vec<u8>, r: &Request) {
         let s = &r.t;
         let end_or_failure = |end: Option<SimTime>| end.or(s.finished);
-        let args = json!({
-            "request": r.id,
-            "outcome": outcome_name(&r.outcome),
-            "prompt_tokens": r.prompt.get(),
-            "output_tokens": r.output.get(),
-            "transferred_tokens": r.transferred_tokens.get(),
-            "transfer_bytes": r.transfer_bytes.get(),
-            "prefill_hit_tokens": r.prefill_hit.get(),
-            "decode_hit_tokens": r.decode_hit.get(),
-            "preemptions": r.preemptions,
-        });
-        let mut slices: Vec<Slice> = Vec::new();
-        let first_rank = rank_name(first_role, r.prefill_rank);
-        if disaggregated {
-            slices.push(("prefill", first_rank, s.prefill_started, end_or_failure(s.prefill_done)));
+        // (stage, pid, start, end)
+        let mut slices: [Slice; 3] = [("", None, None, None); 3];
+        if self.disaggregated {
+            slices[0] = (
+                "prefill",
+                self.pid(Some(Role::Prefill), r.prefill_rank, r),
+                s.prefill_started,
+                end_or_failure(s.prefill_done),
+            );
             if r.transfer_bytes.get() > 0 {
-                slices.push(("transfer", link_name(topology, r), s.transfer_started, end_or_failure(s.transfer_done)));
+                slices[1] = ("transfer", self.pid(None, None, r), s.transfer_started, end_or_failure(s.transfer_done));
             }
-            slices.push(("decode", rank_name(second_role, r.decode_rank), s.decode_started, s.finished));
+            slices[2] = ("decode", self.pid(Some(Role::Decode), r.decode_rank, r), s.decode_started, s.finished);
         } else {
-            slices.push(("prefill", first_rank.clone(), s.prefill_started, end_or_failure(s.first_token)));
-            slices.push(("decode", first_rank, s.first_token, s.finished));
+            let pid = self.pid(Some(Role::Aggregated), r.prefill_rank, r);
+            slices[0] = ("prefill", pid, s.prefill_started, end_or_failure(s.first_token));
+            slices[1] = ("decode", pid, s.first_token, s.finished);
         }
-        for (stage, entity, start, end) in slices {
-            let (Some(entity), Some(start), Some(end)) = (entity, start, end) else { continue };
-            let Some(pid) = pid_of.get(entity.as_str()) else { continue };
-            let id = format!("0x{:x}", r.id);
-            let (b, e) = (us3(start.as_nanos()), us3(end.max(start).as_nanos()));
-            emit(
-                w,
-                &format!(
-                    r#"{{"ph":"b","cat":"{stage}","name":"{stage}","id":"{id}","pid":{pid},"tid":1,"ts":{b},"args":{args}}}"#
-                ),
-            )?;
-            emit(
-                w,
-                &format!(r#"{{"ph":"e","cat":"{stage}","name":"{stage}","id":"{id}","pid":{pid},"tid":1,"ts":{e}}}"#),
-            )?;
-        }
-    }
-    // Perfetto names a counter track "<event name> <arg key>".
-    let counters = |metric: Metric| -> Option<(&'static str, &'static str)> {
-        match metric {
-            Metric::KvUsed => Some(("kv", "used_blocks")),
-            Metric::Waiting => Some(("seqs", "waiting")),
-            Metric::Running => Some(("seqs", "running")),
-            Metric::ActiveTransfers => Some(("transfers", "active")),
-            Metric::BytesInFlight => Some(("bytes", "in_flight")),
-            Metric::LinkBusyPermille => Some(("link", "busy_permille")),
-            _ => None,
-        }
-    };
-    let timelines = out.ranks.iter().map(|r| &r.timeline).chain(out.links.iter().map(|l| &l.timeline));
-    let mut line = String::new();
-    for (i, tl) in timelines.enumerate() {
-        let pid = i + 1;
-        for sample in &tl.samples {
-            if let Some((name, key)) = counters(sample.metric) {
-                line.clear();
-                line.push_str(r#"{"ph":"C","name":""#);
-                line.push_str(name);
-                line.push_str(r#"","pid":"#);
-                push_u64(&mut line, pid as u64);
-                line.push_str(r#","tid":1,"ts":"#);
-                push_fixed(&mut line, sample.time.as_nanos(), 3);
-                line.push_str(r#","args":{""#);
-                line.push_str(key);
-                line.push_str(r#"":"#);
-                push_u64(&mut line, sample.value);
-                line.push_str("}}");
-                emit(w, &line)?;
-            }
+        for (stage, pid, start, end) in slices {
+            let (Some(pid), Some(start), Some(end)) = (pid, start, end) else { continue };
+            let head = |out: &mut Vec<u8>, ph: &[u8]| {
+                out.extend_from_slice(b",\n{\"ph\":\"");
+                out.extend_from_slice(ph);
+                out.extend_from_slice(b"\",\"cat\":\"");
+                out.extend_from_slice(stage.as_bytes());
+                out.extend_from_slice(b"\",\"name\":\"");
+                out.extend_from_slice(stage.as_bytes());
+                out.extend_from_slice(b"\",\"id\":\"0x");
+                bytes_hex(out, r.id);
+                out.extend_from_slice(b"\",\"pid\":");
+                bytes_u64(out, pid as u64);
+                out.extend_from_slice(b",\"tid\":1,\"ts\":");
+            };
+            head(out, b"b");
+            bytes_fixed(out, start.as_nanos(), 3);
+            out.extend_from_slice(b",\"args\":{\"decode_hit_tokens\":");
+            bytes_u64(out, r.decode_hit.get());
+            out.extend_from_slice(b",\"outcome\":\"");
+            out.extend_from_slice(outcome_name(&r.outcome).as_bytes());
+            out.extend_from_slice(b"\",\"output_tokens\":");
+            bytes_u64(out, r.output.get());
+            out.extend_from_slice(b",\"preemptions\":");
+            bytes_u64(out, u64::from(r.preemptions));
+            out.extend_from_slice(b",\"prefill_hit_tokens\":");
+            bytes_u64(out, r.prefill_hit.get());
+            out.extend_from_slice(b",\"prompt_tokens\":");
+            bytes_u64(out, r.prompt.get());
+            out.extend_from_slice(b",\"request\":");
+            bytes_u64(out, r.id);
+            out.extend_from_slice(b",\"transfer_bytes\":");
+            bytes_u64(out, r.transfer_bytes.get());
+            out.extend_from_slice(b",\"transferred_tokens\":");
+            bytes_u64(out, r.transferred_tokens.get());
+            out.extend_from_slice(b"}}");
+            head(out, b"e");
+            bytes_fixed(out, end.max(start).as_nanos(), 3);
+            out.push(b'}');
         }
     }
-    w.write_all(b"\n]}\n")
+}
+
+/// Appends `v` in lower-case hexadecimal.
+fn bytes_hex(out: &mut Vec<u8>, mut v: u64) {
+    let mut buf = [0u8; 16];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b"0123456789abcdef"[(v & 15) as usize];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
 }
 
 #[cfg(test)]
@@ -672,8 +884,37 @@ mod tests {
         assert_eq!(ms6(7), "0.000007");
         assert_eq!(ms6(1_234_567_890), "1234.567890");
         assert_eq!(ms6(u64::MAX), "18446744073709.551615");
+        let us3 = |ns| {
+            let mut b = Vec::new();
+            bytes_fixed(&mut b, ns, 3);
+            String::from_utf8(b).unwrap()
+        };
         assert_eq!(us3(1_000_001), "1000.001");
         assert_eq!(us3(999), "0.999");
+        let mut b = Vec::new();
+        bytes_fixed(&mut b, u64::MAX, 6);
+        assert_eq!(b, ms6(u64::MAX).as_bytes());
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            for v in [x, x >> 20, x >> 40, x % 1000, x % 10] {
+                let mut b = Vec::new();
+                bytes_u64(&mut b, v);
+                assert_eq!(b, v.to_string().as_bytes());
+                b.clear();
+                bytes_fixed(&mut b, v, 6);
+                assert_eq!(b, format!("{}.{:06}", v / 1_000_000, v % 1_000_000).as_bytes());
+                b.clear();
+                bytes_fixed(&mut b, v, 3);
+                assert_eq!(b, format!("{}.{:03}", v / 1_000, v % 1_000).as_bytes());
+            }
+        }
+        let mut h = Vec::new();
+        bytes_hex(&mut h, 0x1f);
+        bytes_hex(&mut h, 0);
+        assert_eq!(h, b"1f0");
     }
 
     #[test]

@@ -64,6 +64,30 @@ impl RequestSource for Counted {
     }
 }
 
+/// What a run keeps beyond its summary: see [`simulate_with`].
+pub struct Keep {
+    /// The ranks' and links' timelines (off: sampled, not stored).
+    pub timelines: bool,
+    /// `None`: every record, in `SimOutput::records`; `Some(sink)`: each
+    /// record goes to `sink` in id order as its request ends, and none is
+    /// kept.
+    pub record_sink: Option<actors::records::RecordSink>,
+    /// With `timelines`: `None` keeps the samples in the reports; `Some(make)`
+    /// makes, from the entities (name, cache groups; in report order), a
+    /// sink that takes them in slices in timeline.csv's order as the run
+    /// goes, and none is kept.
+    pub sample_sink: Option<SampleSinkFactory>,
+}
+
+/// Makes a sample sink from the run's entities: see [`Keep::sample_sink`].
+pub type SampleSinkFactory = Box<dyn FnOnce(&[(String, Vec<String>)]) -> actors::sim::SampleSink>;
+
+impl Default for Keep {
+    fn default() -> Self {
+        Keep { timelines: true, record_sink: None, sample_sink: None }
+    }
+}
+
 /// Runs `scenario` with `seed` (its own seed is ignored), serving `requests`
 /// requests when given instead of the scenario's count. `on_progress` is
 /// called after every [`PROGRESS_SLICE`] of simulated time; the results do
@@ -77,12 +101,29 @@ pub fn simulate(
     scenario: &Scenario,
     seed: u64,
     requests: Option<u64>,
-    mut on_progress: impl FnMut(Progress),
+    on_progress: impl FnMut(Progress),
     stop: &AtomicBool,
 ) -> Result<Run, RunError> {
+    simulate_with(scenario, seed, requests, on_progress, stop, Keep::default())
+}
+
+/// [`simulate`], keeping only what `keep` says: a run that streams its
+/// records and keeps no timeline holds only what is in flight.
+///
+/// # Errors
+/// As [`simulate`].
+pub fn simulate_with(
+    scenario: &Scenario,
+    seed: u64,
+    requests: Option<u64>,
+    mut on_progress: impl FnMut(Progress),
+    stop: &AtomicBool,
+    keep: Keep,
+) -> Result<Run, RunError> {
     let start = Instant::now();
-    let dep = Deployment::build(scenario.model_spec(), scenario.deployment())
+    let mut dep = Deployment::build(scenario.model_spec(), scenario.deployment())
         .map_err(|e| RunError::BadInput(format!("{}: {e}", scenario.source())))?;
+    dep.set_keep_timelines(keep.timelines);
     let workload = scenario.workload();
     let mut source = workload.source(seed, requests).map_err(|e| RunError::BadInput(e.0))?;
     source.set_file(scenario.source());
@@ -98,7 +139,14 @@ pub fn simulate(
     let sim_error = |e: SimError| match e {
         SimError::Workload(w) => RunError::BadInput(w.0),
     };
-    let built = actors::sim::build(&dep, input).map_err(sim_error)?;
+    let mut built = actors::sim::build(&dep, input).map_err(sim_error)?;
+    if let Some(sink) = keep.record_sink {
+        built.set_record_sink(sink);
+    }
+    if let Some(make) = keep.sample_sink {
+        let sink = make(&built.entities());
+        built.set_sample_sink(sink);
+    }
     let mut stopped = false;
     let output = built
         .run_in_slices(PROGRESS_SLICE, |p| {

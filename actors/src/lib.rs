@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod model;
 pub mod msg;
 pub mod ranks;
+pub mod records;
 pub mod request;
 pub mod router;
 pub mod rules;

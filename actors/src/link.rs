@@ -49,6 +49,9 @@ pub struct LinkStats {
     pub busy: SimDuration,
     /// Most transfers moving bytes at once.
     pub peak_active: u64,
+    /// Most bytes in flight at a timeline sample (kept whether or not the
+    /// timeline keeps its samples).
+    pub peak_sampled_bytes_in_flight: u64,
     /// Messages a link does not handle (a wiring bug if ever non-zero).
     pub unexpected: u64,
 }
@@ -173,7 +176,9 @@ impl NixlLink {
         let active = (self.active.len() + self.in_latency.len()) as u64;
         self.timeline.push(now, Metric::ActiveTransfers, active);
         self.timeline.push(now, Metric::QueuedTransfers, self.queue.len() as u64);
-        self.timeline.push(now, Metric::BytesInFlight, self.bytes_in_flight());
+        let bytes = self.bytes_in_flight();
+        self.stats.peak_sampled_bytes_in_flight = self.stats.peak_sampled_bytes_in_flight.max(bytes);
+        self.timeline.push(now, Metric::BytesInFlight, bytes);
         self.timeline.push(now, Metric::LinkBusyPermille, permille);
     }
 

@@ -161,6 +161,36 @@ impl Stat {
     }
 }
 
+impl Stat {
+    /// [`Stat::of`] of these nanoseconds as milliseconds (`ns / 1e6`), to
+    /// the last bit: sorting the integers orders the milliseconds alike,
+    /// and the sum and the interpolation run over the same `f64`s in the
+    /// same order.
+    pub fn of_nanos(mut values: Vec<u64>) -> Stat {
+        if values.is_empty() {
+            return Stat::default();
+        }
+        values.sort_unstable();
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let n = values.len();
+        let pct = |q: f64| {
+            let pos = q * (n - 1) as f64;
+            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+            let (a, b) = (ms(values[lo]), ms(values[hi]));
+            a + (b - a) * (pos - lo as f64)
+        };
+        Stat {
+            count: n as u64,
+            mean: values.iter().map(|&v| ms(v)).sum::<f64>() / n as f64,
+            median: pct(0.5),
+            p90: pct(0.9),
+            p95: pct(0.95),
+            p99: pct(0.99),
+            max: ms(values[n - 1]),
+        }
+    }
+}
+
 /// The run's summary, in the terms of vLLM's `bench serve`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Summary {
@@ -217,10 +247,6 @@ fn ms(d: SimDuration) -> f64 {
     d.as_millis_f64()
 }
 
-fn span(a: Option<SimTime>, b: Option<SimTime>) -> Option<f64> {
-    Some(ms(b?.saturating_since(a?)))
-}
-
 /// Whether a completed request meets every bound of `slo`.
 pub fn meets_slo(r: &Request, slo: &SloSpec) -> bool {
     if r.outcome != Outcome::Completed {
@@ -236,32 +262,143 @@ pub fn meets_slo(r: &Request, slo: &SloSpec) -> bool {
 
 /// Summarises finished requests; `itl` is the merged inter-token histogram.
 pub fn summarise(records: &[Request], itl: &Histogram, slo: &SloSpec) -> Summary {
-    let mut s = Summary { requests: records.len() as u64, itl_ms: itl.stat(), ..Summary::default() };
-    let (mut output_tokens, mut total_tokens, mut good) = (0u64, 0u64, 0u64);
-    let (mut first, mut last) = (None::<SimTime>, None::<SimTime>);
-    let mut ttft = Vec::new();
-    let mut tpot = Vec::new();
-    let mut e2e = Vec::new();
-    let (mut pq, mut pt, mut tw, mut tt, mut dq) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut b = SummaryBuilder::new(slo.clone());
     for r in records {
-        first = Some(first.map_or(r.t.arrival, |f: SimTime| f.min(r.t.arrival)));
+        b.add(r);
+    }
+    b.finish(itl)
+}
+
+/// Values per chunk of a [`Column`].
+const CHUNK: usize = 1 << 16;
+
+/// One chunk of a column: 4 bytes a value while every value fits in them.
+#[derive(Clone, Debug)]
+enum Chunk {
+    Narrow(Vec<u32>),
+    Wide(Vec<u64>),
+}
+
+/// The exact values (nanoseconds) of one summary statistic, one per
+/// request that has it, compactly: in chunks of 65,536 (so that growing
+/// never holds twice the column), each 4 bytes a value until a value
+/// needs 8. The summary statistics are computed from them exactly as
+/// [`Stat::of`] computes them from milliseconds.
+#[derive(Clone, Debug, Default)]
+pub struct Column {
+    chunks: Vec<Chunk>,
+    len: usize,
+}
+
+impl Column {
+    /// Adds one value.
+    #[inline]
+    pub fn push(&mut self, ns: u64) {
+        if self.len.is_multiple_of(CHUNK) {
+            self.chunks.push(Chunk::Narrow(Vec::with_capacity(CHUNK)));
+        }
+        self.len += 1;
+        let last = self.chunks.last_mut().expect("a chunk was just made");
+        match last {
+            Chunk::Narrow(v) => match u32::try_from(ns) {
+                Ok(n) => v.push(n),
+                Err(_) => {
+                    let mut w = Vec::with_capacity(CHUNK);
+                    w.extend(v.iter().map(|&n| u64::from(n)));
+                    w.push(ns);
+                    *last = Chunk::Wide(w);
+                }
+            },
+            Chunk::Wide(v) => v.push(ns),
+        }
+    }
+
+    /// Values held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The statistics of its values, in ms (the column is emptied).
+    pub fn take_stat(&mut self) -> Stat {
+        let mut all: Vec<u64> = Vec::with_capacity(self.len);
+        for c in std::mem::take(&mut self.chunks) {
+            match c {
+                Chunk::Narrow(v) => all.extend(v.iter().map(|&n| u64::from(n))),
+                Chunk::Wide(v) => all.extend_from_slice(&v),
+            }
+        }
+        self.len = 0;
+        Stat::of_nanos(all)
+    }
+}
+
+/// Builds a [`Summary`] one request at a time, in id order, keeping only
+/// counters and one compact [`Column`] per latency statistic (4 or 8 bytes
+/// a request each), so that a run need not keep its records. The result is
+/// exactly [`summarise`]'s over the same records.
+#[derive(Clone, Debug)]
+pub struct SummaryBuilder {
+    slo: SloSpec,
+    s: Summary,
+    output_tokens: u64,
+    total_tokens: u64,
+    good: u64,
+    first: Option<SimTime>,
+    last: Option<SimTime>,
+    /// ttft, tpot, e2e, prefill queue, prefill time, transfer wait,
+    /// transfer time, decode queue.
+    cols: [Column; 8],
+}
+
+impl SummaryBuilder {
+    /// An empty summary with these SLOs.
+    pub fn new(slo: SloSpec) -> Self {
+        SummaryBuilder {
+            slo,
+            s: Summary::default(),
+            output_tokens: 0,
+            total_tokens: 0,
+            good: 0,
+            first: None,
+            last: None,
+            cols: Default::default(),
+        }
+    }
+
+    /// Adds one request.
+    pub fn add(&mut self, r: &Request) {
+        let s = &mut self.s;
+        s.requests += 1;
+        self.first = Some(self.first.map_or(r.t.arrival, |f| f.min(r.t.arrival)));
         if let Some(f) = r.t.finished {
-            last = Some(last.map_or(f, |l: SimTime| l.max(f)));
+            self.last = Some(self.last.map_or(f, |l| l.max(f)));
         }
         s.preemptions += u64::from(r.preemptions);
         s.prefill_hit_tokens += r.prefill_hit.get();
         s.decode_hit_tokens += r.decode_hit.get();
         s.transfer_bytes += r.transfer_bytes.get();
+        let [ttft, tpot, e2e, pq, pt, tw, tt, dq] = &mut self.cols;
         match r.outcome {
             Outcome::Completed => {
                 s.completed += 1;
-                output_tokens += r.generated.get();
-                total_tokens += r.generated.get() + r.prompt.get();
-                ttft.extend(r.ttft().map(ms));
-                tpot.extend(r.tpot().map(ms));
-                e2e.extend(r.e2e().map(ms));
-                if meets_slo(r, slo) {
-                    good += 1;
+                self.output_tokens += r.generated.get();
+                self.total_tokens += r.generated.get() + r.prompt.get();
+                if let Some(d) = r.ttft() {
+                    ttft.push(d.as_nanos());
+                }
+                if let Some(d) = r.tpot() {
+                    tpot.push(d.as_nanos());
+                }
+                if let Some(d) = r.e2e() {
+                    e2e.push(d.as_nanos());
+                }
+                if meets_slo(r, &self.slo) {
+                    self.good += 1;
                 }
             }
             Outcome::Failed(reason) => {
@@ -270,36 +407,53 @@ pub fn summarise(records: &[Request], itl: &Histogram, slo: &SloSpec) -> Summary
             }
             Outcome::InFlight => {}
         }
-        let queued = r.t.prefill_queued.map(|_| r.t.arrival);
-        pq.extend(span(queued, r.t.prefill_started));
-        pt.extend(span(r.t.prefill_started, r.t.prefill_done));
-        tw.extend(span(r.t.prefill_done, r.t.transfer_started));
-        tt.extend(span(r.t.transfer_started, r.t.transfer_done));
-        dq.extend(span(r.t.transfer_done, r.t.decode_started));
+        let span = |col: &mut Column, a: Option<SimTime>, b: Option<SimTime>| {
+            if let (Some(a), Some(b)) = (a, b) {
+                col.push(b.saturating_since(a).as_nanos());
+            }
+        };
+        let t = &r.t;
+        span(pq, t.prefill_queued.map(|_| t.arrival), t.prefill_started);
+        span(pt, t.prefill_started, t.prefill_done);
+        span(tw, t.prefill_done, t.transfer_started);
+        span(tt, t.transfer_started, t.transfer_done);
+        span(dq, t.transfer_done, t.decode_started);
     }
-    let duration = match (first, last) {
-        (Some(f), Some(l)) => (l.saturating_since(f)).as_secs_f64(),
-        _ => 0.0,
-    };
-    s.duration_s = duration;
-    if duration > 0.0 {
-        s.request_throughput = s.completed as f64 / duration;
-        s.output_token_throughput = output_tokens as f64 / duration;
-        s.total_token_throughput = total_tokens as f64 / duration;
-        s.goodput = good as f64 / duration;
+
+    /// Requests added.
+    pub fn requests(&self) -> u64 {
+        self.s.requests
     }
-    if s.requests > 0 {
-        s.slo_attainment = good as f64 / s.requests as f64;
+
+    /// The summary; `itl` is the merged inter-token histogram.
+    pub fn finish(mut self, itl: &Histogram) -> Summary {
+        let mut s = std::mem::take(&mut self.s);
+        s.itl_ms = itl.stat();
+        let duration = match (self.first, self.last) {
+            (Some(f), Some(l)) => (l.saturating_since(f)).as_secs_f64(),
+            _ => 0.0,
+        };
+        s.duration_s = duration;
+        if duration > 0.0 {
+            s.request_throughput = s.completed as f64 / duration;
+            s.output_token_throughput = self.output_tokens as f64 / duration;
+            s.total_token_throughput = self.total_tokens as f64 / duration;
+            s.goodput = self.good as f64 / duration;
+        }
+        if s.requests > 0 {
+            s.slo_attainment = self.good as f64 / s.requests as f64;
+        }
+        let [ttft, tpot, e2e, pq, pt, tw, tt, dq] = &mut self.cols;
+        s.ttft_ms = ttft.take_stat();
+        s.tpot_ms = tpot.take_stat();
+        s.e2e_ms = e2e.take_stat();
+        s.prefill_queue_ms = pq.take_stat();
+        s.prefill_time_ms = pt.take_stat();
+        s.transfer_wait_ms = tw.take_stat();
+        s.transfer_time_ms = tt.take_stat();
+        s.decode_queue_ms = dq.take_stat();
+        s
     }
-    s.ttft_ms = Stat::of(ttft);
-    s.tpot_ms = Stat::of(tpot);
-    s.e2e_ms = Stat::of(e2e);
-    s.prefill_queue_ms = Stat::of(pq);
-    s.prefill_time_ms = Stat::of(pt);
-    s.transfer_wait_ms = Stat::of(tw);
-    s.transfer_time_ms = Stat::of(tt);
-    s.decode_queue_ms = Stat::of(dq);
-    s
 }
 
 /// What a timeline sample measures.
@@ -346,21 +500,127 @@ pub struct Sample {
     pub value: u64,
 }
 
+/// One sample of one entity (a rank or a link, by its index in report
+/// order: the ranks as `SimOutput::ranks` lists them, then the links).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntitySample {
+    /// The entity's index.
+    pub entity: u32,
+    /// The sample.
+    pub sample: Sample,
+}
+
+/// The samples of every timeline of a run, in the order they were taken
+/// (which is time order), shared by the timelines that log into it. (A
+/// mutex, not a `RefCell`, so that reports holding timelines can cross
+/// threads; it is taken once per sample, not per event, and never
+/// contended: a run is one thread.)
+pub type SampleLog = std::sync::Arc<std::sync::Mutex<Vec<EntitySample>>>;
+
+/// The log's rows (a poisoned lock only means a panic elsewhere; the rows
+/// are still whole).
+pub(crate) fn log_rows(log: &SampleLog) -> std::sync::MutexGuard<'_, Vec<EntitySample>> {
+    log.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Where a timeline's samples go.
+#[derive(Clone, Debug)]
+enum Store {
+    /// Its own `samples`.
+    Own,
+    /// Nowhere.
+    Discard,
+    /// A run's shared log, under this entity index.
+    Log(SampleLog, u32),
+}
+
 /// Samples of one actor, at most one batch per interval: an actor offers a
 /// sample whenever its state changes, and it is kept if the interval since
 /// the last kept one has passed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Where the samples go is set when it is made ([`sampling`]): its own
+/// `samples` (the default), nowhere (it keeps the same cadence, since its
+/// due times end runs of decode steps, so the events are the same, but a
+/// run whose timeline is not written does not hold it), or a run's shared
+/// [`SampleLog`], from which `sim` streams them out in slices.
+#[derive(Clone, Debug)]
 pub struct Timeline {
     interval: SimDuration,
     next: SimTime,
+    store: Store,
     /// The samples, in time order.
     pub samples: Vec<Sample>,
+}
+
+impl PartialEq for Timeline {
+    /// Equal cadence and equal samples (wherever the samples are sent).
+    fn eq(&self, other: &Self) -> bool {
+        (self.interval, self.next, &self.samples) == (other.interval, other.next, &other.samples)
+    }
+}
+
+impl Eq for Timeline {}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Timeline { interval: SimDuration::ZERO, next: SimTime::ZERO, store: Store::Own, samples: Vec::new() }
+    }
+}
+
+/// Where timelines made now send their samples (see [`sampling`]).
+#[derive(Clone, Debug)]
+pub(crate) enum Sampling {
+    /// Each keeps its own.
+    Own,
+    /// None is stored.
+    Discard,
+    /// Into this log, under the entity index last given to [`next_entity`].
+    Log(SampleLog),
+}
+
+thread_local! {
+    static SAMPLING: std::cell::RefCell<(Sampling, u32)> = const { std::cell::RefCell::new((Sampling::Own, 0)) };
+}
+
+/// Restores the previous [`sampling`] when dropped.
+pub(crate) struct SamplingGuard(Option<(Sampling, u32)>);
+
+impl Drop for SamplingGuard {
+    fn drop(&mut self) {
+        if let Some(prev) = self.0.take() {
+            SAMPLING.with(|s| *s.borrow_mut() = prev);
+        }
+    }
+}
+
+/// While the returned guard lives, timelines made on this thread store
+/// their samples as `mode` says. [`crate::sim::build`] holds it while it
+/// makes the actors: the ranks make their timelines from an interval
+/// only (ranks.rs), so the setting rides beside it.
+pub(crate) fn sampling(mode: Sampling) -> SamplingGuard {
+    SamplingGuard(Some(SAMPLING.with(|s| std::mem::replace(&mut *s.borrow_mut(), (mode, 0)))))
+}
+
+/// The entity index of the next timeline made into a log.
+pub(crate) fn next_entity(index: u32) {
+    SAMPLING.with(|s| s.borrow_mut().1 = index);
 }
 
 impl Timeline {
     /// A timeline sampled at most once per `interval`.
     pub fn new(interval: SimDuration) -> Self {
-        Timeline { interval, next: SimTime::ZERO, samples: Vec::new() }
+        let store = SAMPLING.with(|s| match &*s.borrow() {
+            (Sampling::Own, _) => Store::Own,
+            (Sampling::Discard, _) => Store::Discard,
+            (Sampling::Log(log), e) => Store::Log(std::sync::Arc::clone(log), *e),
+        });
+        Timeline { interval, next: SimTime::ZERO, store, samples: Vec::new() }
+    }
+    /// Stops logging (a run's report holds its timelines on their own).
+    pub(crate) fn detach(&mut self) {
+        if matches!(self.store, Store::Log(..)) {
+            self.store = Store::Own;
+        }
     }
     /// When the next sample will be kept.
     pub fn next_due(&self) -> SimTime {
@@ -372,8 +632,43 @@ impl Timeline {
         now >= self.next
     }
     /// Records one value at `now` and closes the interval.
+    #[inline]
     pub fn push(&mut self, now: SimTime, metric: Metric, value: u64) {
-        self.samples.push(Sample { time: now, metric, value });
+        let sample = Sample { time: now, metric, value };
+        match &self.store {
+            Store::Own => self.samples.push(sample),
+            Store::Discard => {}
+            Store::Log(log, entity) => log_rows(log).push(EntitySample { entity: *entity, sample }),
+        }
         self.next = now.saturating_add(self.interval.max(SimDuration::from_nanos(1)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_stats_are_those_of_the_milliseconds() {
+        // Values on both sides of 2^32 ns, so a chunk widens mid-way, and
+        // more than one chunk.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut col = Column::default();
+        let mut ms = Vec::new();
+        for i in 0..(CHUNK as u64 * 2 + 77) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let ns = if i % 1000 == 999 { x % (1 << 40) } else { x % 3_000_000_000 };
+            col.push(ns);
+            ms.push(SimDuration::from_nanos(ns).as_millis_f64());
+        }
+        assert_eq!(col.len(), ms.len());
+        let a = col.take_stat();
+        let b = Stat::of(ms);
+        assert_eq!(a, b);
+        assert_eq!(a.mean.to_bits(), b.mean.to_bits());
+        assert!(col.is_empty());
+        assert_eq!(Column::default().take_stat(), Stat::default());
     }
 }

@@ -14,6 +14,7 @@ use sim_core::{Actor, ActorId, Context, EventId, SimTime};
 use crate::config::Policy;
 use crate::fxmap::FxHashMap;
 use crate::msg::Msg;
+use crate::records::RecordStream;
 use crate::request::{FailReason, ReqId, Request};
 use crate::units::Tokens;
 use crate::workload::{ArrivalMode, PrefixIds, RequestSource, RequestSpec, WorkloadError};
@@ -170,8 +171,8 @@ pub struct Router {
     crash_timers: Vec<EventId>,
     /// The decode loads a policy sees while a rank is down (scratch).
     seen_loads: Vec<u64>,
-    /// Requests that completed or failed, in the order they ended.
-    pub records: Vec<Request>,
+    /// Requests that completed or failed, taken in id order.
+    pub(crate) records: RecordStream,
     /// Why the workload stopped early, if it did.
     pub error: Option<WorkloadError>,
 }
@@ -200,7 +201,7 @@ impl Router {
             decode_down: Vec::new(),
             crash_timers: Vec::new(),
             seen_loads: Vec::new(),
-            records: Vec::new(),
+            records: RecordStream::new(),
             error: None,
         }
     }
@@ -225,7 +226,7 @@ impl Router {
     /// Once the workload is over and every request has ended, crashes still
     /// to come would affect nothing: they are dropped.
     fn drop_crashes_if_done(&mut self, ctx: &mut Context<'_, Msg>) {
-        if !self.crash_timers.is_empty() && self.next.is_none() && self.records.len() as u64 == self.issued {
+        if !self.crash_timers.is_empty() && self.next.is_none() && self.records.ended() == self.issued {
             for t in self.crash_timers.drain(..) {
                 ctx.cancel(t);
             }
@@ -235,6 +236,11 @@ impl Router {
     /// Requests issued so far.
     pub fn issued(&self) -> u64 {
         self.issued
+    }
+
+    /// Requests that completed or failed so far.
+    pub fn ended(&self) -> u64 {
+        self.records.ended()
     }
 
     /// Pulls the next request from the workload, unless the limit is reached.
@@ -324,7 +330,7 @@ impl Router {
     /// Keeps the record of an ended request (its prefix ids dropped).
     fn record(&mut self, mut req: Box<Request>) {
         req.prefix = PrefixIds::none();
-        self.records.push(*req);
+        self.records.push(req);
     }
 
     /// After a request ended: a closed loop issues the next one, and

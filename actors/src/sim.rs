@@ -8,11 +8,12 @@ use sim_core::{ActorId, SimDuration, SimTime, Simulation};
 
 use crate::config::{DeploymentSpec, LinkTopology, RoleSpec, SloSpec};
 use crate::link::{LinkStats, NixlLink};
-use crate::metrics::{self, Histogram, Summary, Timeline};
+use crate::metrics::{self, EntitySample, Histogram, Sample, SampleLog, Sampling, Summary, Timeline};
 use crate::model::{CacheGroup, CacheGroupKind, DEFAULT_LINEAR_BLOCK_SIZE, Model, ModelSpec, RankRules, Role};
 use crate::msg::Msg;
 use crate::ranks::{AggregatedRank, DecodeRank, Hold, PrefillRank, RankCore, SourceStats};
-use crate::request::{FailReason, Outcome, Request};
+use crate::records::{Digest, RecordStream, Totals};
+use crate::request::{FailReason, Request};
 use crate::router::{RoutePolicy, Router, Targets, policy};
 use crate::scheduler::{BatchPolicy, Limits, Mode, Scheduler, StepStats, VllmPolicy};
 use crate::steptime::{self, StepTimeModel};
@@ -50,6 +51,7 @@ pub struct Deployment {
     /// How a handoff reads between the prefill and decode TP sizes.
     reads: Option<Reads>,
     lazy_decoding: bool,
+    keep_timelines: bool,
     plugins: Plugins,
 }
 
@@ -101,6 +103,7 @@ impl Deployment {
             interval: checked.interval,
             reads: checked.reads,
             lazy_decoding: true,
+            keep_timelines: true,
             plugins: Plugins::default(),
         })
     }
@@ -152,6 +155,15 @@ impl Deployment {
     /// decoding set is checked against.
     pub fn set_lazy_decoding(&mut self, on: bool) {
         self.lazy_decoding = on;
+    }
+
+    /// Whether runs keep the ranks' and links' timelines (on by default).
+    /// Off, they are sampled on the same cadence (so the events and every
+    /// record are the same) but no sample is stored: `RankReport::timeline`
+    /// and `LinkReport::timeline` come back empty, and a long run does not
+    /// hold them.
+    pub fn set_keep_timelines(&mut self, on: bool) {
+        self.keep_timelines = on;
     }
 
     /// The validated model.
@@ -316,9 +328,15 @@ pub struct Built<'d> {
     pub ranks: Vec<RankId>,
     /// Every link, with its name.
     pub links: Vec<(String, ActorId)>,
-    slo: SloSpec,
     until: Option<SimTime>,
+    /// Every timeline's samples as they are taken (none when timelines are
+    /// not kept).
+    log: Option<SampleLog>,
+    sample_sink: Option<SampleSink>,
 }
+
+/// Takes timeline samples in slices: see [`Built::set_sample_sink`].
+pub type SampleSink = Box<dyn FnMut(&[EntitySample])>;
 
 /// How far a run has got, for progress displays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -332,6 +350,61 @@ pub struct Progress {
 }
 
 impl Built<'_> {
+    /// Hands each request's record to `sink` as the request ends, in id
+    /// order (records that end before an earlier request wait in a reorder
+    /// buffer for it), instead of keeping them: the run's memory is then
+    /// bounded by what is in flight, and `SimOutput::records` comes back
+    /// empty. The summary and the digest are the same either way.
+    pub fn set_record_sink(&mut self, sink: impl FnMut(&Request) + 'static) {
+        self.sim.actor_mut::<Router>(self.router).expect("router").records.set_sink(Box::new(sink));
+    }
+
+    /// Hands the timelines' samples to `sink` as the run goes, in slices,
+    /// ordered by time, then entity (the ranks in report order, then the
+    /// links), then the order the entity took them; the reports' timelines
+    /// then come back empty. Nothing is handed over when the deployment
+    /// keeps no timelines ([`Deployment::set_keep_timelines`]).
+    pub fn set_sample_sink(&mut self, sink: impl FnMut(&[EntitySample]) + 'static) {
+        self.sample_sink = Some(Box::new(sink));
+    }
+
+    /// The ranks and links, in report order (the entity indices of
+    /// [`EntitySample`]): each name (`prefill0`, `link-p0-d0`) and, for a
+    /// rank, its cache groups' names.
+    pub fn entities(&self) -> Vec<(String, Vec<String>)> {
+        let mut seen = [0u32; 3];
+        let mut out = Vec::new();
+        for rank in &self.ranks {
+            let (role, k) = match rank {
+                RankId::Prefill(_) => (Role::Prefill, 0),
+                RankId::Decode(_) => (Role::Decode, 1),
+                RankId::Aggregated(_) => (Role::Aggregated, 2),
+            };
+            let groups = self.dep.plan(role).map(|p| p.groups.iter().map(|g| g.name().to_string()).collect());
+            out.push((format!("{}{}", role.as_str(), seen[k]), groups.unwrap_or_default()));
+            seen[k] += 1;
+        }
+        out.extend(self.links.iter().map(|(name, _)| (name.clone(), Vec::new())));
+        out
+    }
+
+    /// Hands the samples taken before `before` (all of them: `None`) to the
+    /// sample sink, if there is one: every later sample is taken at the
+    /// clock or after it.
+    fn flush_samples(&mut self, before: Option<SimTime>) {
+        let (Some(log), Some(sink)) = (&self.log, &mut self.sample_sink) else { return };
+        let mut rows = metrics::log_rows(log);
+        let n = before.map_or(rows.len(), |t| rows.partition_point(|r| r.sample.time < t));
+        if n == 0 {
+            return;
+        }
+        // Taken in time order; within an instant, by entity (stable: each
+        // entity's own order stays).
+        rows[..n].sort_by_key(|r| (r.sample.time, r.entity));
+        sink(&rows[..n]);
+        rows.drain(..n);
+    }
+
     /// Runs to the end (or the time limit) and collects the output.
     pub fn run(self) -> Result<SimOutput, SimError> {
         self.run_in_slices(SimDuration::MAX, |_| true)
@@ -356,9 +429,9 @@ impl Built<'_> {
             let from = self.sim.next_event_time().unwrap_or(self.sim.now()).max(self.sim.now());
             let limit = from.saturating_add(slice).min(until);
             let summary = self.sim.run_until(limit);
+            self.flush_samples(Some(self.sim.now()));
             let r = self.sim.actor::<Router>(self.router).expect("router");
-            let go_on =
-                on_slice(Progress { now: self.sim.now(), issued: r.issued(), finished: r.records.len() as u64 });
+            let go_on = on_slice(Progress { now: self.sim.now(), issued: r.issued(), finished: r.ended() });
             if !go_on || summary.stop_reason != sim_core::StopReason::TimeLimit || limit == until {
                 break;
             }
@@ -398,7 +471,14 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         (None, _) => policy(spec.router.decode_policy, 1, Tokens::new(1)),
     };
     let mut router = Router::new(first_policy, decode_policy, input.source, input.arrivals, input.max_requests);
+    router.records.set_slo(input.slo);
     let first_arrival = router.prime()?;
+    // Every timeline made from here on keeps its samples or not.
+    let log: Option<SampleLog> = dep.keep_timelines.then(SampleLog::default);
+    let _sampling = metrics::sampling(match &log {
+        Some(log) => Sampling::Log(Arc::clone(log)),
+        None => Sampling::Discard,
+    });
     let router = sim.add_actor("router", router).expect("fresh simulation");
 
     let mut ranks = Vec::new();
@@ -413,6 +493,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         };
         let mut prefill = Vec::new();
         for i in 0..p.spec.count {
+            metrics::next_entity(i);
             let core = RankCore::new(
                 i,
                 Role::Prefill,
@@ -428,6 +509,8 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         }
         let mut add_link = |sim: &mut Simulation<Msg>, name: String| {
             let index = link_ids.len() as u32;
+            // Links come after every rank in report order.
+            metrics::next_entity(p.spec.count + d.spec.count + index);
             let link = NixlLink::new(index, dep.latency, dep.bandwidth, spec.link.sharing, dep.interval);
             let id = sim.add_actor(&name, link).expect("unique");
             link_ids.push((name, id));
@@ -442,6 +525,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
             let links: Vec<ActorId> = (0..p.spec.count)
                 .map(|i| shared.unwrap_or_else(|| add_link(&mut sim, format!("link-p{i}-d{j}"))))
                 .collect();
+            metrics::next_entity(p.spec.count + j);
             let core = RankCore::new(
                 j,
                 Role::Decode,
@@ -480,6 +564,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         let a = dep.plan(Role::Aggregated).expect("aggregated");
         let mut all = Vec::new();
         for i in 0..a.spec.count {
+            metrics::next_entity(i);
             let core = RankCore::new(
                 i,
                 Role::Aggregated,
@@ -498,19 +583,32 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
     if let Some(at) = first_arrival {
         sim.schedule(at, router, Msg::Arrival).expect("router exists");
     }
-    Ok(Built { dep, sim, router, ranks, links: link_ids, slo: input.slo, until: input.until })
+    Ok(Built { dep, sim, router, ranks, links: link_ids, until: input.until, log, sample_sink: None })
 }
 
 fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<SimOutput, SimError> {
-    let Built { dep, mut sim, router, ranks, links, slo, .. } = built;
-    let slo = &slo;
+    let mut built = built;
+    built.flush_samples(None);
+    let Built { dep, mut sim, router, ranks, links, log, .. } = built;
+    // Without a sink, the samples go back to their timelines.
+    let mut logged: Vec<Vec<Sample>> = Vec::new();
+    if let Some(log) = log {
+        for r in metrics::log_rows(&log).drain(..) {
+            let e = r.entity as usize;
+            if e >= logged.len() {
+                logged.resize_with(e + 1, Vec::new);
+            }
+            logged[e].push(r.sample);
+        }
+    }
+    let mut logged = logged.into_iter();
     let events = sim.events_delivered();
     let r = sim.actor_mut::<Router>(router).expect("router");
     if let Some(e) = r.error.take() {
         return Err(SimError::Workload(e));
     }
     let issued = r.issued();
-    let mut records = std::mem::take(&mut r.records);
+    let mut stream = std::mem::replace(&mut r.records, RecordStream::new());
     let mut violations = Vec::new();
     let mut itl = Histogram::default();
     let mut reports = Vec::new();
@@ -560,7 +658,7 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
             refusals: parts.refusals.iter().map(|r| r.to_string()).collect(),
             sources,
             reservations_waited: waited,
-            timeline: parts.timeline,
+            timeline: with_logged(parts.timeline, logged.next()),
         });
     }
     if !cut_short && !unfinished.is_empty() {
@@ -568,11 +666,7 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
     }
     for mut req in unfinished {
         req.fail(FailReason::Unfinished, final_time);
-        records.push(*req);
-    }
-    order_by_id(&mut records);
-    if records.len() as u64 != issued {
-        violations.push(format!("{issued} requests entered, {} accounted for", records.len()));
+        stream.push(req);
     }
     let mut link_reports = Vec::new();
     let (mut sent, mut received) = (0u64, 0u64);
@@ -581,19 +675,23 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
         sent += l.stats.bytes_started;
         // Transfers cut off by a time limit count as neither lost nor received.
         received += l.stats.bytes_completed + l.bytes_in_flight();
-        link_reports.push(LinkReport { name, stats: l.stats, timeline: std::mem::take(&mut l.timeline) });
+        let timeline = with_logged(std::mem::take(&mut l.timeline), logged.next());
+        link_reports.push(LinkReport { name, stats: l.stats, timeline });
+    }
+    let Totals { records, summary, digest, count, priced, out_of_order } = stream.finish(&itl);
+    if count != issued {
+        violations.push(format!("{issued} requests entered, {count} accounted for"));
+    } else if out_of_order > 0 {
+        violations.push(format!("{out_of_order} request ids missing or repeated"));
     }
     // A request's bytes are one decode TP rank's; a link carries them for
     // each decode rank that reads from one prefill rank.
-    let readers = dep.reads.map_or(1, |r| u64::from(r.readers));
-    let priced: u64 = records.iter().map(|r| r.transfer_bytes.get().saturating_mul(readers)).sum();
+    let priced = priced.saturating_mul(dep.reads.map_or(1, |r| u64::from(r.readers)));
     if sent != received || sent != priced {
         violations.push(format!(
             "links were given {sent} bytes and delivered or hold {received}; requests were priced {priced}"
         ));
     }
-    let summary = metrics::summarise(&records, &itl, slo);
-    let digest = digest(&records);
     Ok(SimOutput {
         records,
         summary,
@@ -607,62 +705,27 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
     })
 }
 
-/// Sorts records by id. Ids are 0..n in arrival order, so each record is
-/// swapped straight to its place (records are large; this moves each at
-/// most once); anything else falls back to a sort.
-fn order_by_id(records: &mut [Request]) {
-    let n = records.len() as u64;
-    let mut seen = vec![false; records.len()];
-    if !records.iter().all(|r| r.id < n && !std::mem::replace(&mut seen[r.id as usize], true)) {
-        records.sort_by_key(|r| r.id);
-        return;
-    }
-    for i in 0..records.len() {
-        while records[i].id != i as u64 {
-            let j = records[i].id as usize;
-            records.swap(i, j);
+/// A timeline with its logged samples put back (they come after any of its
+/// own, of which a logging timeline has none).
+fn with_logged(mut timeline: Timeline, logged: Option<Vec<Sample>>) -> Timeline {
+    timeline.detach();
+    if let Some(mut l) = logged {
+        if timeline.samples.is_empty() {
+            timeline.samples = l;
+        } else {
+            timeline.samples.append(&mut l);
         }
     }
+    timeline
 }
 
 /// A 64-bit digest of every request's outcome, counts and times: each
 /// value is folded in as a whole word (multiply-rotate, then a final
 /// splitmix64 mix), so equal records give equal digests on every machine.
 pub fn digest(records: &[Request]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut put = |w: u64| {
-        h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
-    };
-    let t = |x: Option<SimTime>| x.map_or(u64::MAX, SimTime::as_nanos);
+    let mut d = Digest::default();
     for r in records {
-        put(r.id);
-        put(match r.outcome {
-            Outcome::InFlight => 0,
-            Outcome::Completed => 1,
-            Outcome::Failed(_) => 2,
-        });
-        for x in [r.prompt, r.output, r.generated, r.transferred_tokens, r.prefill_hit, r.decode_hit] {
-            put(x.get());
-        }
-        put(r.transfer_bytes.get());
-        put(u64::from(r.preemptions));
-        let s = &r.t;
-        put(s.arrival.as_nanos());
-        for x in [
-            s.prefill_queued,
-            s.prefill_started,
-            s.prefill_done,
-            s.reserve_requested,
-            s.reserved,
-            s.transfer_started,
-            s.transfer_done,
-            s.decode_started,
-            s.first_token,
-            s.last_token,
-            s.finished,
-        ] {
-            put(t(x));
-        }
+        d.add(r);
     }
-    crate::workload::mix(h, records.len() as u64)
+    d.value()
 }

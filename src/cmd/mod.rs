@@ -14,6 +14,7 @@ use pdsim::runner::RunError;
 use pdsim::scenario::ScenarioError;
 use pdsim::sweep::SweepError;
 
+mod live;
 pub mod run;
 pub mod steps;
 pub mod sweep;

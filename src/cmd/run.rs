@@ -11,6 +11,7 @@ use pdsim::report::{self, digest_hex};
 use pdsim::runner::{self, Run, default_jobs, ordered_parallel};
 use pdsim::scenario::{self, DEFAULT_SCENARIO_LABEL, Scenario};
 
+use super::live::{Live, TRACE_SPILLS};
 use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, write_error, write_file};
 
 /// Arguments of `pdsim run`.
@@ -98,17 +99,37 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
 
 fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(), CmdError> {
     let total = args.requests.or(scenario.workload().requests());
+    let files = args.files();
+    let (want_timeline, want_trace) = (files.contains(&"timeline.csv"), files.contains(&"trace.json"));
+    // Every file is written as the run goes, so that it holds only what
+    // is in flight.
+    clear_dir(dir)?;
+    let deployment = scenario.deployment();
+    let live = Live::create(dir, deployment.prefill.is_some(), deployment.link.topology, want_timeline, want_trace)?;
+    let keep = runner::Keep {
+        timelines: want_timeline || want_trace,
+        record_sink: Some(live.record_sink()),
+        sample_sink: live.sample_sink(),
+    };
     let mut progress = ProgressGate::new(args.quiet, total, "requests");
-    let result = runner::simulate(
+    let result = runner::simulate_with(
         scenario,
         scenario.seed(),
         args.requests,
         |p| progress.update(p.finished, || format!("simulated {:.0} s", p.now.as_secs_f64())),
         &INTERRUPTED,
+        keep,
     );
     progress.finish();
-    let run = result?;
-    write_run(scenario, label, &run, dir, &args.files())?;
+    let run = match result {
+        Ok(run) => run,
+        Err(e) => {
+            live.discard();
+            return Err(e.into());
+        }
+    };
+    // The folder was cleared before the run.
+    write_files(scenario, label, &run, dir, &files, Some(live))?;
     check_violations(&run)?;
     if !args.quiet {
         emit(&human_summary(scenario, label, &run, dir, &args.files()))?;
@@ -119,7 +140,7 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
             "stopped at simulated {:.3} s; {} covers the {} requests that entered by then",
             o.final_time.as_secs_f64(),
             dir.display(),
-            o.records.len()
+            o.summary.requests
         )));
     }
     Ok(())
@@ -133,15 +154,39 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
 /// mixes two runs, and a folder with a report.json holds all of its run's
 /// files, whatever stopped the writing (a full disk, a second Ctrl-C).
 pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files: &[&str]) -> Result<(), CmdError> {
+    clear_dir(dir)?;
+    write_files(scenario, label, run, dir, files, None)
+}
+
+/// Creates `dir` and removes every file an earlier run may have left there
+/// ([`FILES`] and their `.partial` siblings).
+fn clear_dir(dir: &Path) -> Result<(), CmdError> {
     create_dir(dir)?;
-    for f in FILES {
-        for name in [f.to_string(), format!("{f}.partial")] {
-            let path = dir.join(name);
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(write_error(&path, &e)),
-                _ => {}
-            }
+    let names = FILES.iter().flat_map(|f| [f.to_string(), format!("{f}.partial")]);
+    for name in names.chain(TRACE_SPILLS.iter().map(|s| s.to_string())) {
+        let path = dir.join(name);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(write_error(&path, &e)),
+            _ => {}
         }
+    }
+    Ok(())
+}
+
+/// Writes the run's files into a cleared `dir`; `streamed` holds the files
+/// written during the run.
+fn write_files(
+    scenario: &Scenario,
+    label: &str,
+    run: &Run,
+    dir: &Path,
+    files: &[&str],
+    live: Option<Live>,
+) -> Result<(), CmdError> {
+    if let Some(live) = live {
+        live.finish(label, run)?;
+        let rep = report::report(scenario, label, run);
+        return write_file(&dir.join("report.json"), |w| report::write_report(w, &rep));
     }
     let out = &run.output;
     let disaggregated = scenario.deployment().prefill.is_some();

@@ -308,3 +308,34 @@ fn bad_input_exits_2_naming_the_place() {
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
     }
 }
+
+/// `pdsim run` writes its files as the run goes (requests.csv and
+/// timeline.csv directly, trace.json joined from spill files); they are
+/// byte for byte the files written from a run kept in memory, and no
+/// spill or partial file is left.
+#[test]
+fn streamed_files_are_those_written_from_memory() {
+    use std::sync::atomic::AtomicBool;
+
+    use pdsim::{report, runner, scenario};
+    for file in ["glm-5.3-flash-2p1d-pressure.toml", "llama-3.1-8b-aggregated.toml"] {
+        let dir = scratch_dir(&format!("streamed-{file}"));
+        run_into(file, &dir, &["--requests", "300", "--quiet"]);
+        let s = scenario::load(scenario_file(file)).unwrap();
+        let run = runner::simulate(&s, s.seed(), Some(300), |_| {}, &AtomicBool::new(false)).unwrap();
+        let label = scenario_file(file).display().to_string();
+        let d = s.deployment();
+        let disaggregated = d.prefill.is_some();
+        let (mut req, mut tl, mut tr) = (Vec::new(), Vec::new(), Vec::new());
+        report::write_requests_csv(&mut req, &run.output.records, disaggregated).unwrap();
+        report::write_timeline_csv(&mut tl, &run.output.ranks, &run.output.links).unwrap();
+        report::write_trace_json(&mut tr, &label, &run, d.link.topology, disaggregated).unwrap();
+        for (name, want) in [("requests.csv", req), ("timeline.csv", tl), ("trace.json", tr)] {
+            assert!(std::fs::read(dir.join(name)).unwrap() == want, "{file}: {name} differs");
+        }
+        let mut names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["report.json", "requests.csv", "timeline.csv", "trace.json"], "{file}");
+    }
+}

@@ -53,3 +53,79 @@ fn shipped_scenarios_give_their_pinned_outputs() {
     }
     assert!(wrong.is_empty(), "outputs changed; if on purpose, the new rows are:\n{}", wrong.join("\n"));
 }
+
+/// The same runs as `pdsim run --no-trace --no-timeline` makes them: the
+/// records streamed to requests.csv as requests end (through the reorder
+/// buffer, in id order), no record and no timeline sample kept, the summary
+/// from the compact columns. report.json and requests.csv are the pinned
+/// bytes all the same.
+#[test]
+fn streamed_runs_without_timelines_give_the_pinned_report_and_requests() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut wrong = Vec::new();
+    for (file, want_report, want_requests, _) in PINNED {
+        let s = scenario::load(scenario_file(file)).unwrap();
+        let label = format!("scenarios/{file}");
+        let disaggregated = s.deployment().prefill.is_some();
+        let req = Rc::new(RefCell::new(Vec::new()));
+        let mut rows = report::RequestRows::new(disaggregated);
+        req.borrow_mut().extend_from_slice(rows.header());
+        let sink = Rc::clone(&req);
+        let keep = runner::Keep {
+            timelines: false,
+            record_sink: Some(Box::new(move |r| sink.borrow_mut().extend_from_slice(rows.row(r)))),
+            sample_sink: None,
+        };
+        let run = runner::simulate_with(&s, s.seed(), None, |_| {}, &AtomicBool::new(false), keep).unwrap();
+        assert_eq!(run.output.violations, Vec::<String>::new(), "{file}");
+        assert!(run.output.records.is_empty(), "{file}: records streamed, not kept");
+        assert!(run.output.ranks.iter().all(|r| r.timeline.samples.is_empty()), "{file}");
+        assert!(run.output.links.iter().all(|l| l.timeline.samples.is_empty()), "{file}");
+        let mut rep = Vec::new();
+        report::write_report(&mut rep, &report::report(&s, &label, &run)).unwrap();
+        let got = (fnv1a(&rep), fnv1a(&req.borrow()));
+        if got != (want_report, want_requests) {
+            wrong.push(format!("{file}: {:#018x}, {:#018x}", got.0, got.1));
+        }
+    }
+    assert!(wrong.is_empty(), "streamed outputs differ from the pinned ones:\n{}", wrong.join("\n"));
+}
+
+/// As `pdsim run --no-trace` makes timeline.csv: the samples streamed out
+/// of the run in slices, none kept in the reports; the pinned bytes.
+#[test]
+fn streamed_timelines_give_the_pinned_timeline() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut wrong = Vec::new();
+    for (file, want_report, _, want_timeline) in PINNED {
+        let s = scenario::load(scenario_file(file)).unwrap();
+        let label = format!("scenarios/{file}");
+        let tl = Rc::new(RefCell::new(report::TimelineRows::HEADER.to_vec()));
+        let out = Rc::clone(&tl);
+        let keep = runner::Keep {
+            timelines: true,
+            record_sink: None,
+            sample_sink: Some(Box::new(move |entities| {
+                let mut rows = report::TimelineRows::new(entities);
+                Box::new(move |samples| {
+                    let mut buf = out.borrow_mut();
+                    for x in samples {
+                        rows.push(&mut buf, x);
+                    }
+                })
+            })),
+        };
+        let run = runner::simulate_with(&s, s.seed(), None, |_| {}, &AtomicBool::new(false), keep).unwrap();
+        assert_eq!(run.output.violations, Vec::<String>::new(), "{file}");
+        assert!(run.output.ranks.iter().all(|r| r.timeline.samples.is_empty()), "{file}");
+        let mut rep = Vec::new();
+        report::write_report(&mut rep, &report::report(&s, &label, &run)).unwrap();
+        let got = (fnv1a(&rep), fnv1a(&tl.borrow()));
+        if got != (want_report, want_timeline) {
+            wrong.push(format!("{file}: {:#018x}, {:#018x}", got.0, got.1));
+        }
+    }
+    assert!(wrong.is_empty(), "streamed timelines differ from the pinned ones:\n{}", wrong.join("\n"));
+}

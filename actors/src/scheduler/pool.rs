@@ -37,8 +37,6 @@
 //!
 //! Conservation: `private + shared + cached_free + free = num_blocks`.
 
-use std::collections::BTreeMap;
-
 use crate::fxmap::FxHashMap;
 use crate::model::{CacheGroup, CacheGroupKind, block_size_lcm};
 use crate::rules;
@@ -118,11 +116,97 @@ pub struct Shortfall {
     pub available: u64,
 }
 
+/// No slot: the end of the LRU list, or of the free-slot list.
+const NIL: u32 = u32::MAX;
+
+/// A cached entry, in the pool's slab.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
+    /// Its cache key (to remove it from the key map when evicted).
+    key: u64,
+    /// Requests pinning it; while zero it is on the LRU list.
     refs: u32,
-    /// LRU position while `refs == 0`.
-    tick: u64,
+    /// The LRU list's neighbours while `refs == 0` (the next free slot
+    /// while the slot is free).
+    prev: u32,
+    next: u32,
+}
+
+/// The cached entries: a slab of [`Entry`] with the unpinned ones on an
+/// intrusive doubly linked list in the order they were unpinned (head:
+/// least recently), so that unpinning, re-pinning and evicting are O(1).
+/// The order is that of a counter stamped at each unpin, which is what
+/// the list keeps: appended at the tail, taken from the head.
+#[derive(Clone, Debug, Default)]
+struct Lru {
+    slots: Vec<Entry>,
+    /// Free slots, linked through `next`.
+    free_slot: u32,
+    head: u32,
+    tail: u32,
+    len: usize,
+}
+
+impl Lru {
+    fn new() -> Self {
+        Lru { slots: Vec::new(), free_slot: NIL, head: NIL, tail: NIL, len: 0 }
+    }
+
+    /// A new pinned entry (not on the list).
+    fn alloc(&mut self, key: u64) -> u32 {
+        let e = Entry { key, refs: 1, prev: NIL, next: NIL };
+        if self.free_slot != NIL {
+            let i = self.free_slot;
+            self.free_slot = self.slots[i as usize].next;
+            self.slots[i as usize] = e;
+            i
+        } else {
+            self.slots.push(e);
+            u32::try_from(self.slots.len() - 1).expect("fewer cached entries than blocks")
+        }
+    }
+
+    fn push_back(&mut self, i: u32) {
+        let tail = self.tail;
+        let e = &mut self.slots[i as usize];
+        (e.prev, e.next) = (tail, NIL);
+        if tail == NIL {
+            self.head = i;
+        } else {
+            self.slots[tail as usize].next = i;
+        }
+        self.tail = i;
+        self.len += 1;
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let Entry { prev, next, .. } = self.slots[i as usize];
+        if prev == NIL {
+            self.head = next;
+        } else {
+            self.slots[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.tail = prev;
+        } else {
+            self.slots[next as usize].prev = prev;
+        }
+        self.len -= 1;
+    }
+
+    /// Takes the least recently unpinned entry off the list and frees its
+    /// slot; returns its key.
+    fn pop_front(&mut self) -> Option<u64> {
+        let i = self.head;
+        if i == NIL {
+            return None;
+        }
+        self.unlink(i);
+        let e = &mut self.slots[i as usize];
+        e.next = self.free_slot;
+        self.free_slot = i;
+        Some(e.key)
+    }
 }
 
 /// The pool.
@@ -147,9 +231,9 @@ pub struct KvPool {
     /// pinned cache entry in every full-attention group.
     group_used: Vec<u64>,
     caching: bool,
-    entries: FxHashMap<u64, Entry>,
-    lru: BTreeMap<u64, u64>,
-    tick: u64,
+    /// Cache key -> slot in `lru`.
+    entries: FxHashMap<u64, u32>,
+    lru: Lru,
     /// Most blocks ever in use (private + shared).
     peak_used: u64,
     /// Cached blocks evicted to make room.
@@ -181,8 +265,7 @@ impl KvPool {
             cached_free: 0,
             caching,
             entries: FxHashMap::default(),
-            lru: BTreeMap::new(),
-            tick: 0,
+            lru: Lru::new(),
             peak_used: 0,
             evicted_blocks: 0,
             suspend_peak: false,
@@ -281,7 +364,7 @@ impl KvPool {
             return Err(Shortfall { needed: n, available });
         }
         while self.free < n {
-            let (_, key) = self.lru.pop_first().expect("cached_free > 0 means an unpinned entry");
+            let key = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
             self.entries.remove(&key);
             self.cached_free -= self.fa_groups;
             self.free += self.fa_groups;
@@ -470,7 +553,7 @@ impl KvPool {
         let mut available = (self.free + self.cached_free).saturating_sub(keep);
         for i in 0..n {
             let k = self.key(prefix, prompt, owner, i);
-            if self.entries.get(&k).is_some_and(|e| e.refs == 0) {
+            if self.entries.get(&k).is_some_and(|&i| self.lru.slots[i as usize].refs == 0) {
                 available -= self.fa_groups;
             }
         }
@@ -652,10 +735,11 @@ impl KvPool {
     }
 
     fn ref_entry(&mut self, k: u64) {
-        let e = self.entries.get_mut(&k).expect("entry exists");
+        let i = *self.entries.get(&k).expect("entry exists");
+        let e = &mut self.lru.slots[i as usize];
         e.refs += 1;
         if e.refs == 1 {
-            self.lru.remove(&e.tick);
+            self.lru.unlink(i);
             self.cached_free -= self.fa_groups;
             self.shared += self.fa_groups;
             self.fa_used_add(1);
@@ -680,12 +764,11 @@ impl KvPool {
     fn unpin(&mut self, n: u32, prefix: &PrefixIds, prompt: Tokens, owner: u64) {
         for i in (0..n).rev() {
             let k = self.key(prefix, prompt, owner, i);
-            let e = self.entries.get_mut(&k).expect("pinned entry exists");
+            let i = *self.entries.get(&k).expect("pinned entry exists");
+            let e = &mut self.lru.slots[i as usize];
             e.refs -= 1;
             if e.refs == 0 {
-                self.tick += 1;
-                e.tick = self.tick;
-                self.lru.insert(self.tick, k);
+                self.lru.push_back(i);
                 self.shared -= self.fa_groups;
                 self.cached_free += self.fa_groups;
                 self.fa_used_add(-1);
@@ -739,7 +822,7 @@ impl KvPool {
     fn register_block(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens) {
         let k = self.key(prefix, prompt, alloc.owner, alloc.shared);
         if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
-            v.insert(Entry { refs: 1, tick: 0 });
+            v.insert(self.lru.alloc(k));
             self.shared += self.fa_groups;
         } else {
             // Same content computed twice: keep the cached copy. (vLLM keeps
@@ -768,8 +851,9 @@ impl KvPool {
         if per_group != self.private + self.shared {
             return Err(format!("groups use {per_group} blocks, pool counts {}", self.private + self.shared));
         }
-        let unpinned = self.entries.values().filter(|e| e.refs == 0).count() as u64 * self.fa_groups;
-        if unpinned != self.cached_free || self.lru.len() as u64 * self.fa_groups != self.cached_free {
+        let unpinned =
+            self.entries.values().filter(|&&i| self.lru.slots[i as usize].refs == 0).count() as u64 * self.fa_groups;
+        if unpinned != self.cached_free || self.lru.len as u64 * self.fa_groups != self.cached_free {
             return Err(format!("{unpinned} unpinned cached blocks, cached_free {}", self.cached_free));
         }
         Ok(())
