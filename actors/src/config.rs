@@ -206,6 +206,12 @@ pub struct RouterSpec {
     /// Policy for decode ranks.
     #[serde(default)]
     pub decode_policy: Policy,
+    /// `kv_aware`'s weight of a prompt token a rank would have to compute
+    /// (not in its cache) against one token of load it already has
+    /// outstanding (default 1): it sends a request where
+    /// `weight × uncached prompt tokens + outstanding tokens` is least.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_overlap_weight: Option<f64>,
 }
 
 /// A routing policy.
@@ -217,8 +223,9 @@ pub enum Policy {
     RoundRobin,
     /// The rank with the fewest outstanding tokens (ties: lowest index).
     LeastOutstanding,
-    /// The rank whose prefix cache likely holds most of the prompt's leading
-    /// blocks, then the least loaded.
+    /// The rank with the least cost, `kv_overlap_weight` times the prompt
+    /// tokens its prefix cache likely lacks, plus its outstanding tokens:
+    /// the hit scored against the load.
     KvAware,
 }
 

@@ -78,6 +78,8 @@ impl RoutePolicy for LeastOutstanding {
 #[derive(Debug)]
 pub struct KvAware {
     shadows: Vec<Shadow>,
+    /// Weight of an uncached prompt token against a token of load.
+    weight: f64,
 }
 
 #[derive(Debug, Default)]
@@ -89,12 +91,17 @@ struct Shadow {
     capacity: Tokens,
 }
 
+/// `kv_aware`'s default weight of an uncached prompt token against a token
+/// of outstanding load.
+pub const DEFAULT_KV_OVERLAP_WEIGHT: f64 = 1.0;
+
 impl KvAware {
     /// A policy over ranks that can each cache about `capacity` tokens of
     /// prompts (the shadow holds as many prefix ids as cover them, at the
-    /// ids' own block size).
-    pub fn new(ranks: usize, capacity: Tokens) -> Self {
-        KvAware { shadows: (0..ranks).map(|_| Shadow { capacity, ..Shadow::default() }).collect() }
+    /// ids' own block size), weighing an uncached prompt token `weight`
+    /// times a token of outstanding load.
+    pub fn new(ranks: usize, capacity: Tokens, weight: f64) -> Self {
+        KvAware { shadows: (0..ranks).map(|_| Shadow { capacity, ..Shadow::default() }).collect(), weight }
     }
 
     fn matched(&self, rank: usize, prefix: &PrefixIds) -> usize {
@@ -104,11 +111,33 @@ impl KvAware {
 }
 
 impl RoutePolicy for KvAware {
+    /// The rank with the least `weight × (prompt − cached prefix tokens) +
+    /// outstanding tokens`, as the KV routers people run score overlap
+    /// against load (Dynamo's: overlap weight × prefill blocks + active
+    /// blocks); ties go to the less loaded, then the lower index. Without
+    /// the load term every request whose prompt shares a first block with
+    /// earlier ones would go to one rank.
+    ///
+    /// Weight 1, a 1,000-token prompt: rank A caches 600 of it and has
+    /// 2,000 tokens outstanding (cost 400 + 2,000 = 2,400), rank B caches
+    /// nothing and has 500 (1,000 + 500 = 1,500): B.
     fn choose(&mut self, req: &Request, loads: &[u64]) -> usize {
-        // A rank at u64::MAX load is down: its cache counts for nothing.
-        let up = |i: &usize| loads[*i] < u64::MAX;
-        let best = (0..loads.len()).filter(up).map(|i| self.matched(i, &req.prefix)).max().unwrap_or(0);
-        least_loaded(loads, (0..loads.len()).filter(|i| up(i) && self.matched(*i, &req.prefix) == best))
+        let prompt = req.prompt.get();
+        let block = req.prefix.block_tokens.get();
+        let mut best: Option<(f64, u64, usize)> = None;
+        for (i, &load) in loads.iter().enumerate() {
+            // A rank at u64::MAX load is down.
+            if load == u64::MAX {
+                continue;
+            }
+            let cached = (self.matched(i, &req.prefix) as u64).saturating_mul(block).min(prompt);
+            let cost = self.weight * (prompt - cached) as f64 + load as f64;
+            let better = best.is_none_or(|(c, l, _)| cost.total_cmp(&c).then(load.cmp(&l)).is_lt());
+            if better {
+                best = Some((cost, load, i));
+            }
+        }
+        best.map_or(0, |(.., i)| i)
     }
 
     fn routed(&mut self, req: &Request, rank: usize) {
@@ -129,12 +158,12 @@ impl RoutePolicy for KvAware {
 }
 
 /// The policy a config names; `capacity` (tokens a rank can cache) sizes the
-/// KV-aware shadows.
-pub fn policy(p: Policy, ranks: usize, capacity: Tokens) -> Box<dyn RoutePolicy> {
+/// KV-aware shadows, `weight` is its overlap weight.
+pub fn policy(p: Policy, ranks: usize, capacity: Tokens, weight: f64) -> Box<dyn RoutePolicy> {
     match p {
         Policy::RoundRobin => Box::new(RoundRobin::default()),
         Policy::LeastOutstanding => Box::new(LeastOutstanding),
-        Policy::KvAware => Box::new(KvAware::new(ranks, capacity)),
+        Policy::KvAware => Box::new(KvAware::new(ranks, capacity, weight)),
     }
 }
 
@@ -440,7 +469,7 @@ mod tests {
         let mut rr = RoundRobin::default();
         let turns: Vec<usize> = (0..4).map(|_| rr.choose(&req, &[0, u64::MAX, 0])).collect();
         assert_eq!(turns, [0, 2, 0, 2]);
-        let mut kv = KvAware::new(3, Tokens::new(1_000));
+        let mut kv = KvAware::new(3, Tokens::new(1_000), DEFAULT_KV_OVERLAP_WEIGHT);
         kv.routed(&req, 0);
         assert_eq!(kv.choose(&req, &[0, 5, 3]), 0, "rank 0 holds the prefix");
         assert_eq!(kv.choose(&req, &[u64::MAX, 5, 3]), 2, "rank 0 is down");
@@ -450,7 +479,7 @@ mod tests {
     /// oldest go first), but only one 512-token id.
     #[test]
     fn the_shadow_holds_the_tokens_a_rank_caches() {
-        let mut kv = KvAware::new(1, Tokens::new(64));
+        let mut kv = KvAware::new(1, Tokens::new(64), DEFAULT_KV_OVERLAP_WEIGHT);
         kv.routed(&with_ids(16, &[1, 2, 3, 4]), 0);
         assert_eq!(kv.matched(0, &with_ids(16, &[1, 2, 3, 4]).prefix), 4);
         kv.routed(&with_ids(16, &[5, 6]), 0);

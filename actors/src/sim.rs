@@ -14,7 +14,7 @@ use crate::msg::Msg;
 use crate::ranks::{AggregatedRank, DecodeRank, Hold, PrefillRank, RankCore, SourceStats};
 use crate::records::{Digest, RecordStream, Totals};
 use crate::request::{FailReason, Request};
-use crate::router::{RoutePolicy, Router, Targets, policy};
+use crate::router::{DEFAULT_KV_OVERLAP_WEIGHT, RoutePolicy, Router, Targets, policy};
 use crate::scheduler::{BatchPolicy, Limits, Mode, Scheduler, StepStats, VllmPolicy};
 use crate::steptime::{self, StepTimeModel};
 use crate::tp::Reads;
@@ -461,14 +461,15 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         let per_token_block = (fa.count() as u64).max(1);
         Tokens::new(p.spec.num_blocks.saturating_mul(b) / per_token_block)
     };
+    let weight = spec.router.kv_overlap_weight.unwrap_or(DEFAULT_KV_OVERLAP_WEIGHT);
     let first_policy = match dep.route_policy(first_role) {
         Some(make) => make(first.spec.count as usize),
-        None => policy(spec.router.prefill_policy, first.spec.count as usize, capacity(first)),
+        None => policy(spec.router.prefill_policy, first.spec.count as usize, capacity(first), weight),
     };
     let decode_policy = match (dep.plan(Role::Decode), dep.route_policy(Role::Decode)) {
         (Some(d), Some(make)) => make(d.spec.count as usize),
-        (Some(d), None) => policy(spec.router.decode_policy, d.spec.count as usize, capacity(d)),
-        (None, _) => policy(spec.router.decode_policy, 1, Tokens::new(1)),
+        (Some(d), None) => policy(spec.router.decode_policy, d.spec.count as usize, capacity(d), weight),
+        (None, _) => policy(spec.router.decode_policy, 1, Tokens::new(1), weight),
     };
     let mut router = Router::new(first_policy, decode_policy, input.source, input.arrivals, input.max_requests);
     router.records.set_slo(input.slo);

@@ -155,6 +155,13 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
         self::role(rs, grouped).map_err(|e| e.under(role.as_str()))?;
     }
     let (bandwidth, latency) = link(&spec.link).map_err(|e| e.under("link"))?;
+    if let Some(w) = spec.router.kv_overlap_weight
+        && !(w.is_finite() && w >= 0.0)
+    {
+        return Err(
+            FieldError::new("router.kv_overlap_weight", format!("must be a finite number >= 0, got {w}")).into()
+        );
+    }
     let decode_ranks = spec.decode.as_ref().map_or(0, |d| d.count);
     let faults = faults(&spec.faults, decode_ranks).map_err(|e| e.under("faults"))?;
     let interval = timeline_interval(spec.timeline_interval_ms)?;

@@ -644,6 +644,47 @@ fn kv_aware_routing_keeps_a_prefix_group_on_one_rank() {
     assert_eq!(hits, [8 * 480, 10 * 480]);
 }
 
+/// KV-aware routing scores overlap against load, so a prefix every prompt
+/// shares cannot pull all of them to one rank. A Mooncake-like workload:
+/// every prompt starts with one shared block (a system prompt), then its
+/// session's 16 blocks, then 26 blocks of its own (688 tokens); 30
+/// sessions, Poisson 300 requests/s over four prefill ranks of 300 blocks
+/// (a few prompts each), so one rank alone would be far past capacity.
+/// KV-aware's mean TTFT stays within 1.5x of least-outstanding's, and it
+/// hits more prompt tokens than round robin (it keeps sessions where they
+/// are cached). Measured: round robin 45.7 ms and 11,456 hit tokens, least
+/// outstanding 39.4 ms and 24,400, KV-aware 30.8 ms and 36,368; with the
+/// load term off (an overlap weight of 10^12) KV-aware sends everything to
+/// one rank: 2,034 ms.
+#[test]
+fn kv_aware_routing_spreads_a_shared_first_block() {
+    use actors::config::Policy;
+    let model = linear_spec(2_048);
+    let mut requests = poisson(11, 400, 300.0);
+    for (i, r) in requests.iter_mut().enumerate() {
+        let session = ((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) % 30;
+        let mut ids: Vec<u64> = vec![42];
+        ids.extend((0..16).map(|j| 1_000 * (session + 1) + j));
+        ids.extend((0..26).map(|j| 1_000_000 * (i as u64 + 1) + j));
+        r.prefix = PrefixIds { block_tokens: Tokens::new(16), ids };
+        r.prompt = Tokens::new(43 * 16);
+        r.output = Tokens::new(4);
+    }
+    let mut got = Vec::new();
+    for policy in [Policy::RoundRobin, Policy::LeastOutstanding, Policy::KvAware] {
+        let mut spec =
+            pd(role(4, 300, linear_step(1_000.0, 20.0, 0.0)), role(1, 20_000, linear_step(2_000.0, 0.0, 0.0)), 50.0);
+        spec.vllm_version = None;
+        spec.router.prefill_policy = policy;
+        let out = run(&model, &spec, requests.clone());
+        assert_eq!(out.summary.completed, 400, "{policy:?}");
+        got.push((out.summary.ttft_ms.mean, out.summary.prefill_hit_tokens));
+    }
+    let [(_, rr_hits), (lo_ttft, _), (kv_ttft, kv_hits)] = got[..] else { unreachable!() };
+    assert!(kv_ttft <= 1.5 * lo_ttft, "TTFT mean: kv_aware {kv_ttft} ms, least_outstanding {lo_ttft} ms");
+    assert!(kv_hits > rr_hits, "hit tokens: kv_aware {kv_hits}, round robin {rr_hits}");
+}
+
 #[test]
 fn a_time_limit_ends_the_run_with_every_request_accounted_for() {
     let spec = glm_2p2d();

@@ -248,3 +248,14 @@ fn tp_sizes_the_model_cannot_be_sharded_to_are_refused() {
     // A Mamba-type state of 64 heads does not split across 128 ranks.
     is(refused_for(&glm, &with_tp(4, 128)), "model.cache_groups[2].heads", "64 heads cannot be split across tp 128");
 }
+
+#[test]
+fn the_kv_overlap_weight_is_a_finite_number_at_least_0() {
+    let mut s = pd();
+    s.router.kv_overlap_weight = Some(-1.0);
+    is(refused(&s), "router.kv_overlap_weight", "must be a finite number >= 0, got -1");
+    s.router.kv_overlap_weight = Some(f64::NAN);
+    is(refused(&s), "router.kv_overlap_weight", "got NaN");
+    s.router.kv_overlap_weight = Some(0.0);
+    assert!(Deployment::build(&linear_spec(1_024), &s).is_ok());
+}
