@@ -459,21 +459,7 @@ impl RequestRows {
             bytes_u64(l, v);
             l.push(b',');
         }
-        let stamps = [
-            Some(s.arrival),
-            s.prefill_queued,
-            s.prefill_started,
-            s.prefill_done,
-            s.reserve_requested,
-            s.reserved,
-            s.transfer_started,
-            s.transfer_done,
-            s.decode_started,
-            s.first_token,
-            s.last_token,
-            s.finished,
-        ];
-        for x in stamps {
+        for x in s.in_order() {
             if let Some(t) = x {
                 bytes_fixed(l, t.as_nanos(), 6);
             }

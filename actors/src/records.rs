@@ -52,21 +52,7 @@ impl Digest {
         }
         self.put(r.transfer_bytes.get());
         self.put(u64::from(r.preemptions));
-        let s = &r.t;
-        self.put(s.arrival.as_nanos());
-        for x in [
-            s.prefill_queued,
-            s.prefill_started,
-            s.prefill_done,
-            s.reserve_requested,
-            s.reserved,
-            s.transfer_started,
-            s.transfer_done,
-            s.decode_started,
-            s.first_token,
-            s.last_token,
-            s.finished,
-        ] {
+        for x in r.t.in_order() {
             self.put(t(x));
         }
     }

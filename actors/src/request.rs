@@ -126,6 +126,27 @@ pub struct Stamps {
     pub finished: Option<SimTime>,
 }
 
+impl Stamps {
+    /// Every stamp in stage order, arrival first (the order of
+    /// `requests.csv`'s columns and of the run digest).
+    pub fn in_order(&self) -> [Option<SimTime>; 12] {
+        [
+            Some(self.arrival),
+            self.prefill_queued,
+            self.prefill_started,
+            self.prefill_done,
+            self.reserve_requested,
+            self.reserved,
+            self.transfer_started,
+            self.transfer_done,
+            self.decode_started,
+            self.first_token,
+            self.last_token,
+            self.finished,
+        ]
+    }
+}
+
 /// How a request ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {

@@ -185,6 +185,13 @@ impl Deployment {
         self.roles.iter().find(|r| r.role == role)
     }
 
+    /// The common part of rank `index` of `plan`'s role: its scheduler in
+    /// `mode`, its timeline, its `max_model_len`.
+    fn rank_core(&self, index: u32, plan: &RolePlan, mode: Mode, router: ActorId) -> RankCore {
+        let scheduler = self.scheduler(plan, mode);
+        RankCore::new(index, plan.role, router, scheduler, self.interval, plan.spec.max_model_len)
+    }
+
     fn scheduler(&self, plan: &RolePlan, mode: Mode) -> Scheduler {
         let s = &plan.spec;
         let pool = (plan.groups.clone(), s.num_blocks, s.prefix_caching);
@@ -495,14 +502,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         let mut prefill = Vec::new();
         for i in 0..p.spec.count {
             metrics::next_entity(i);
-            let core = RankCore::new(
-                i,
-                Role::Prefill,
-                router,
-                dep.scheduler(p, Mode::PrefillOnly),
-                dep.interval,
-                p.spec.max_model_len,
-            );
+            let core = dep.rank_core(i, p, Mode::PrefillOnly, router);
             let id =
                 sim.add_actor(&format!("prefill{i}"), PrefillRank::new(core, dep.model.clone(), hold)).expect("unique");
             prefill.push(id);
@@ -527,14 +527,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
                 .map(|i| shared.unwrap_or_else(|| add_link(&mut sim, format!("link-p{i}-d{j}"))))
                 .collect();
             metrics::next_entity(p.spec.count + j);
-            let core = RankCore::new(
-                j,
-                Role::Decode,
-                router,
-                dep.scheduler(d, Mode::Generate),
-                dep.interval,
-                d.spec.max_model_len,
-            );
+            let core = dep.rank_core(j, d, Mode::Generate, router);
             let abort = spec.faults.decode_abort_probability;
             // The decode rank renews what the prefill ranks hold under a lease.
             let lease = match hold {
@@ -566,14 +559,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         let mut all = Vec::new();
         for i in 0..a.spec.count {
             metrics::next_entity(i);
-            let core = RankCore::new(
-                i,
-                Role::Aggregated,
-                router,
-                dep.scheduler(a, Mode::Generate),
-                dep.interval,
-                a.spec.max_model_len,
-            );
+            let core = dep.rank_core(i, a, Mode::Generate, router);
             let id = sim.add_actor(&format!("aggregated{i}"), AggregatedRank::new(core)).expect("unique");
             all.push(id);
             ranks.push(RankId::Aggregated(id));
