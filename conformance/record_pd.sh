@@ -13,6 +13,6 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 rm -f "$here"/pd_cases/gen-pd-5-*
 python3 "$here/gen_pd_cases.py" 5 60 "$here/pd_cases"
-cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_pd_batch.py pd_cases pd_cases/*.json \
+cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py pd_cases pd_cases/*.json \
   2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls pd_cases/*.vllm.jsonl | wc -l) cases"

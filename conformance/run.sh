@@ -28,20 +28,10 @@ trap 'rm -rf "$work"' EXIT
 
 if [[ $recorded -eq 0 ]]; then
   python="$("$here/venv.sh")"
-  # Decode (P/D) cases go to the decode-side driver, the rest to the aggregated one.
-  agg=() pd=()
-  for c in "$@"; do
-    if grep -q '"role": *"decode"' "$c"; then pd+=("$c"); else agg+=("$c"); fi
-  done
-  for batch in vllm_batch.py vllm_pd_batch.py; do
-    if [[ $batch == vllm_batch.py ]]; then set -- "${agg[@]+"${agg[@]}"}"; else set -- "${pd[@]+"${pd[@]}"}"; fi
-    [[ $# -eq 0 ]] && continue
-    if ! (cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" "$batch" "$work/vllm" "$@" 2> "$work/vllm.err"); then
-      tail -5 "$work/vllm.err" >&2
-      exit 1
-    fi
-  done
-  set -- "${cases[@]}"
+  if ! (cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py "$work/vllm" "$@" 2> "$work/vllm.err"); then
+    tail -5 "$work/vllm.err" >&2
+    exit 1
+  fi
 fi
 
 same=0

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Runs vllm_steps.py on many cases in one process (vLLM's import takes
-most of half a minute): vllm_batch.py OUT_DIR CASE.json... writes
-OUT_DIR/<case name>.vllm.jsonl for each."""
+"""Runs vllm_steps.py (or, for a decode case, vllm_pd_steps.py) on many
+cases in one process (vLLM's import takes most of half a minute):
+vllm_batch.py OUT_DIR CASE.json... writes OUT_DIR/<case name>.vllm.jsonl
+for each."""
 import contextlib
+import json
 import os
 import sys
 
+import vllm_pd_steps
 import vllm_steps
 
 
@@ -15,8 +18,9 @@ def main():
     for case in cases:
         name = os.path.basename(case)[: -len(".json")]
         with open(os.path.join(out_dir, name + ".vllm.jsonl"), "w") as f, contextlib.redirect_stdout(f):
-            sys.argv = ["vllm_steps.py", case]
-            vllm_steps.main()
+            driver = vllm_pd_steps if json.load(open(case)).get("role") == "decode" else vllm_steps
+            sys.argv = [os.path.basename(driver.__file__), case]
+            driver.main()
 
 
 if __name__ == "__main__":

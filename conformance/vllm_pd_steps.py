@@ -82,55 +82,30 @@ import sys
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
-import torch  # noqa: E402
-
-from vllm.config import (  # noqa: E402
-    CacheConfig,
-    DeviceConfig,
-    KVTransferConfig,
-    ModelConfig,
-    SchedulerConfig,
-    VllmConfig,
-)
+from vllm.config import KVTransferConfig  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler import (  # noqa: E402
     NixlPullConnectorScheduler,
 )
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
-from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
-from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
-from vllm_steps import tokens_of  # noqa: E402  (the same token ids as the aggregated driver)
+import vllm_steps  # noqa: E402  (its scheduler set-up and token ids)
+from vllm_steps import tokens_of  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 MAX_STEPS = 100_000
 
 
 def build(cfg):
+    """vllm_steps.py's scheduler, with the NIXL connector as a decode engine's."""
     if cfg.get("cache_groups"):
         raise SystemExit("vllm_pd_steps.py: full attention only (no cache_groups)")
     if cfg.get("role") != "decode":
         raise SystemExit('vllm_pd_steps.py: a decode case ("role": "decode"); use vllm_steps.py otherwise')
-    max_len = cfg.get("max_model_len", 8192)
-    sc = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
-                         max_model_len=max_len, enable_chunked_prefill=True,
-                         async_scheduling=False, is_encoder_decoder=False)
-    mc = ModelConfig(model=os.path.join(HERE, "tiny-llama"), skip_tokenizer_init=True, dtype="float16",
-                     max_model_len=max_len)
-    cc = CacheConfig(block_size=cfg["block_size"], enable_prefix_caching=cfg["prefix_caching"])
     kt = KVTransferConfig(kv_connector="NixlConnector", kv_role="kv_consumer", engine_id="decode")
-    vc = VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc, device_config=DeviceConfig("cpu"),
-                    kv_transfer_config=kt)
-    kvc = KVCacheConfig(num_blocks=cfg["num_blocks"], kv_cache_tensors=[],
-                        kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
-                            block_size=cfg["block_size"], num_kv_heads=1, head_size=1, dtype=torch.float32))])
-    cc.num_gpu_blocks = cfg["num_blocks"]
-    sched = Scheduler(vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
-                      block_size=cfg["block_size"], log_stats=True)
+    sched, _ = vllm_steps.build(cfg, kv_transfer_config=kt)
     assert sched.connector is not None
     assert isinstance(sched.connector.connector_scheduler, NixlPullConnectorScheduler), type(sched.connector)
     return sched

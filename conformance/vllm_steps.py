@@ -56,9 +56,12 @@ from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def build(cfg):
-    """Returns (scheduler, hash_block_size)."""
+def build(cfg, kv_transfer_config=None):
+    """Returns (scheduler, hash_block_size). `kv_transfer_config`: a KV
+    connector's (the decode side of P/D, vllm_pd_steps.py); full attention
+    only then."""
     if cfg.get("cache_groups"):
+        assert kv_transfer_config is None, "a connector with one full-attention group only"
         return build_hybrid(cfg)
     sc = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
                          max_model_len=cfg.get("max_model_len", 8192), enable_chunked_prefill=True,
@@ -66,7 +69,8 @@ def build(cfg):
     mc = ModelConfig(model=os.path.join(HERE, "tiny-llama"), skip_tokenizer_init=True, dtype="float16",
                      max_model_len=cfg.get("max_model_len", 8192))
     cc = CacheConfig(block_size=cfg["block_size"], enable_prefix_caching=cfg["prefix_caching"])
-    vc = VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc, device_config=DeviceConfig("cpu"))
+    vc = VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc, device_config=DeviceConfig("cpu"),
+                    kv_transfer_config=kv_transfer_config)
     kvc = KVCacheConfig(num_blocks=cfg["num_blocks"], kv_cache_tensors=[],
                         kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
                             block_size=cfg["block_size"], num_kv_heads=1, head_size=1, dtype=torch.float32))])
