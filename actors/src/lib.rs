@@ -9,6 +9,7 @@
 //!   (prefill, decode, aggregated) over a [`scheduler`] each (which owns the
 //!   rank's KV pool),
 //!   [`link`]s, exchanging [`msg::Msg`]; [`metrics`] summarises.
+pub mod arch;
 pub mod config;
 mod fxmap;
 pub mod link;

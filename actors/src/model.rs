@@ -147,6 +147,11 @@ pub struct ModelSpec {
     /// sizes (see `tp`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_heads: Option<u32>,
+    /// The model's layers ([`crate::arch`]), for the step-time models that
+    /// price a step from its work (roofline) and for KV capacity from GPU
+    /// memory. The cache groups above stay what the handoff moves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<crate::arch::ModelArch>,
 }
 
 /// A validated cache group: every field present and consistent.
