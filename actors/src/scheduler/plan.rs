@@ -143,11 +143,8 @@ impl Core {
         self.ahead.freed_next = false;
         let budget = self.limits.max_num_batched_tokens;
         if self.lazy_decoding && self.dec.count <= budget && self.take_blocks(self.log.step + 1).is_ok() {
-            let members = BatchShape {
-                new_tokens: self.dec.count,
-                seqs: self.dec.count,
-                context_tokens: self.dec.context(self.log.step + 1),
-            };
+            let after = self.dec.context(self.log.step + 1);
+            let members = BatchShape::decoding(self.dec.count, after - self.dec.count);
             self.ahead.planning = true;
             let mut step = Step::new(self, true, members, budget - members.new_tokens);
             let planned = policy.schedule(&mut step).is_ok().then(|| step.shape());
@@ -182,7 +179,7 @@ impl Core {
                 most = 1; // see take_blocks, and Scheduler::start_step
             }
             while k < most && end < horizon {
-                shape.context_tokens += self.dec.count;
+                shape.next_decode_step();
                 end += self.step_time.step_time(&shape);
                 self.log.push(end);
                 k += 1;

@@ -318,8 +318,10 @@ impl<'a> Step<'a> {
         core.pool.register(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, to);
         core.batch.push(key);
         self.budget -= k;
-        self.shape.new_tokens += k;
-        self.shape.seqs += 1;
-        self.shape.context_tokens += to.get();
+        // A sequence decodes when its one token lies past its prompt; a
+        // prompt chunk or a recompute prefills.
+        let from = to.get() - k;
+        let decoding = k == 1 && from >= seq.req.prompt.get();
+        self.shape.add(k, from, decoding);
     }
 }

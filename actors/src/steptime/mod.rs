@@ -10,6 +10,11 @@ use crate::config::StepTimeSpec;
 use crate::validate::{self, FieldError};
 
 /// What a step computes, summed over its batch.
+///
+/// The first three fields are the step as a whole; the rest split it into
+/// its prefill part (sequences computing prompt tokens: a prompt chunk, a
+/// recompute after preemption) and its decode part (sequences computing
+/// their one next token), for the models that price the two apart.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BatchShape {
     /// Tokens computed in the step (prefill chunks plus one per decoding sequence).
@@ -19,12 +24,84 @@ pub struct BatchShape {
     /// Tokens of context attended to: for each sequence, the tokens it has
     /// after the step.
     pub context_tokens: u64,
+    /// Sequences computing prompt tokens (every sequence but the decoding
+    /// ones: those computing one token past their prompt).
+    pub prefill_seqs: u64,
+    /// Tokens the prefill sequences compute.
+    pub prefill_tokens: u64,
+    /// Tokens the prefill sequences already had in their cache (read by
+    /// their attention, not computed).
+    pub prefill_cached: u64,
+    /// Σ k(k + 1)/2 over the prefill sequences' chunks of k tokens: the
+    /// (query, key) pairs of their causal attention within the chunk.
+    pub prefill_self_pairs: u128,
+    /// Σ k·c over the prefill sequences (c tokens cached): the pairs of
+    /// their attention over what was cached.
+    pub prefill_cached_pairs: u128,
+    /// Tokens the decoding sequences had in their cache before the step
+    /// (the KV their attention reads besides their new token).
+    pub decode_context: u64,
+}
+
+impl BatchShape {
+    /// Decoding sequences (each computes one token).
+    pub const fn decode_seqs(&self) -> u64 {
+        self.seqs - self.prefill_seqs
+    }
+
+    /// Adds a sequence computing `k` tokens on top of `cached` ones;
+    /// `decoding`: it computes its one next token past its prompt.
+    pub fn add(&mut self, k: u64, cached: u64, decoding: bool) {
+        self.new_tokens += k;
+        self.seqs += 1;
+        self.context_tokens += cached + k;
+        if decoding {
+            self.decode_context += cached;
+        } else {
+            self.prefill_seqs += 1;
+            self.prefill_tokens += k;
+            self.prefill_cached += cached;
+            self.prefill_self_pairs += u128::from(k) * (u128::from(k) + 1) / 2;
+            self.prefill_cached_pairs += u128::from(k) * u128::from(cached);
+        }
+    }
+
+    /// `seqs` decoding sequences with `context` tokens in cache between
+    /// them before the step.
+    pub const fn decoding(seqs: u64, context: u64) -> Self {
+        BatchShape {
+            new_tokens: seqs,
+            seqs,
+            context_tokens: context + seqs,
+            prefill_seqs: 0,
+            prefill_tokens: 0,
+            prefill_cached: 0,
+            prefill_self_pairs: 0,
+            prefill_cached_pairs: 0,
+            decode_context: context,
+        }
+    }
+
+    /// The same batch one step later: every decoding sequence has one
+    /// more token in its cache (a run of pure decode steps).
+    pub fn next_decode_step(&mut self) {
+        let d = self.decode_seqs();
+        self.context_tokens += d;
+        self.decode_context += d;
+    }
 }
 
 /// How long a step of a given shape takes.
 pub trait StepTimeModel {
     /// The step's duration.
     fn step_time(&self, batch: &BatchShape) -> SimDuration;
+
+    /// The step time broken into the model's terms, in µs, for a person
+    /// checking a model point by point (`pdsim steptime --json`); a
+    /// simulation never calls it. The default names no terms.
+    fn terms(&self, _batch: &BatchShape) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
 }
 
 /// Picoseconds, so that microsecond coefficients with fractions stay exact
