@@ -24,6 +24,7 @@
 
 pub mod check;
 pub mod files;
+pub mod presets;
 pub mod report;
 pub mod runner;
 pub mod scenario;

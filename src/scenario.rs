@@ -82,6 +82,7 @@ use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 
 use actors::config::{DeploymentSpec, SloSpec};
+use actors::hardware::HardwareSpec;
 use actors::model::{GateError, Location, Model, ModelSpec, Role};
 use actors::sim::{ConfigError, Deployment};
 use actors::validate::{self, FieldError};
@@ -90,6 +91,7 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
+use crate::presets;
 use crate::trace::TraceReader;
 use crate::workload::WorkloadSpec;
 
@@ -109,6 +111,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "faults",
     "timeline_interval_ms",
     "check_invariants",
+    "hardware",
     "workload",
     "slo",
 ];
@@ -124,6 +127,7 @@ const DEPLOYMENT_KEYS: &[&str] = &[
     "faults",
     "timeline_interval_ms",
     "check_invariants",
+    "hardware",
 ];
 
 /// A scenario file refused: one line naming the file, the line (when the
@@ -646,10 +650,24 @@ impl<'a> Ctx<'a> {
                 "check_invariants" => {
                     spec.check_invariants = self.get("check_invariants")?.unwrap_or(spec.check_invariants)
                 }
+                "hardware" => spec.hardware = self.hardware()?,
                 _ => unreachable!("DEPLOYMENT_KEYS lists only the keys above"),
             }
         }
         Ok(spec)
+    }
+
+    /// `[hardware]`, a preset's numbers filled in under the ones given.
+    fn hardware(&self) -> Result<Option<HardwareSpec>, ScenarioError> {
+        let Some(mut spec) = self.get::<HardwareSpec>("hardware")? else { return Ok(None) };
+        if let Some(id) = &spec.gpu {
+            let preset = presets::gpu(id).ok_or_else(|| {
+                let known = presets::gpu_ids().join(", ");
+                self.err("hardware.gpu", format!("unknown GPU preset {id:?} (known: {known})"))
+            })?;
+            spec.fill_from(&preset);
+        }
+        Ok(Some(spec))
     }
 
     /// A gate error of actors, placed at the field it names.

@@ -6,6 +6,10 @@
 
 use sim_core::SimDuration;
 
+pub mod roofline;
+
+use roofline::{RankInputs, RooflineParams, RooflineStepTime};
+
 use crate::config::StepTimeSpec;
 use crate::validate::{self, FieldError};
 
@@ -82,12 +86,12 @@ impl BatchShape {
         }
     }
 
-    /// The same batch one step later: every decoding sequence has one
-    /// more token in its cache (a run of pure decode steps).
+    /// The same sequences one step later, in a run of pure decode steps:
+    /// each computes one token on top of all it had after this step (a
+    /// landed handoff that computed its last prompt token in the run's
+    /// first step decodes from the second on).
     pub fn next_decode_step(&mut self) {
-        let d = self.decode_seqs();
-        self.context_tokens += d;
-        self.decode_context += d;
+        *self = BatchShape::decoding(self.seqs, self.context_tokens);
     }
 }
 
@@ -211,8 +215,9 @@ impl StepTimeModel for TableStepTime {
 }
 
 /// Builds the model a spec describes, once [`crate::validate`] has passed
-/// it; the error names the field (`step_time.per_token_us`).
-pub fn build(spec: &StepTimeSpec) -> Result<Box<dyn StepTimeModel>, FieldError> {
+/// it; the error names the field (`step_time.per_token_us`). A roofline
+/// needs the `rank` it prices (its layers, GPU, TP size and pool groups).
+pub fn build(spec: &StepTimeSpec, rank: Option<RankInputs<'_>>) -> Result<Box<dyn StepTimeModel>, FieldError> {
     validate::step_time(spec).map_err(|e| e.under("step_time"))?;
     match spec {
         StepTimeSpec::Linear { fixed_us, per_token_us, per_seq_us, per_context_token_us } => {
@@ -222,6 +227,27 @@ pub fn build(spec: &StepTimeSpec) -> Result<Box<dyn StepTimeModel>, FieldError> 
             TableStepTime::from_micros(points, *per_context_token_us)
                 .map(|t| Box::new(t) as Box<dyn StepTimeModel>)
                 .ok_or_else(|| FieldError::new("step_time.points", "refused by the table model"))
+        }
+        StepTimeSpec::Roofline {
+            gemm_efficiency,
+            attention_efficiency,
+            memory_efficiency,
+            network_efficiency,
+            allreduce_latency_us,
+            overhead_us,
+        } => {
+            let rank = rank.ok_or_else(|| {
+                FieldError::new("step_time.kind", "a roofline needs the model's `arch` and the `[hardware]`")
+            })?;
+            let params = RooflineParams {
+                gemm_efficiency: *gemm_efficiency,
+                attention_efficiency: *attention_efficiency,
+                memory_efficiency: *memory_efficiency,
+                network_efficiency: *network_efficiency,
+                allreduce_latency_us: *allreduce_latency_us,
+                overhead_us: *overhead_us,
+            };
+            Ok(Box::new(RooflineStepTime::new(rank, params)))
         }
     }
 }
@@ -233,7 +259,7 @@ mod tests {
     #[test]
     fn linear_sums_its_terms_in_integer_picoseconds() {
         let m = LinearStepTime::from_micros(5_000.0, 30.0, 1.0, 0.5);
-        let b = BatchShape { new_tokens: 999, seqs: 1, context_tokens: 999 };
+        let b = BatchShape { new_tokens: 999, seqs: 1, context_tokens: 999, ..BatchShape::default() };
         // 5,000 + 999 × 30 + 1 + 999 × 0.5 = 5,000 + 29,970 + 1 + 499.5 = 35,470.5 µs
         assert_eq!(m.step_time(&b), SimDuration::from_nanos(35_470_500));
     }
@@ -241,7 +267,9 @@ mod tests {
     #[test]
     fn table_interpolates_and_extrapolates() {
         let t = TableStepTime::from_micros(&[[1.0, 10_000.0], [1025.0, 20_000.0], [2049.0, 40_000.0]], 0.0).unwrap();
-        let at = |n| t.step_time(&BatchShape { new_tokens: n, seqs: 1, context_tokens: 0 }).as_nanos();
+        let at = |n| {
+            t.step_time(&BatchShape { new_tokens: n, seqs: 1, context_tokens: 0, ..BatchShape::default() }).as_nanos()
+        };
         assert_eq!(at(1), 10_000_000);
         assert_eq!(at(513), 15_000_000); // halfway between 1 and 1025
         assert_eq!(at(1537), 30_000_000); // halfway between 1025 and 2049
