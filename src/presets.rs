@@ -10,6 +10,27 @@ use actors::hardware::HardwareSpec;
 
 const GPUS: &str = include_str!("../presets/gpus.toml");
 
+/// (id, config.json text) of every model preset.
+const MODELS: &[(&str, &str)] = &[
+    ("deepseek-v3", include_str!("../presets/models/deepseek-v3.json")),
+    ("gpt-oss-20b", include_str!("../presets/models/gpt-oss-20b.json")),
+    ("llama-3.1-8b", include_str!("../presets/models/llama-3.1-8b.json")),
+    ("mistral-7b-v0.3", include_str!("../presets/models/mistral-7b-v0.3.json")),
+    ("nemotron-h-8b", include_str!("../presets/models/nemotron-h-8b.json")),
+    ("qwen3-30b-a3b", include_str!("../presets/models/qwen3-30b-a3b.json")),
+    ("qwen3-8b", include_str!("../presets/models/qwen3-8b.json")),
+];
+
+/// The `config.json` of model preset `id`, or `None`.
+pub fn model_config(id: &str) -> Option<&'static str> {
+    MODELS.iter().find(|(m, _)| *m == id).map(|(_, text)| *text)
+}
+
+/// The model presets' ids, sorted.
+pub fn model_ids() -> Vec<&'static str> {
+    MODELS.iter().map(|(id, _)| *id).collect()
+}
+
 fn gpus() -> &'static BTreeMap<String, HardwareSpec> {
     static TABLE: OnceLock<BTreeMap<String, HardwareSpec>> = OnceLock::new();
     TABLE.get_or_init(|| toml::from_str(GPUS).expect("presets/gpus.toml is a table of [hardware] tables"))
@@ -30,6 +51,17 @@ pub fn gpu_ids() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_model_preset_parses() {
+        let ids = model_ids();
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        assert_eq!(ids, sorted);
+        for id in ids {
+            actors::arch::hf::from_config_json(model_config(id).unwrap()).unwrap();
+        }
+    }
 
     #[test]
     fn every_gpu_preset_resolves() {

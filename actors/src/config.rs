@@ -89,7 +89,9 @@ pub struct RoleSpec {
     /// refuses a request whose prompt leaves no room for an output token
     /// (prompt >= max_model_len; it fails when it arrives), and stops one
     /// whose output would run past the limit there (its output is capped
-    /// at `max_model_len − prompt`). No limit when absent.
+    /// at `max_model_len − prompt`). Absent: the model's
+    /// `arch.max_position_embeddings` when it gives its layers (as vLLM),
+    /// else no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_model_len: Option<Tokens>,
     /// Whether the pool keeps a prefix cache.

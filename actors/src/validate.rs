@@ -24,7 +24,7 @@ use crate::model::{DEFAULT_LINEAR_BLOCK_SIZE, check_pairing, check_rank};
 use crate::scheduler::MAX_GROUPS;
 use crate::sim::MAX_RANKS;
 use crate::tp::Reads;
-use crate::units::Bandwidth;
+use crate::units::{Bandwidth, Tokens};
 
 /// A refused field: its dotted path and a one-line reason.
 ///
@@ -282,7 +282,12 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
             None => kv_capacity(*role, rs, model_spec, gpu.as_ref(), tp, &m)?,
         };
         let groups = pool_groups(*role, rs, &m, num_blocks)?;
-        roles.push(CheckedRole { role: *role, spec: (*rs).clone(), rules: *rules, groups, num_blocks, tp });
+        let mut spec = (*rs).clone();
+        // vLLM's default max_model_len is the model's context limit.
+        if spec.max_model_len.is_none() {
+            spec.max_model_len = model_spec.arch.as_ref().and_then(|a| a.max_position_embeddings).map(Tokens::new);
+        }
+        roles.push(CheckedRole { role: *role, spec, rules: *rules, groups, num_blocks, tp });
         last = Some(m);
     }
     let model = last.expect("roles() found at least one role");
