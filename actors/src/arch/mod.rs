@@ -26,6 +26,8 @@ pub mod memory;
 
 use serde::{Deserialize, Serialize};
 
+pub mod hf;
+
 /// A model's layers, as groups of identical layers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
