@@ -22,6 +22,8 @@
 //! - embedding and LM head: 2 × 128,256 × 4,096 = 1,050,673,152;
 //! - total 8,029,995,008 (the published 8.03 B).
 
+pub mod groups;
+pub mod hf;
 pub mod memory;
 
 use serde::{Deserialize, Serialize};
