@@ -81,8 +81,8 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 
-use actors::config::{DeploymentSpec, SloSpec};
 use actors::arch::hf;
+use actors::config::{DeploymentSpec, SloSpec};
 use actors::hardware::HardwareSpec;
 use actors::model::{GateError, Location, Model, ModelSpec, Role};
 use actors::sim::{ConfigError, Deployment};
@@ -92,9 +92,9 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
-use crate::{files, presets};
 use crate::trace::TraceReader;
 use crate::workload::WorkloadSpec;
+use crate::{files, presets};
 
 /// The top-level keys a scenario file may have.
 pub const TOP_LEVEL_KEYS: &[&str] = &[

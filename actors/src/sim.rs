@@ -212,6 +212,12 @@ impl Deployment {
         RankCore::new(index, plan.role, router, scheduler, self.interval, plan.spec.max_model_len)
     }
 
+    /// The KV pool blocks of a rank of `role` (the spec's `num_blocks`,
+    /// or what GPU memory leaves); `None` when there is no such role.
+    pub fn num_blocks(&self, role: Role) -> Option<u64> {
+        self.plan(role).map(|p| p.num_blocks)
+    }
+
     /// The step-time model a rank of `role` runs with (the plugged-in one,
     /// else the spec's), as a run builds it; `None` when the deployment
     /// has no such role.

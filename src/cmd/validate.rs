@@ -2,6 +2,9 @@
 
 use std::path::PathBuf;
 
+use actors::model::Role;
+use actors::sim::Deployment;
+use actors::validate::DEFAULT_GPU_MEMORY_UTILIZATION;
 use actors::workload::RequestSource;
 use pdsim::scenario;
 
@@ -26,6 +29,23 @@ pub struct Args {
 pub fn run(args: &Args) -> Result<(), CmdError> {
     let scenario = scenario::load(&args.scenario)?;
     let mut notes = vec![format!("# pdsim validate: {} is valid", scenario.source())];
+    let dep = Deployment::build(scenario.model_spec(), scenario.deployment())
+        .map_err(|e| CmdError::Internal(format!("a loaded scenario failed to build: {e}")))?;
+    for (role, spec) in [
+        (Role::Prefill, &scenario.deployment().prefill),
+        (Role::Decode, &scenario.deployment().decode),
+        (Role::Aggregated, &scenario.deployment().aggregated),
+    ] {
+        if let (Some(spec), Some(n)) = (spec, dep.num_blocks(role))
+            && spec.num_blocks.is_none()
+        {
+            let util = spec.gpu_memory_utilization.unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION);
+            notes.push(format!(
+                "# {role}: num_blocks = {n}, what {util} of the GPU's memory leaves after the weights, \
+                 activations and reserve"
+            ));
+        }
+    }
     if let Some(trace) = &scenario.workload().trace {
         // `Some(u64::MAX)` in place of the file's `requests`: the trace's
         // `limit` is the only cap, as for any `run --requests`.

@@ -9,6 +9,7 @@ mod cli_transfer;
 mod cli_validate;
 mod common;
 mod pinned;
+mod presets;
 mod robust;
 mod scenario;
 mod traces;
