@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn linear_sums_its_terms_in_integer_picoseconds() {
         let m = LinearStepTime::from_micros(5_000.0, 30.0, 1.0, 0.5);
-        let b = BatchShape { new_tokens: 999, seqs: 1, context_tokens: 999 };
+        let b = BatchShape { new_tokens: 999, seqs: 1, context_tokens: 999, ..BatchShape::default() };
         // 5,000 + 999 × 30 + 1 + 999 × 0.5 = 5,000 + 29,970 + 1 + 499.5 = 35,470.5 µs
         assert_eq!(m.step_time(&b), SimDuration::from_nanos(35_470_500));
     }
@@ -241,7 +241,7 @@ mod tests {
     #[test]
     fn table_interpolates_and_extrapolates() {
         let t = TableStepTime::from_micros(&[[1.0, 10_000.0], [1025.0, 20_000.0], [2049.0, 40_000.0]], 0.0).unwrap();
-        let at = |n| t.step_time(&BatchShape { new_tokens: n, seqs: 1, context_tokens: 0 }).as_nanos();
+        let at = |n| t.step_time(&BatchShape { new_tokens: n, seqs: 1, context_tokens: 0, ..BatchShape::default() }).as_nanos();
         assert_eq!(at(1), 10_000_000);
         assert_eq!(at(513), 15_000_000); // halfway between 1 and 1025
         assert_eq!(at(1537), 30_000_000); // halfway between 1025 and 2049
