@@ -1,13 +1,20 @@
 //! Forward-pass time of one scheduler step.
 //!
 //! A rank asks its [`StepTimeModel`] how long a step takes given the shape
-//! of the batch. Two models come from scenario files ([`StepTimeSpec`]); any
-//! other can be plugged in by implementing the trait.
+//! of the batch. Three models come from scenario files ([`StepTimeSpec`]):
+//! [`LinearStepTime`], [`TableStepTime`] and [`Table2dStepTime`]
+//! (`table2d.rs`: prefill and decode priced apart, the form `pdsim
+//! calibrate` fits to measured steps); any other can be plugged in by
+//! implementing the trait.
 
 use sim_core::SimDuration;
 
 use crate::config::StepTimeSpec;
 use crate::validate::{self, FieldError};
+
+pub mod table2d;
+
+pub use table2d::Table2dStepTime;
 
 /// What a step computes, summed over its batch.
 ///
@@ -154,6 +161,16 @@ impl StepTimeModel for LinearStepTime {
             + u128::from(self.per_context_token_ps) * u128::from(b.context_tokens);
         ps_to_duration(ps)
     }
+
+    fn terms(&self, b: &BatchShape) -> Vec<(&'static str, f64)> {
+        let term = |ps: u64, n: u64| ps_to_us(u128::from(ps) * u128::from(n));
+        vec![
+            ("fixed", term(self.fixed_ps, 1)),
+            ("per_token", term(self.per_token_ps, b.new_tokens)),
+            ("per_seq", term(self.per_seq_ps, b.seqs)),
+            ("per_context_token", term(self.per_context_token_ps, b.context_tokens)),
+        ]
+    }
 }
 
 /// A measured profile: step time against tokens computed, linearly
@@ -170,43 +187,64 @@ impl TableStepTime {
     /// A table from `[tokens, µs]` points; `None` if the points are empty,
     /// negative, or not strictly increasing in tokens.
     pub fn from_micros(points: &[[f64; 2]], per_context_token_us: f64) -> Option<Self> {
-        let mut out = Vec::with_capacity(points.len());
-        for &[tokens, us] in points {
-            if !(tokens >= 0.0 && us >= 0.0 && tokens.is_finite() && us <= 1e9) {
-                return None;
-            }
-            let t = tokens.round() as u64;
-            if out.last().is_some_and(|&(prev, _)| prev >= t) {
-                return None;
-            }
-            out.push((t, us_to_ps(us)));
-        }
-        if out.is_empty() {
-            return None;
-        }
-        Some(TableStepTime { points: out, per_context_token_ps: us_to_ps(per_context_token_us) })
+        Some(TableStepTime { points: points_ps(points)?, per_context_token_ps: us_to_ps(per_context_token_us) })
     }
 
     fn interpolate(&self, x: u64) -> u128 {
-        let p = &self.points;
-        if p.len() == 1 {
-            return u128::from(p[0].1);
-        }
-        // The segment whose right end is the first point at or past x (the
-        // first or last segment outside the table's range).
-        let i = p.partition_point(|&(t, _)| t < x).clamp(1, p.len() - 1);
-        let ((x0, y0), (x1, y1)) = (p[i - 1], p[i]);
-        let (x, x0, x1) = (i128::from(x), i128::from(x0), i128::from(x1));
-        let (y0, y1) = (i128::from(y0), i128::from(y1));
-        let y = y0 + (y1 - y0) * (x - x0) / (x1 - x0);
-        u128::try_from(y.max(0)).unwrap_or(0)
+        interpolate(&self.points, x)
     }
+}
+
+/// The piecewise-linear function through `points` (x strictly increasing,
+/// at least one point) at `x`, extrapolated from the end segments and
+/// clamped at 0.
+fn interpolate(p: &[(u64, u64)], x: u64) -> u128 {
+    if p.len() == 1 {
+        return u128::from(p[0].1);
+    }
+    // The segment whose right end is the first point at or past x (the
+    // first or last segment outside the table's range).
+    let i = p.partition_point(|&(t, _)| t < x).clamp(1, p.len() - 1);
+    let ((x0, y0), (x1, y1)) = (p[i - 1], p[i]);
+    let (x, x0, x1) = (i128::from(x), i128::from(x0), i128::from(x1));
+    let (y0, y1) = (i128::from(y0), i128::from(y1));
+    // |y1 − y0| < 2^64 and |x − x0| < 2^64: the product fits in i128.
+    let y = y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+    u128::try_from(y.max(0)).unwrap_or(0)
+}
+
+/// Whole `[tokens, µs]` points as (tokens, ps); `None` if empty, negative,
+/// past 1e9 µs, or not strictly increasing in whole tokens.
+fn points_ps(points: &[[f64; 2]]) -> Option<Vec<(u64, u64)>> {
+    let mut out = Vec::with_capacity(points.len());
+    for &[tokens, us] in points {
+        if !(tokens >= 0.0 && us >= 0.0 && tokens.is_finite() && us <= 1e9) {
+            return None;
+        }
+        let t = tokens.round() as u64;
+        if out.last().is_some_and(|&(prev, _)| prev >= t) {
+            return None;
+        }
+        out.push((t, us_to_ps(us)));
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+fn ps_to_us(ps: u128) -> f64 {
+    ps as f64 / 1e6
 }
 
 impl StepTimeModel for TableStepTime {
     fn step_time(&self, b: &BatchShape) -> SimDuration {
         let ps = self.interpolate(b.new_tokens) + u128::from(self.per_context_token_ps) * u128::from(b.context_tokens);
         ps_to_duration(ps)
+    }
+
+    fn terms(&self, b: &BatchShape) -> Vec<(&'static str, f64)> {
+        vec![
+            ("table", ps_to_us(self.interpolate(b.new_tokens))),
+            ("per_context_token", ps_to_us(u128::from(self.per_context_token_ps) * u128::from(b.context_tokens))),
+        ]
     }
 }
 
@@ -222,6 +260,11 @@ pub fn build(spec: &StepTimeSpec) -> Result<Box<dyn StepTimeModel>, FieldError> 
             TableStepTime::from_micros(points, *per_context_token_us)
                 .map(|t| Box::new(t) as Box<dyn StepTimeModel>)
                 .ok_or_else(|| FieldError::new("step_time.points", "refused by the table model"))
+        }
+        StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode } => {
+            Table2dStepTime::from_spec(prefill, *prefill_self_pair_ns, *prefill_cached_pair_ns, decode)
+                .map(|t| Box::new(t) as Box<dyn StepTimeModel>)
+                .ok_or_else(|| FieldError::new("step_time", "refused by the table2d model"))
         }
     }
 }
@@ -241,7 +284,9 @@ mod tests {
     #[test]
     fn table_interpolates_and_extrapolates() {
         let t = TableStepTime::from_micros(&[[1.0, 10_000.0], [1025.0, 20_000.0], [2049.0, 40_000.0]], 0.0).unwrap();
-        let at = |n| t.step_time(&BatchShape { new_tokens: n, seqs: 1, context_tokens: 0, ..BatchShape::default() }).as_nanos();
+        let at = |n| {
+            t.step_time(&BatchShape { new_tokens: n, seqs: 1, context_tokens: 0, ..BatchShape::default() }).as_nanos()
+        };
         assert_eq!(at(1), 10_000_000);
         assert_eq!(at(513), 15_000_000); // halfway between 1 and 1025
         assert_eq!(at(1537), 30_000_000); // halfway between 1025 and 2049
