@@ -181,6 +181,20 @@ impl Deployment {
         self.roles.iter().any(|r| r.role == Role::Prefill)
     }
 
+    /// The step-time model a rank of `role` runs with (the caller's own
+    /// from [`Deployment::set_step_time_model`], else the spec's), as a run
+    /// builds it for each rank; `None` if the deployment has no such role.
+    pub fn step_time_model(&self, role: Role) -> Option<Box<dyn StepTimeModel>> {
+        self.plan(role).map(|plan| self.role_step_time(plan))
+    }
+
+    fn role_step_time(&self, plan: &RolePlan) -> Box<dyn StepTimeModel> {
+        match self.plugins.step_time.iter().find(|(r, _)| *r == plan.role) {
+            Some((_, make)) => make(),
+            None => steptime::build(&plan.spec.step_time).expect("checked in build"),
+        }
+    }
+
     fn plan(&self, role: Role) -> Option<&RolePlan> {
         self.roles.iter().find(|r| r.role == role)
     }
@@ -195,10 +209,7 @@ impl Deployment {
     fn scheduler(&self, plan: &RolePlan, mode: Mode) -> Scheduler {
         let s = &plan.spec;
         let pool = (plan.groups.clone(), s.num_blocks, s.prefix_caching);
-        let model = match self.plugins.step_time.iter().find(|(r, _)| *r == plan.role) {
-            Some((_, make)) => make(),
-            None => steptime::build(&s.step_time).expect("checked in build"),
-        };
+        let model = self.role_step_time(plan);
         let policy = match self.plugins.batch.iter().find(|(r, _)| *r == plan.role) {
             Some((_, make)) => make(),
             None => Box::new(VllmPolicy),

@@ -279,6 +279,8 @@ mod tests {
         let b = BatchShape { new_tokens: 999, seqs: 1, context_tokens: 999, ..BatchShape::default() };
         // 5,000 + 999 × 30 + 1 + 999 × 0.5 = 5,000 + 29,970 + 1 + 499.5 = 35,470.5 µs
         assert_eq!(m.step_time(&b), SimDuration::from_nanos(35_470_500));
+        let terms = [("fixed", 5_000.0), ("per_token", 29_970.0), ("per_seq", 1.0), ("per_context_token", 499.5)];
+        assert_eq!(m.terms(&b), terms);
     }
 
     #[test]
@@ -292,6 +294,11 @@ mod tests {
         assert_eq!(at(1537), 30_000_000); // halfway between 1025 and 2049
         assert_eq!(at(3073), 60_000_000); // one more segment's slope past the end
         assert_eq!(at(0), 9_990_235); // 10 ms − 10 ms/1024, rounded up to the ns
+        let t = TableStepTime::from_micros(&[[1.0, 10_000.0], [1025.0, 20_000.0]], 0.5).unwrap();
+        let b = BatchShape { new_tokens: 513, seqs: 1, context_tokens: 1_000, ..BatchShape::default() };
+        // 15,000 µs from the table, 1,000 × 0.5 = 500 µs of context.
+        assert_eq!(t.terms(&b), [("table", 15_000.0), ("per_context_token", 500.0)]);
+        assert_eq!(t.step_time(&b).as_nanos(), 15_500_000);
         assert!(TableStepTime::from_micros(&[[2.0, 1.0], [2.0, 3.0]], 0.0).is_none());
         assert!(TableStepTime::from_micros(&[], 0.0).is_none());
     }
