@@ -713,6 +713,23 @@ pub fn step_time_toml(spec: &StepTimeSpec) -> String {
                 num(*per_context_token_us)
             )
         }
+        StepTimeSpec::Roofline {
+            gemm_efficiency,
+            attention_efficiency,
+            memory_efficiency,
+            network_efficiency,
+            allreduce_latency_us,
+            overhead_us,
+        } => format!(
+            "kind = \"roofline\", gemm_efficiency = {}, attention_efficiency = {}, memory_efficiency = {}, \
+             network_efficiency = {}, allreduce_latency_us = {}, overhead_us = {}",
+            num(*gemm_efficiency),
+            num(*attention_efficiency),
+            num(*memory_efficiency),
+            num(*network_efficiency),
+            num(*allreduce_latency_us),
+            num(*overhead_us)
+        ),
         StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode } => {
             let points: Vec<String> = prefill.iter().map(|p| format!("[{}]", list(p))).collect();
             let ints = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");

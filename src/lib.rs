@@ -28,6 +28,7 @@
 pub mod calibrate;
 pub mod check;
 pub mod files;
+pub mod presets;
 pub mod report;
 pub mod runner;
 pub mod scenario;

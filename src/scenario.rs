@@ -84,7 +84,9 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 
+use actors::arch::hf;
 use actors::config::{DeploymentSpec, SloSpec};
+use actors::hardware::HardwareSpec;
 use actors::model::{GateError, Location, Model, ModelSpec, Role};
 use actors::sim::{ConfigError, Deployment};
 use actors::validate::{self, FieldError};
@@ -95,6 +97,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use crate::trace::TraceReader;
 use crate::workload::WorkloadSpec;
+use crate::{files, presets};
 
 /// The top-level keys a scenario file may have.
 pub const TOP_LEVEL_KEYS: &[&str] = &[
@@ -112,6 +115,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "faults",
     "timeline_interval_ms",
     "check_invariants",
+    "hardware",
     "workload",
     "slo",
 ];
@@ -127,6 +131,7 @@ const DEPLOYMENT_KEYS: &[&str] = &[
     "faults",
     "timeline_interval_ms",
     "check_invariants",
+    "hardware",
 ];
 
 /// A scenario file refused: one line naming the file, the line (when the
@@ -200,6 +205,10 @@ pub struct Scenario {
     slo: SloSpec,
     #[serde(skip)]
     source: String,
+    /// Where the model came from when it was derived: `preset <id>` or
+    /// `config <path>`.
+    #[serde(skip)]
+    model_origin: Option<String>,
     #[serde(skip)]
     validated: Model,
 }
@@ -228,6 +237,12 @@ impl Scenario {
     /// The model as the file gives it.
     pub fn model_spec(&self) -> &ModelSpec {
         &self.model
+    }
+    /// Where the model came from when the file did not give it whole:
+    /// `preset llama-3.1-8b`, or `config <path>` (a HuggingFace
+    /// config.json).
+    pub fn model_origin(&self) -> Option<&str> {
+        self.model_origin.as_deref()
     }
     /// The validated model (it passed [`ModelSpec::validate`] for every role
     /// present, and the version and pairing gates).
@@ -597,8 +612,11 @@ impl<'a> Ctx<'a> {
         let name: Option<String> = self.get("name")?;
         let description: Option<String> = self.get("description")?;
         let seed: u64 = self.get("seed")?.unwrap_or(1);
-        let model: Option<ModelSpec> = self.get("model")?;
         let deployment = self.deployment()?;
+        let (model, model_origin) = match self.model(&deployment)? {
+            Some((m, origin)) => (Some(m), origin),
+            None => (None, None),
+        };
         let workload: Option<WorkloadSpec> = self.get("workload")?;
         let slo: SloSpec = self.get("slo")?.unwrap_or_default();
 
@@ -627,7 +645,18 @@ impl<'a> Ctx<'a> {
             TraceReader::open(trace, true).map_err(|e| self.err("workload.trace.path", e.0))?;
         }
 
-        Ok(Scenario { name, description, seed, deployment, model, workload, slo, source: String::new(), validated })
+        Ok(Scenario {
+            name,
+            description,
+            seed,
+            deployment,
+            model,
+            workload,
+            slo,
+            source: String::new(),
+            model_origin,
+            validated,
+        })
     }
 
     /// The deployment keys through [`DeploymentSpec`]'s own deserializer
@@ -649,10 +678,74 @@ impl<'a> Ctx<'a> {
                 "check_invariants" => {
                     spec.check_invariants = self.get("check_invariants")?.unwrap_or(spec.check_invariants)
                 }
+                "hardware" => spec.hardware = self.hardware()?,
                 _ => unreachable!("DEPLOYMENT_KEYS lists only the keys above"),
             }
         }
         Ok(spec)
+    }
+
+    /// `[model]`: given whole, or derived from a HuggingFace `config.json`
+    /// (a preset's, or a file's) at the first role's TP size.
+    fn model(&self, deployment: &DeploymentSpec) -> Result<Option<(ModelSpec, Option<String>)>, ScenarioError> {
+        let Some(entry) = self.entries.get("model") else { return Ok(None) };
+        let derived = match entry.value.get_ref() {
+            DeValue::Table(t) => t.iter().any(|(k, _)| matches!(k.get_ref().as_ref(), "preset" | "config")),
+            _ => false,
+        };
+        if !derived {
+            return Ok(self.get("model")?.map(|m| (m, None)));
+        }
+        let src: ModelSource = self.get("model")?.expect("the entry is present");
+        let (field, label, text) = match (&src.preset, &src.config) {
+            (Some(_), Some(_)) => return Err(self.err("model.config", "give `preset` or `config`, not both")),
+            (Some(id), None) => {
+                let text = presets::model_config(id).ok_or_else(|| {
+                    let known = presets::model_ids().join(", ");
+                    self.err("model.preset", format!("unknown model preset {id:?} (known: {known})"))
+                })?;
+                ("model.preset", id.clone(), text.to_owned())
+            }
+            (None, Some(path)) => {
+                let p = normalize(&entry.file.dir.join(path));
+                let text = files::read_text(&p, MAX_CONFIG_BYTES).map_err(|e| self.err("model.config", e))?;
+                ("model.config", p.display().to_string(), text)
+            }
+            (None, None) => unreachable!("derived means one of the two keys"),
+        };
+        let arch = hf::from_config_json(&text)
+            .map_err(|e| self.err(field, format!("{label}: `{}`: {}", e.field, e.problem)))?;
+        let kv_bits = match src.kv_cache_dtype.as_deref() {
+            None | Some("auto" | "bf16" | "bfloat16" | "fp16" | "float16" | "half") => 16,
+            Some("fp8" | "fp8_e4m3" | "fp8_e5m2") => 8,
+            Some(other) => {
+                return Err(self.err(
+                    "model.kv_cache_dtype",
+                    format!("unknown cache dtype {other:?} (auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2)"),
+                ));
+            }
+        };
+        let first = deployment.prefill.as_ref().or(deployment.aggregated.as_ref());
+        let tp = first.and_then(|r| r.tp).unwrap_or(1);
+        let name = src.name.clone().or(src.preset.clone()).unwrap_or_else(|| label.clone());
+        let spec = arch
+            .model_spec(&name, tp, kv_bits, None)
+            .map_err(|e| self.err(field, format!("{label} at tp {tp}: `{}`: {}", e.field, e.problem)))?;
+        let origin = if src.preset.is_some() { format!("preset {label}") } else { format!("config {label}") };
+        Ok(Some((spec, Some(origin))))
+    }
+
+    /// `[hardware]`, a preset's numbers filled in under the ones given.
+    fn hardware(&self) -> Result<Option<HardwareSpec>, ScenarioError> {
+        let Some(mut spec) = self.get::<HardwareSpec>("hardware")? else { return Ok(None) };
+        if let Some(id) = &spec.gpu {
+            let preset = presets::gpu(id).ok_or_else(|| {
+                let known = presets::gpu_ids().join(", ");
+                self.err("hardware.gpu", format!("unknown GPU preset {id:?} (known: {known})"))
+            })?;
+            spec.fill_from(&preset);
+        }
+        Ok(Some(spec))
     }
 
     /// A gate error of actors, placed at the field it names.
@@ -680,6 +773,25 @@ impl<'a> Ctx<'a> {
         self.err(&path, message)
     }
 }
+
+/// `[model]` when it names a `config.json` (a preset's or a file's)
+/// instead of giving the model.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelSource {
+    /// A preset's id (`presets/models/<id>.json`).
+    preset: Option<String>,
+    /// A HuggingFace `config.json`, relative to this file.
+    config: Option<String>,
+    /// A display name (default: the preset's id, or the file).
+    name: Option<String>,
+    /// vLLM's `--kv-cache-dtype`: `auto` (default: the model's 16-bit
+    /// dtype), `bf16`, `fp16`, `fp8`.
+    kv_cache_dtype: Option<String>,
+}
+
+/// The most bytes of a `config.json` read.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// Deserializing a [`DeploymentSpec`] from an empty table gives actors'
 /// defaults for every optional field.

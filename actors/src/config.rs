@@ -41,6 +41,11 @@ pub struct DeploymentSpec {
     /// Check the conservation invariants after every scheduler step (slower).
     #[serde(default)]
     pub check_invariants: bool,
+    /// The GPU every rank runs on (a preset's numbers, filled in by the
+    /// harness, or the user's): needed by the roofline step time and by KV
+    /// capacity from GPU memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<crate::hardware::HardwareSpec>,
 }
 
 fn default_sample_ms() -> f64 {
@@ -59,8 +64,17 @@ pub struct RoleSpec {
     /// are for); absent, the model's `tp` (or 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tp: Option<u32>,
-    /// Blocks in the rank's KV pool, shared by every cache group.
-    pub num_blocks: u64,
+    /// Blocks in the rank's KV pool, shared by every cache group. Absent:
+    /// what the GPU's memory leaves once the weights are loaded, as vLLM
+    /// sizes it ([`crate::arch::memory`]; needs the model's `arch` and the
+    /// deployment's `[hardware]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_blocks: Option<u64>,
+    /// The share of GPU memory the rank may use (vLLM's
+    /// `--gpu-memory-utilization`, default 0.9), when `num_blocks` is
+    /// derived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_utilization: Option<f64>,
     /// Token budget of one scheduler step.
     #[serde(default = "default_batched_tokens")]
     pub max_num_batched_tokens: u64,
@@ -75,7 +89,9 @@ pub struct RoleSpec {
     /// refuses a request whose prompt leaves no room for an output token
     /// (prompt >= max_model_len; it fails when it arrives), and stops one
     /// whose output would run past the limit there (its output is capped
-    /// at `max_model_len − prompt`). No limit when absent.
+    /// at `max_model_len − prompt`). Absent: the model's
+    /// `arch.max_position_embeddings` when it gives its layers (as vLLM),
+    /// else no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_model_len: Option<Tokens>,
     /// Whether the pool keeps a prefix cache.
@@ -167,6 +183,29 @@ pub enum StepTimeSpec {
         /// The decode step time against decoding sequences and context.
         decode: DecodeGrid,
     },
+    /// Priced from the batch's work on the deployment's `[hardware]`,
+    /// with the model's `arch` ([`crate::steptime::roofline`] has the
+    /// formula); every factor has a default.
+    Roofline {
+        /// Share of the tensor-core peak dense GEMMs reach.
+        #[serde(default = "roofline::gemm")]
+        gemm_efficiency: f64,
+        /// Share of the bf16 peak attention reaches.
+        #[serde(default = "roofline::attention")]
+        attention_efficiency: f64,
+        /// Share of HBM bandwidth reads reach.
+        #[serde(default = "roofline::memory")]
+        memory_efficiency: f64,
+        /// Share of NVLink bandwidth an all-reduce reaches.
+        #[serde(default = "roofline::network")]
+        network_efficiency: f64,
+        /// Latency of one all-reduce, µs.
+        #[serde(default = "roofline::allreduce")]
+        allreduce_latency_us: f64,
+        /// Fixed cost of a step, µs.
+        #[serde(default = "roofline::overhead")]
+        overhead_us: f64,
+    },
 }
 
 /// A decode step's time on a grid of (sequences, context per sequence),
@@ -181,6 +220,29 @@ pub struct DecodeGrid {
     pub context: Vec<u64>,
     /// µs, one row per `seqs` value, one column per `context` value.
     pub us: Vec<Vec<f64>>,
+}
+
+/// The roofline's defaults ([`crate::steptime::roofline::RooflineParams`]).
+mod roofline {
+    use crate::steptime::roofline::RooflineParams;
+    pub(super) fn gemm() -> f64 {
+        RooflineParams::default().gemm_efficiency
+    }
+    pub(super) fn attention() -> f64 {
+        RooflineParams::default().attention_efficiency
+    }
+    pub(super) fn memory() -> f64 {
+        RooflineParams::default().memory_efficiency
+    }
+    pub(super) fn network() -> f64 {
+        RooflineParams::default().network_efficiency
+    }
+    pub(super) fn allreduce() -> f64 {
+        RooflineParams::default().allreduce_latency_us
+    }
+    pub(super) fn overhead() -> f64 {
+        RooflineParams::default().overhead_us
+    }
 }
 
 /// The KV link between prefill and decode ranks.

@@ -12,6 +12,7 @@
 pub mod arch;
 pub mod config;
 mod fxmap;
+pub mod hardware;
 pub mod link;
 pub mod metrics;
 pub mod model;

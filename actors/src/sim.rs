@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use sim_core::{ActorId, SimDuration, SimTime, Simulation};
 
+use crate::arch::ModelArch;
 use crate::config::{DeploymentSpec, LinkTopology, RoleSpec, SloSpec};
+use crate::hardware::Gpu;
 use crate::link::{LinkStats, NixlLink};
 use crate::metrics::{self, EntitySample, Histogram, Sample, SampleLog, Sampling, Summary, Timeline};
 use crate::model::{CacheGroup, CacheGroupKind, DEFAULT_LINEAR_BLOCK_SIZE, Model, ModelSpec, RankRules, Role};
@@ -16,6 +18,7 @@ use crate::records::{Digest, RecordStream, Totals};
 use crate::request::{FailReason, Request};
 use crate::router::{DEFAULT_KV_OVERLAP_WEIGHT, RoutePolicy, Router, Targets, policy};
 use crate::scheduler::{BatchPolicy, Limits, Mode, Scheduler, StepStats, VllmPolicy};
+use crate::steptime::roofline::RankInputs;
 use crate::steptime::{self, StepTimeModel};
 use crate::tp::Reads;
 use crate::units::{Bandwidth, Tokens};
@@ -34,6 +37,10 @@ struct RolePlan {
     spec: RoleSpec,
     rules: RankRules,
     groups: Vec<CacheGroup>,
+    /// The rank's TP size.
+    tp: u32,
+    /// The pool's blocks (the spec's, or derived from GPU memory).
+    num_blocks: u64,
 }
 
 /// A checked deployment, ready to run any number of times.
@@ -50,6 +57,10 @@ pub struct Deployment {
     interval: SimDuration,
     /// How a handoff reads between the prefill and decode TP sizes.
     reads: Option<Reads>,
+    /// The model's layers, when it gives them (roofline step times).
+    arch: Option<ModelArch>,
+    /// The checked `[hardware]`.
+    gpu: Option<Gpu>,
     lazy_decoding: bool,
     keep_timelines: bool,
     plugins: Plugins,
@@ -89,7 +100,14 @@ impl Deployment {
         let roles = checked
             .roles
             .into_iter()
-            .map(|r| RolePlan { role: r.role, spec: r.spec, rules: r.rules, groups: r.groups })
+            .map(|r| RolePlan {
+                role: r.role,
+                spec: r.spec,
+                rules: r.rules,
+                groups: r.groups,
+                tp: r.tp,
+                num_blocks: r.num_blocks,
+            })
             .collect();
         Ok(Deployment {
             model: checked.model,
@@ -102,6 +120,8 @@ impl Deployment {
             crashes: checked.faults.crashes,
             interval: checked.interval,
             reads: checked.reads,
+            arch: model.arch.clone(),
+            gpu: checked.gpu,
             lazy_decoding: true,
             keep_timelines: true,
             plugins: Plugins::default(),
@@ -181,20 +201,6 @@ impl Deployment {
         self.roles.iter().any(|r| r.role == Role::Prefill)
     }
 
-    /// The step-time model a rank of `role` runs with (the caller's own
-    /// from [`Deployment::set_step_time_model`], else the spec's), as a run
-    /// builds it for each rank; `None` if the deployment has no such role.
-    pub fn step_time_model(&self, role: Role) -> Option<Box<dyn StepTimeModel>> {
-        self.plan(role).map(|plan| self.role_step_time(plan))
-    }
-
-    fn role_step_time(&self, plan: &RolePlan) -> Box<dyn StepTimeModel> {
-        match self.plugins.step_time.iter().find(|(r, _)| *r == plan.role) {
-            Some((_, make)) => make(),
-            None => steptime::build(&plan.spec.step_time).expect("checked in build"),
-        }
-    }
-
     fn plan(&self, role: Role) -> Option<&RolePlan> {
         self.roles.iter().find(|r| r.role == role)
     }
@@ -206,10 +212,28 @@ impl Deployment {
         RankCore::new(index, plan.role, router, scheduler, self.interval, plan.spec.max_model_len)
     }
 
+    /// The step-time model a rank of `role` runs with (the plugged-in one,
+    /// else the spec's), as a run builds it; `None` when the deployment
+    /// has no such role.
+    pub fn step_time_for(&self, role: Role) -> Option<Box<dyn StepTimeModel>> {
+        self.plan(role).map(|p| self.step_time_model(p))
+    }
+
+    fn step_time_model(&self, plan: &RolePlan) -> Box<dyn StepTimeModel> {
+        if let Some((_, make)) = self.plugins.step_time.iter().find(|(r, _)| *r == plan.role) {
+            return make();
+        }
+        let rank = match (&self.arch, &self.gpu) {
+            (Some(arch), Some(gpu)) => Some(RankInputs { arch, gpu, tp: plan.tp, groups: &plan.groups }),
+            _ => None,
+        };
+        steptime::build(&plan.spec.step_time, rank).expect("checked in build")
+    }
+
     fn scheduler(&self, plan: &RolePlan, mode: Mode) -> Scheduler {
         let s = &plan.spec;
-        let pool = (plan.groups.clone(), s.num_blocks, s.prefix_caching);
-        let model = self.role_step_time(plan);
+        let pool = (plan.groups.clone(), plan.num_blocks, s.prefix_caching);
+        let model = self.step_time_model(plan);
         let policy = match self.plugins.batch.iter().find(|(r, _)| *r == plan.role) {
             Some((_, make)) => make(),
             None => Box::new(VllmPolicy),
@@ -477,7 +501,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         let fa = p.groups.iter().filter(|g| g.kind() == CacheGroupKind::FullAttention);
         let b = fa.clone().next().map_or(16, |g| g.block_size().get());
         let per_token_block = (fa.count() as u64).max(1);
-        Tokens::new(p.spec.num_blocks.saturating_mul(b) / per_token_block)
+        Tokens::new(p.num_blocks.saturating_mul(b) / per_token_block)
     };
     let weight = spec.router.kv_overlap_weight.unwrap_or(DEFAULT_KV_OVERLAP_WEIGHT);
     let first_policy = match dep.route_policy(first_role) {

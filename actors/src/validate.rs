@@ -18,12 +18,13 @@
 use sim_core::{SimDuration, SimTime};
 
 use crate::config::{DecodeGrid, DeploymentSpec, FaultSpec, LinkSpec, RoleSpec, SloSpec, StepTimeSpec};
+use crate::hardware::Gpu;
 use crate::model::{CacheGroup, CacheGroupKind, CacheGroupSpec, GateError, Model, ModelSpec, RankRules, Role};
 use crate::model::{DEFAULT_LINEAR_BLOCK_SIZE, check_pairing, check_rank};
 use crate::scheduler::MAX_GROUPS;
 use crate::sim::MAX_RANKS;
 use crate::tp::Reads;
-use crate::units::Bandwidth;
+use crate::units::{Bandwidth, Tokens};
 
 /// A refused field: its dotted path and a one-line reason.
 ///
@@ -123,6 +124,10 @@ pub(crate) struct CheckedRole {
     pub(crate) spec: RoleSpec,
     pub(crate) rules: RankRules,
     pub(crate) groups: Vec<CacheGroup>,
+    /// The pool's blocks: the spec's, or derived from GPU memory.
+    pub(crate) num_blocks: u64,
+    /// The rank's TP size.
+    pub(crate) tp: u32,
 }
 
 /// Everything a deployment runs with, once checked.
@@ -136,7 +141,86 @@ pub(crate) struct Checked {
     pub(crate) interval: SimDuration,
     /// How a handoff reads between the prefill and decode TP sizes (P/D only).
     pub(crate) reads: Option<Reads>,
+    /// The checked `[hardware]`, when the deployment gives one.
+    pub(crate) gpu: Option<Gpu>,
 }
+
+/// A role whose step time is a roofline needs the model's `arch` and the
+/// deployment's `[hardware]`.
+fn roofline_inputs(model: &ModelSpec, spec: &DeploymentSpec, roles: &[CheckedRole]) -> Result<(), FieldError> {
+    let Some(r) = roles.iter().find(|r| matches!(r.spec.step_time, StepTimeSpec::Roofline { .. })) else {
+        return Ok(());
+    };
+    let at = format!("{}.step_time.kind", r.role.as_str());
+    if model.arch.is_none() {
+        return Err(FieldError::new(at, format!("a roofline needs the model's layers: {NAME_A_MODEL}")));
+    }
+    if spec.hardware.is_none() {
+        return Err(FieldError::new(at, "a roofline needs the GPU: add `[hardware] gpu = \"h200\"` (or its numbers)"));
+    }
+    Ok(())
+}
+
+const NAME_A_MODEL: &str = "name a preset (`[model] preset = \"llama-3.1-8b\"`), a `config` (a HuggingFace \
+                            config.json) or give `[model.arch]`";
+
+/// The blocks a `role` rank's pool gets from GPU memory when its
+/// `num_blocks` is absent ([`crate::arch::memory`]).
+fn kv_capacity(
+    role: Role,
+    rs: &RoleSpec,
+    model: &ModelSpec,
+    gpu: Option<&Gpu>,
+    tp: u32,
+    m: &Model,
+) -> Result<u64, FieldError> {
+    let at = format!("{}.num_blocks", role.as_str());
+    let Some(arch) = &model.arch else {
+        return Err(FieldError::new(
+            at,
+            format!(
+                "missing: give the pool's blocks, or let the GPU's memory size it: {NAME_A_MODEL}, and a `[hardware]`"
+            ),
+        ));
+    };
+    let Some(gpu) = gpu else {
+        return Err(FieldError::new(
+            at,
+            "missing: give the pool's blocks, or let the GPU's memory size it: add `[hardware] gpu = \"h200\"`",
+        ));
+    };
+    let page = match m {
+        Model::Grouped(g) => g.page_bytes().get(),
+        Model::Linear(l) => {
+            let b = rs.block_size_tokens.unwrap_or(DEFAULT_LINEAR_BLOCK_SIZE);
+            b.get().saturating_mul(l.kv_bytes_per_token().get())
+        }
+    };
+    let util = rs.gpu_memory_utilization.unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION);
+    let budget =
+        arch.memory_budget(gpu.memory_bytes(), util, tp, rs.max_num_batched_tokens, u64::from(rs.max_num_seqs));
+    let blocks = (budget.kv_bytes() / page as f64).floor();
+    if blocks < 1.0 {
+        return Err(FieldError::new(
+            at,
+            format!(
+                "the GPU's memory leaves no KV cache: {:.2} GiB × {util} = {:.2} GiB, weights {:.2} GiB, \
+                 activations {:.2} GiB, reserve {:.2} GiB (raise tp or gpu_memory_utilization)",
+                gpu.memory_bytes() / GIB,
+                budget.budget / GIB,
+                budget.weights / GIB,
+                budget.activations / GIB,
+                budget.reserve / GIB
+            ),
+        ));
+    }
+    Ok(blocks as u64)
+}
+
+const GIB: f64 = 1_073_741_824.0;
+
+/// vLLM's default `--gpu-memory-utilization`.
+pub const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 
 /// The checked faults.
 #[derive(Clone, Debug)]
@@ -148,6 +232,7 @@ pub(crate) struct Faults {
 
 /// Checks `spec` for `model`: every check of this module, in its order.
 pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Checked, ConfigError> {
+    let model_spec = model;
     let present = roles(spec)?;
     // Whether the file gives groups; a model with both is refused by its gate.
     let grouped = !model.cache_groups.is_empty();
@@ -180,6 +265,7 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
     }
 
     tp_fields(model)?;
+    let gpu = spec.hardware.as_ref().map(|h| h.resolve().map_err(|e| e.under("hardware"))).transpose()?;
     let reads = tp_pairing(model, &present)?;
     // Each role holds the model's bytes at its own TP size.
     let mut roles = Vec::new();
@@ -191,12 +277,22 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
             FieldError::new(field, format!("{} ({} rank at tp {tp})", e.problem, role))
         })?;
         let m = at.validate(*role)?;
-        let groups = pool_groups(*role, rs, &m)?;
-        roles.push(CheckedRole { role: *role, spec: (*rs).clone(), rules: *rules, groups });
+        let num_blocks = match rs.num_blocks {
+            Some(n) => n,
+            None => kv_capacity(*role, rs, model_spec, gpu.as_ref(), tp, &m)?,
+        };
+        let groups = pool_groups(*role, rs, &m, num_blocks)?;
+        let mut spec = (*rs).clone();
+        // vLLM's default max_model_len is the model's context limit.
+        if spec.max_model_len.is_none() {
+            spec.max_model_len = model_spec.arch.as_ref().and_then(|a| a.max_position_embeddings).map(Tokens::new);
+        }
+        roles.push(CheckedRole { role: *role, spec, rules: *rules, groups, num_blocks, tp });
         last = Some(m);
     }
     let model = last.expect("roles() found at least one role");
-    Ok(Checked { model, roles, bandwidth, latency, faults, interval, reads })
+    roofline_inputs(model_spec, spec, &roles)?;
+    Ok(Checked { model, roles, bandwidth, latency, faults, interval, reads, gpu })
 }
 
 /// The model's TP fields: its `tp`, `kv_heads` and every group's `heads`
@@ -278,7 +374,14 @@ fn role(r: &RoleSpec, grouped: bool) -> Result<(), FieldError> {
     if let Some(tp) = r.tp {
         at_least_one("tp", u64::from(tp))?;
     }
-    at_least_one("num_blocks", r.num_blocks)?;
+    if let Some(n) = r.num_blocks {
+        at_least_one("num_blocks", n)?;
+    }
+    if let Some(u) = r.gpu_memory_utilization
+        && !(u.is_finite() && u > 0.0 && u <= 1.0)
+    {
+        return Err(FieldError::new("gpu_memory_utilization", format!("must be a share in (0, 1], got {u}")));
+    }
     at_least_one("max_num_batched_tokens", r.max_num_batched_tokens)?;
     at_least_one("max_num_seqs", u64::from(r.max_num_seqs))?;
     if let Some(b) = r.block_size_tokens {
@@ -305,6 +408,27 @@ pub(crate) fn step_time(s: &StepTimeSpec) -> Result<(), FieldError> {
             micros("per_token_us", *per_token_us)?;
             micros("per_seq_us", *per_seq_us)?;
             micros("per_context_token_us", *per_context_token_us)?;
+        }
+        StepTimeSpec::Roofline {
+            gemm_efficiency,
+            attention_efficiency,
+            memory_efficiency,
+            network_efficiency,
+            allreduce_latency_us,
+            overhead_us,
+        } => {
+            for (field, v) in [
+                ("gemm_efficiency", gemm_efficiency),
+                ("attention_efficiency", attention_efficiency),
+                ("memory_efficiency", memory_efficiency),
+                ("network_efficiency", network_efficiency),
+            ] {
+                if !(v.is_finite() && *v > 0.0 && *v <= 1.0) {
+                    return Err(FieldError::new(field, format!("must be a share in (0, 1], got {v}")));
+                }
+            }
+            micros("allreduce_latency_us", *allreduce_latency_us)?;
+            micros("overhead_us", *overhead_us)?;
         }
         StepTimeSpec::Table { points, per_context_token_us } => {
             self::points("points", points)?;
@@ -471,7 +595,7 @@ fn timeline_interval(ms: f64) -> Result<SimDuration, FieldError> {
 
 /// The cache groups of a `role` rank's pool under model `m`, and the byte
 /// counts they reach, which must fit in 64 bits. Paths are full.
-fn pool_groups(role: Role, rs: &RoleSpec, m: &Model) -> Result<Vec<CacheGroup>, ConfigError> {
+fn pool_groups(role: Role, rs: &RoleSpec, m: &Model, num_blocks: u64) -> Result<Vec<CacheGroup>, ConfigError> {
     let name = role.as_str();
     let groups = match m {
         Model::Grouped(g) => {
@@ -506,7 +630,7 @@ fn pool_groups(role: Role, rs: &RoleSpec, m: &Model) -> Result<Vec<CacheGroup>, 
     };
     // Every byte count a request can reach stays below a full pool's.
     let per_block = groups.iter().try_fold(0u64, |acc, g| acc.checked_add(g.transfer_bytes_per_block().get()));
-    if per_block.and_then(|b| b.checked_mul(rs.num_blocks)).is_none() {
+    if per_block.and_then(|b| b.checked_mul(num_blocks)).is_none() {
         return Err(FieldError::new(
             format!("{name}.num_blocks"),
             "the bytes of a full pool (num_blocks x transfer bytes of a block in every group) overflow 64 bits",

@@ -52,7 +52,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     let toml = calibrate::step_time_toml(&spec);
     let written = calibrate::read_step_time_toml(&toml)
         .map_err(|e| CmdError::Internal(format!("the fitted step_time does not read back: {e}")))?;
-    let model = actors::steptime::build(&written)
+    let model = actors::steptime::build(&written, None)
         .map_err(|e| CmdError::BadInput(format!("{}: the fitted model is refused: {e}", files.join(", "))))?;
     let fits = calibrate::fit_errors(model.as_ref(), &points);
     let mut text = format!(

@@ -244,6 +244,18 @@ fn rate(count: f64, wall: Duration) -> f64 {
     if secs > 0.0 { count / secs } else { f64::INFINITY }
 }
 
+/// Where the model and the GPU came from, when a preset or a config
+/// named them: `setup        model preset llama-3.1-8b, GPU preset h200`.
+fn setup_line(scenario: &Scenario) -> Option<String> {
+    let gpu = scenario.deployment().hardware.as_ref().map(|h| match &h.gpu {
+        Some(id) => format!("GPU preset {id}"),
+        None => "GPU as given".to_owned(),
+    });
+    let model = scenario.model_origin().map(|o| format!("model {o}"));
+    let parts: Vec<String> = model.into_iter().chain(gpu).collect();
+    (!parts.is_empty()).then(|| format!("setup        {}", parts.join(", ")))
+}
+
 /// The printed summary of one run.
 pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files: &[&str]) -> String {
     let s: &Summary = &run.output.summary;
@@ -251,6 +263,9 @@ pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path, fi
     let mut t = String::new();
     let name = scenario.name().unwrap_or("unnamed");
     let _ = writeln!(t, "pdsim {}: {name} ({label}), seed {}", report::PDSIM_VERSION, run.seed);
+    if let Some(line) = setup_line(scenario) {
+        let _ = writeln!(t, "{line}");
+    }
     let _ = writeln!(t, "requests     {} entered, {} completed, {} failed", s.requests, s.completed, s.failed);
     for (reason, n) in &s.failure_reasons {
         let _ = writeln!(t, "  failed     {n} x {reason}");

@@ -90,7 +90,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     let role = pick_role(scenario.deployment(), args.role)?;
     let dep = Deployment::build(scenario.model_spec(), scenario.deployment())
         .map_err(|e| CmdError::BadInput(format!("{}: {e}", scenario.source())))?;
-    let model = dep.step_time_model(role).ok_or_else(|| CmdError::Internal(format!("no {role} role after checks")))?;
+    let model = dep.step_time_for(role).ok_or_else(|| CmdError::Internal(format!("no {role} role after checks")))?;
     let counts = StepCounts {
         prefill_tokens: args.prefill_tokens,
         prefill_seqs: args.prefill_seqs,

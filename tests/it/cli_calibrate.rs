@@ -103,7 +103,7 @@ fn table2d_fits_aic_tp1_and_tp4_within_2_percent_through_the_written_table() {
         let path = scratch(&format!("aic-tp{tp}.toml"), &scenario_with(tp, &written));
         let scenario = pdsim::scenario::load(&path).unwrap();
         let dep = Deployment::build(scenario.model_spec(), scenario.deployment()).unwrap();
-        let model = dep.step_time_model(Role::Aggregated).unwrap();
+        let model = dep.step_time_for(Role::Aggregated).unwrap();
         let all = points(tp);
         assert_eq!(all.len(), 190);
         let mut worst: f64 = 0.0;

@@ -38,10 +38,10 @@ fn an_including_file_replaces_whole_top_level_tables() {
     let d = s.deployment();
     assert_eq!(s.seed(), 7);
     assert_eq!(d.decode.as_ref().unwrap().count, 3);
-    assert_eq!(d.decode.as_ref().unwrap().num_blocks, 500);
+    assert_eq!(d.decode.as_ref().unwrap().num_blocks, Some(500));
     assert_eq!(d.decode.as_ref().unwrap().max_num_seqs, 256);
     assert_eq!(d.decode.as_ref().unwrap().tp, None, "tp = 4 of the included [decode] is not merged");
-    assert_eq!(d.prefill.as_ref().unwrap().num_blocks, 3066);
+    assert_eq!(d.prefill.as_ref().unwrap().num_blocks, Some(3066));
     assert_eq!(s.name(), Some("glm-5.3-flash-1p1d"));
 }
 

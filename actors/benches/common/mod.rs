@@ -21,7 +21,8 @@ fn role(num_blocks: u64, fixed_us: f64, per_token_us: f64) -> RoleSpec {
     RoleSpec {
         count: 1,
         tp: Some(4),
-        num_blocks,
+        num_blocks: Some(num_blocks),
+        gpu_memory_utilization: None,
         max_num_batched_tokens: 8192,
         max_num_seqs: 256,
         block_size_tokens: None,
@@ -43,6 +44,7 @@ fn deployment(vllm: Option<&str>, roles: (Option<RoleSpec>, Option<RoleSpec>, Op
         faults: Default::default(),
         timeline_interval_ms: 100.0,
         check_invariants: false,
+        hardware: None,
     }
 }
 

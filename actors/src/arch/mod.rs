@@ -22,6 +22,10 @@
 //! - embedding and LM head: 2 × 128,256 × 4,096 = 1,050,673,152;
 //! - total 8,029,995,008 (the published 8.03 B).
 
+pub mod groups;
+pub mod hf;
+pub mod memory;
+
 use serde::{Deserialize, Serialize};
 
 /// A model's layers, as groups of identical layers.
@@ -292,31 +296,33 @@ impl ModelArch {
     }
 }
 
+/// Llama-3.1-8B, for unit tests (the module's worked number).
+#[cfg(test)]
+pub(crate) fn llama_3_1_8b() -> ModelArch {
+    ModelArch {
+        hidden_size: 4096,
+        vocab_size: 128_256,
+        tie_word_embeddings: false,
+        weight_bits: 16,
+        expert_weight_bits: None,
+        max_position_embeddings: Some(131_072),
+        attention: vec![AttentionLayers { count: 32, heads: 32, kv_heads: 8, head_dim: 128, window: None }],
+        mla: None,
+        mamba: None,
+        mlp: vec![MlpLayers {
+            count: 32,
+            intermediate: 14_336,
+            experts: 0,
+            active_experts: 0,
+            shared_intermediate: 0,
+            gated: true,
+        }],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) fn llama_3_1_8b() -> ModelArch {
-        ModelArch {
-            hidden_size: 4096,
-            vocab_size: 128_256,
-            tie_word_embeddings: false,
-            weight_bits: 16,
-            expert_weight_bits: None,
-            max_position_embeddings: Some(131_072),
-            attention: vec![AttentionLayers { count: 32, heads: 32, kv_heads: 8, head_dim: 128, window: None }],
-            mla: None,
-            mamba: None,
-            mlp: vec![MlpLayers {
-                count: 32,
-                intermediate: 14_336,
-                experts: 0,
-                active_experts: 0,
-                shared_intermediate: 0,
-                gated: true,
-            }],
-        }
-    }
 
     #[test]
     fn llama_3_1_8b_has_its_published_parameter_count() {

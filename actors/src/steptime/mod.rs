@@ -1,13 +1,17 @@
 //! Forward-pass time of one scheduler step.
 //!
 //! A rank asks its [`StepTimeModel`] how long a step takes given the shape
-//! of the batch. Three models come from scenario files ([`StepTimeSpec`]):
-//! [`LinearStepTime`], [`TableStepTime`] and [`Table2dStepTime`]
+//! of the batch. Four models come from scenario files ([`StepTimeSpec`]):
+//! [`LinearStepTime`], [`TableStepTime`], [`Table2dStepTime`]
 //! (`table2d.rs`: prefill and decode priced apart, the form `pdsim
-//! calibrate` fits to measured steps); any other can be plugged in by
-//! implementing the trait.
+//! calibrate` fits to measured steps) and [`RooflineStepTime`]
+//! (`roofline.rs`); any other can be plugged in by implementing the trait.
 
 use sim_core::SimDuration;
+
+pub mod roofline;
+
+use roofline::{RankInputs, RooflineParams, RooflineStepTime};
 
 use crate::config::StepTimeSpec;
 use crate::validate::{self, FieldError};
@@ -89,12 +93,12 @@ impl BatchShape {
         }
     }
 
-    /// The same batch one step later: every decoding sequence has one
-    /// more token in its cache (a run of pure decode steps).
+    /// The same sequences one step later, in a run of pure decode steps:
+    /// each computes one token on top of all it had after this step (a
+    /// landed handoff that computed its last prompt token in the run's
+    /// first step decodes from the second on).
     pub fn next_decode_step(&mut self) {
-        let d = self.decode_seqs();
-        self.context_tokens += d;
-        self.decode_context += d;
+        *self = BatchShape::decoding(self.seqs, self.context_tokens);
     }
 }
 
@@ -249,8 +253,9 @@ impl StepTimeModel for TableStepTime {
 }
 
 /// Builds the model a spec describes, once [`crate::validate`] has passed
-/// it; the error names the field (`step_time.per_token_us`).
-pub fn build(spec: &StepTimeSpec) -> Result<Box<dyn StepTimeModel>, FieldError> {
+/// it; the error names the field (`step_time.per_token_us`). A roofline
+/// needs the `rank` it prices (its layers, GPU, TP size and pool groups).
+pub fn build(spec: &StepTimeSpec, rank: Option<RankInputs<'_>>) -> Result<Box<dyn StepTimeModel>, FieldError> {
     validate::step_time(spec).map_err(|e| e.under("step_time"))?;
     match spec {
         StepTimeSpec::Linear { fixed_us, per_token_us, per_seq_us, per_context_token_us } => {
@@ -265,6 +270,27 @@ pub fn build(spec: &StepTimeSpec) -> Result<Box<dyn StepTimeModel>, FieldError> 
             Table2dStepTime::from_spec(prefill, *prefill_self_pair_ns, *prefill_cached_pair_ns, decode)
                 .map(|t| Box::new(t) as Box<dyn StepTimeModel>)
                 .ok_or_else(|| FieldError::new("step_time", "refused by the table2d model"))
+        }
+        StepTimeSpec::Roofline {
+            gemm_efficiency,
+            attention_efficiency,
+            memory_efficiency,
+            network_efficiency,
+            allreduce_latency_us,
+            overhead_us,
+        } => {
+            let rank = rank.ok_or_else(|| {
+                FieldError::new("step_time.kind", "a roofline needs the model's `arch` and the `[hardware]`")
+            })?;
+            let params = RooflineParams {
+                gemm_efficiency: *gemm_efficiency,
+                attention_efficiency: *attention_efficiency,
+                memory_efficiency: *memory_efficiency,
+                network_efficiency: *network_efficiency,
+                allreduce_latency_us: *allreduce_latency_us,
+                overhead_us: *overhead_us,
+            };
+            Ok(Box::new(RooflineStepTime::new(rank, params)))
         }
     }
 }

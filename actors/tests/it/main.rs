@@ -1,5 +1,6 @@
 //! Integration tests of the `actors` crate, linked once as one binary.
 
+mod arch;
 mod conformance;
 mod gates;
 mod handoff;

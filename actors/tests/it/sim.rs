@@ -25,7 +25,8 @@ fn role(count: u32, num_blocks: u64, step_time: StepTimeSpec) -> RoleSpec {
     RoleSpec {
         count,
         tp: Some(4),
-        num_blocks,
+        num_blocks: Some(num_blocks),
+        gpu_memory_utilization: None,
         max_num_batched_tokens: 8192,
         max_num_seqs: 256,
         block_size_tokens: None,
@@ -52,6 +53,7 @@ fn pd(prefill: RoleSpec, decode: RoleSpec, bandwidth_gb_s: f64) -> DeploymentSpe
         faults: Default::default(),
         timeline_interval_ms: 10.0,
         check_invariants: true,
+        hardware: None,
     }
 }
 

@@ -13,7 +13,8 @@ fn role() -> RoleSpec {
     RoleSpec {
         count: 1,
         tp: Some(1),
-        num_blocks: 100,
+        num_blocks: Some(100),
+        gpu_memory_utilization: None,
         max_num_batched_tokens: 8192,
         max_num_seqs: 256,
         block_size_tokens: None,
@@ -40,6 +41,7 @@ fn pd() -> DeploymentSpec {
         faults: Default::default(),
         timeline_interval_ms: 100.0,
         check_invariants: false,
+        hardware: None,
     }
 }
 
@@ -87,7 +89,7 @@ fn role_fields_are_bounded() {
     is(refused(&with(|r| r.count = 0)), "decode.count", "must be from 1 to 1024, got 0");
     is(refused(&with(|r| r.count = MAX_RANKS + 1)), "decode.count", "got 1025");
     is(refused(&with(|r| r.tp = Some(0))), "decode.tp", "must be >= 1, got 0");
-    is(refused(&with(|r| r.num_blocks = 0)), "decode.num_blocks", "must be >= 1, got 0");
+    is(refused(&with(|r| r.num_blocks = Some(0))), "decode.num_blocks", "must be >= 1, got 0");
     is(refused(&with(|r| r.max_num_batched_tokens = 0)), "decode.max_num_batched_tokens", "must be >= 1");
     is(refused(&with(|r| r.max_num_seqs = 0)), "decode.max_num_seqs", "must be >= 1");
     is(refused(&with(|r| r.block_size_tokens = Some(Tokens::ZERO))), "decode.block_size_tokens", "must be >= 1");
@@ -218,7 +220,7 @@ fn the_timeline_interval_is_bounded() {
 #[test]
 fn byte_counts_fit_64_bits_and_groups_are_few() {
     let mut d = pd();
-    d.decode.as_mut().unwrap().num_blocks = u64::MAX;
+    d.decode.as_mut().unwrap().num_blocks = Some(u64::MAX);
     is(refused(&d), "decode.num_blocks", "overflow 64 bits");
     is(refused_for(&linear_spec(u64::MAX / 8), &pd()), "model.kv_bytes_per_token", "overflows 64 bits");
     let many = spec((0..17).map(|i| fa(&format!("g{i}"), 16, 1_024)).collect());
