@@ -12,6 +12,9 @@
 //! - [`report`]: the files of `pdsim run` (`report.json`, `requests.csv`,
 //!   `timeline.csv`, `trace.json`).
 //! - [`sweep`]: sweep files (a base scenario, axes, seeds) and their points.
+//! - [`calibrate`]: measured steps from CSV files, the step-time models
+//!   fitted to them and their error point by point; the batch of a step of
+//!   given counts (`pdsim steptime`, `pdsim calibrate`).
 //! - [`files`]: bounded reads of input files (regular files only, size caps,
 //!   byte-order marks dropped).
 //!
@@ -22,6 +25,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod calibrate;
 pub mod check;
 pub mod files;
 pub mod presets;

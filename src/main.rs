@@ -44,6 +44,12 @@ enum Command {
     /// Run one rank's scheduler step by step on a small case (JSON) and
     /// print one JSON line per schedule call, as vLLM's scheduler is logged.
     Steps(cmd::steps::Args),
+    /// Price one step (prefill tokens, decoding sequences, context) with a
+    /// scenario role's step-time model, as a run builds it, and its terms.
+    Steptime(cmd::steptime::Args),
+    /// Fit a step-time model (linear or table2d) to measured steps in CSV
+    /// files, print its error by region and the step_time to paste.
+    Calibrate(cmd::calibrate::Args),
 }
 
 fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
@@ -54,6 +60,8 @@ fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Transfer(args) => cmd::transfer::run(args),
         Command::Steps(args) => cmd::steps::run(args),
+        Command::Steptime(args) => cmd::steptime::run(args),
+        Command::Calibrate(args) => cmd::calibrate::run(args),
     }
 }
 

@@ -23,6 +23,9 @@
 //! # vllm_version = "0.31.0"          # overrides the top-level one
 //! step_time = { kind = "linear", fixed_us = 4000, per_token_us = 40, per_seq_us = 0, per_context_token_us = 0.002 }
 //! # or { kind = "table", points = [[1, 5000], [8192, 330000]], per_context_token_us = 0 }
+//! # or { kind = "table2d", prefill = [[1, 5000], [8192, 200000]], prefill_self_pair_ns = 0.8,
+//! #      prefill_cached_pair_ns = 0.2, decode = { seqs = [1, 256], context = [512, 4096],
+//! #      us = [[4800, 5000], [12000, 38000]] } }   (on one line; see `pdsim calibrate`)
 //!
 //! [link]                             # all optional
 //! bandwidth_gb_s = 50.0              # default 50 (10^9 bytes/s)

@@ -154,6 +154,35 @@ pub enum StepTimeSpec {
         #[serde(default)]
         per_context_token_us: f64,
     },
+    /// A prefill term plus a decode term, each zero when its part of the
+    /// step is empty (as AISimulate prices an aggregated step: a P/D
+    /// prefill rank pays only the first, a decode rank only the second).
+    ///
+    /// Prefill: `P(N) + prefill_self_pair_ns × (Σ k(k+1)/2 − N(N+1)/2) +
+    /// prefill_cached_pair_ns × Σ k·c` over the prefill sequences (chunks
+    /// of k tokens on c cached), N their tokens, `P` the `prefill` table
+    /// (one prompt of N tokens, nothing cached). The middle term takes off
+    /// the causal attention a batch of several prompts does not do; the
+    /// last prices attention over cached tokens.
+    ///
+    /// Decode: the `decode` grid, bilinear in (decoding sequences, mean
+    /// context per decoding sequence).
+    Table2d {
+        /// `[tokens, µs]`: one prompt of that many tokens, nothing cached;
+        /// tokens strictly increasing. Linearly interpolated, extrapolated
+        /// from the end segments.
+        prefill: Vec<[f64; 2]>,
+        /// Per (query, key) pair of causal attention within the prefill
+        /// chunks, ns: the batch correction's rate (≥ 0).
+        #[serde(default)]
+        prefill_self_pair_ns: f64,
+        /// Per (query, cached key) pair of the prefill chunks' attention
+        /// over their cached tokens, ns (≥ 0).
+        #[serde(default)]
+        prefill_cached_pair_ns: f64,
+        /// The decode step time against decoding sequences and context.
+        decode: DecodeGrid,
+    },
     /// Priced from the batch's work on the deployment's `[hardware]`,
     /// with the model's `arch` ([`crate::steptime::roofline`] has the
     /// formula); every factor has a default.
@@ -177,6 +206,20 @@ pub enum StepTimeSpec {
         #[serde(default = "roofline::overhead")]
         overhead_us: f64,
     },
+}
+
+/// A decode step's time on a grid of (sequences, context per sequence),
+/// bilinearly interpolated and linearly extrapolated outside.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecodeGrid {
+    /// Decoding sequences in the step, strictly increasing, each ≥ 1.
+    pub seqs: Vec<u64>,
+    /// Tokens each decoding sequence has in its cache before the step (the
+    /// KV its attention reads besides its new token), strictly increasing.
+    pub context: Vec<u64>,
+    /// µs, one row per `seqs` value, one column per `context` value.
+    pub us: Vec<Vec<f64>>,
 }
 
 /// The roofline's defaults ([`crate::steptime::roofline::RooflineParams`]).

@@ -14,9 +14,11 @@ use pdsim::runner::RunError;
 use pdsim::scenario::ScenarioError;
 use pdsim::sweep::SweepError;
 
+pub mod calibrate;
 mod live;
 pub mod run;
 pub mod steps;
+pub mod steptime;
 pub mod sweep;
 pub mod transfer;
 pub mod validate;

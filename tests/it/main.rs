@@ -2,8 +2,10 @@
 //! suite links once: scenario files, workloads, trace readers, and the
 //! `validate`, `transfer`, `run` and `sweep` verbs run as a user runs them.
 
+mod cli_calibrate;
 mod cli_run;
 mod cli_steps;
+mod cli_steptime;
 mod cli_sweep;
 mod cli_transfer;
 mod cli_validate;

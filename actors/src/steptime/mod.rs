@@ -1,8 +1,11 @@
 //! Forward-pass time of one scheduler step.
 //!
 //! A rank asks its [`StepTimeModel`] how long a step takes given the shape
-//! of the batch. Two models come from scenario files ([`StepTimeSpec`]); any
-//! other can be plugged in by implementing the trait.
+//! of the batch. Four models come from scenario files ([`StepTimeSpec`]):
+//! [`LinearStepTime`], [`TableStepTime`], [`Table2dStepTime`]
+//! (`table2d.rs`: prefill and decode priced apart, the form `pdsim
+//! calibrate` fits to measured steps) and [`RooflineStepTime`]
+//! (`roofline.rs`); any other can be plugged in by implementing the trait.
 
 use sim_core::SimDuration;
 
@@ -12,6 +15,10 @@ use roofline::{RankInputs, RooflineParams, RooflineStepTime};
 
 use crate::config::StepTimeSpec;
 use crate::validate::{self, FieldError};
+
+pub mod table2d;
+
+pub use table2d::Table2dStepTime;
 
 /// What a step computes, summed over its batch.
 ///
@@ -158,6 +165,16 @@ impl StepTimeModel for LinearStepTime {
             + u128::from(self.per_context_token_ps) * u128::from(b.context_tokens);
         ps_to_duration(ps)
     }
+
+    fn terms(&self, b: &BatchShape) -> Vec<(&'static str, f64)> {
+        let term = |ps: u64, n: u64| ps_to_us(u128::from(ps) * u128::from(n));
+        vec![
+            ("fixed", term(self.fixed_ps, 1)),
+            ("per_token", term(self.per_token_ps, b.new_tokens)),
+            ("per_seq", term(self.per_seq_ps, b.seqs)),
+            ("per_context_token", term(self.per_context_token_ps, b.context_tokens)),
+        ]
+    }
 }
 
 /// A measured profile: step time against tokens computed, linearly
@@ -174,43 +191,64 @@ impl TableStepTime {
     /// A table from `[tokens, µs]` points; `None` if the points are empty,
     /// negative, or not strictly increasing in tokens.
     pub fn from_micros(points: &[[f64; 2]], per_context_token_us: f64) -> Option<Self> {
-        let mut out = Vec::with_capacity(points.len());
-        for &[tokens, us] in points {
-            if !(tokens >= 0.0 && us >= 0.0 && tokens.is_finite() && us <= 1e9) {
-                return None;
-            }
-            let t = tokens.round() as u64;
-            if out.last().is_some_and(|&(prev, _)| prev >= t) {
-                return None;
-            }
-            out.push((t, us_to_ps(us)));
-        }
-        if out.is_empty() {
-            return None;
-        }
-        Some(TableStepTime { points: out, per_context_token_ps: us_to_ps(per_context_token_us) })
+        Some(TableStepTime { points: points_ps(points)?, per_context_token_ps: us_to_ps(per_context_token_us) })
     }
 
     fn interpolate(&self, x: u64) -> u128 {
-        let p = &self.points;
-        if p.len() == 1 {
-            return u128::from(p[0].1);
-        }
-        // The segment whose right end is the first point at or past x (the
-        // first or last segment outside the table's range).
-        let i = p.partition_point(|&(t, _)| t < x).clamp(1, p.len() - 1);
-        let ((x0, y0), (x1, y1)) = (p[i - 1], p[i]);
-        let (x, x0, x1) = (i128::from(x), i128::from(x0), i128::from(x1));
-        let (y0, y1) = (i128::from(y0), i128::from(y1));
-        let y = y0 + (y1 - y0) * (x - x0) / (x1 - x0);
-        u128::try_from(y.max(0)).unwrap_or(0)
+        interpolate(&self.points, x)
     }
+}
+
+/// The piecewise-linear function through `points` (x strictly increasing,
+/// at least one point) at `x`, extrapolated from the end segments and
+/// clamped at 0.
+fn interpolate(p: &[(u64, u64)], x: u64) -> u128 {
+    if p.len() == 1 {
+        return u128::from(p[0].1);
+    }
+    // The segment whose right end is the first point at or past x (the
+    // first or last segment outside the table's range).
+    let i = p.partition_point(|&(t, _)| t < x).clamp(1, p.len() - 1);
+    let ((x0, y0), (x1, y1)) = (p[i - 1], p[i]);
+    let (x, x0, x1) = (i128::from(x), i128::from(x0), i128::from(x1));
+    let (y0, y1) = (i128::from(y0), i128::from(y1));
+    // |y1 − y0| < 2^64 and |x − x0| < 2^64: the product fits in i128.
+    let y = y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+    u128::try_from(y.max(0)).unwrap_or(0)
+}
+
+/// Whole `[tokens, µs]` points as (tokens, ps); `None` if empty, negative,
+/// past 1e9 µs, or not strictly increasing in whole tokens.
+fn points_ps(points: &[[f64; 2]]) -> Option<Vec<(u64, u64)>> {
+    let mut out = Vec::with_capacity(points.len());
+    for &[tokens, us] in points {
+        if !(tokens >= 0.0 && us >= 0.0 && tokens.is_finite() && us <= 1e9) {
+            return None;
+        }
+        let t = tokens.round() as u64;
+        if out.last().is_some_and(|&(prev, _)| prev >= t) {
+            return None;
+        }
+        out.push((t, us_to_ps(us)));
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+fn ps_to_us(ps: u128) -> f64 {
+    ps as f64 / 1e6
 }
 
 impl StepTimeModel for TableStepTime {
     fn step_time(&self, b: &BatchShape) -> SimDuration {
         let ps = self.interpolate(b.new_tokens) + u128::from(self.per_context_token_ps) * u128::from(b.context_tokens);
         ps_to_duration(ps)
+    }
+
+    fn terms(&self, b: &BatchShape) -> Vec<(&'static str, f64)> {
+        vec![
+            ("table", ps_to_us(self.interpolate(b.new_tokens))),
+            ("per_context_token", ps_to_us(u128::from(self.per_context_token_ps) * u128::from(b.context_tokens))),
+        ]
     }
 }
 
@@ -227,6 +265,11 @@ pub fn build(spec: &StepTimeSpec, rank: Option<RankInputs<'_>>) -> Result<Box<dy
             TableStepTime::from_micros(points, *per_context_token_us)
                 .map(|t| Box::new(t) as Box<dyn StepTimeModel>)
                 .ok_or_else(|| FieldError::new("step_time.points", "refused by the table model"))
+        }
+        StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode } => {
+            Table2dStepTime::from_spec(prefill, *prefill_self_pair_ns, *prefill_cached_pair_ns, decode)
+                .map(|t| Box::new(t) as Box<dyn StepTimeModel>)
+                .ok_or_else(|| FieldError::new("step_time", "refused by the table2d model"))
         }
         StepTimeSpec::Roofline {
             gemm_efficiency,
@@ -262,6 +305,8 @@ mod tests {
         let b = BatchShape { new_tokens: 999, seqs: 1, context_tokens: 999, ..BatchShape::default() };
         // 5,000 + 999 × 30 + 1 + 999 × 0.5 = 5,000 + 29,970 + 1 + 499.5 = 35,470.5 µs
         assert_eq!(m.step_time(&b), SimDuration::from_nanos(35_470_500));
+        let terms = [("fixed", 5_000.0), ("per_token", 29_970.0), ("per_seq", 1.0), ("per_context_token", 499.5)];
+        assert_eq!(m.terms(&b), terms);
     }
 
     #[test]
@@ -275,6 +320,11 @@ mod tests {
         assert_eq!(at(1537), 30_000_000); // halfway between 1025 and 2049
         assert_eq!(at(3073), 60_000_000); // one more segment's slope past the end
         assert_eq!(at(0), 9_990_235); // 10 ms − 10 ms/1024, rounded up to the ns
+        let t = TableStepTime::from_micros(&[[1.0, 10_000.0], [1025.0, 20_000.0]], 0.5).unwrap();
+        let b = BatchShape { new_tokens: 513, seqs: 1, context_tokens: 1_000, ..BatchShape::default() };
+        // 15,000 µs from the table, 1,000 × 0.5 = 500 µs of context.
+        assert_eq!(t.terms(&b), [("table", 15_000.0), ("per_context_token", 500.0)]);
+        assert_eq!(t.step_time(&b).as_nanos(), 15_500_000);
         assert!(TableStepTime::from_micros(&[[2.0, 1.0], [2.0, 3.0]], 0.0).is_none());
         assert!(TableStepTime::from_micros(&[], 0.0).is_none());
     }

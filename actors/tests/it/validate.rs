@@ -1,7 +1,7 @@
 //! The deployment checks of `actors::validate`, one family per test, through
 //! `Deployment::build`: the field each names and its problem.
 
-use actors::config::{CrashSpec, DeploymentSpec, LinkSpec, RoleSpec, SloSpec, StepTimeSpec};
+use actors::config::{CrashSpec, DecodeGrid, DeploymentSpec, LinkSpec, RoleSpec, SloSpec, StepTimeSpec};
 use actors::model::{ModelSpec, Role};
 use actors::sim::{ConfigError, Deployment, MAX_RANKS};
 use actors::units::Tokens;
@@ -126,6 +126,46 @@ fn table_step_times_need_increasing_whole_tokens() {
     // 1.2 and 1.4 increase, but the model keeps whole tokens.
     is(refused(&with(vec![[1.2, 5.0], [1.4, 6.0]], 0.0)), "decode.step_time.points[1]", "rounds to 1");
     is(refused(&with(vec![[1.0, 5.0]], -1.0)), "decode.step_time.per_context_token_us", "must be >= 0");
+}
+
+#[test]
+fn table2d_step_times_need_increasing_axes_and_a_grid_of_their_shape() {
+    let grid = |seqs: Vec<u64>, context: Vec<u64>, us: Vec<Vec<f64>>| DecodeGrid { seqs, context, us };
+    let good = || grid(vec![1, 4], vec![512, 1024, 2048], vec![vec![5.0, 6.0, 7.0], vec![8.0, 9.0, 10.0]]);
+    let with = |prefill: Vec<[f64; 2]>, self_ns: f64, cached_ns: f64, decode: DecodeGrid| {
+        let mut d = pd();
+        d.decode.as_mut().unwrap().step_time =
+            StepTimeSpec::Table2d { prefill, prefill_self_pair_ns: self_ns, prefill_cached_pair_ns: cached_ns, decode };
+        d
+    };
+    let p = || vec![[1.0, 5.0], [8192.0, 200.0]];
+    assert!(Deployment::build(&linear_spec(1_024), &with(p(), 0.778, 0.5, good())).is_ok());
+    is(refused(&with(vec![], 0.0, 0.0, good())), "decode.step_time.prefill", "at least one");
+    is(refused(&with(vec![[8.0, 5.0], [8.0, 6.0]], 0.0, 0.0, good())), "decode.step_time.prefill[1]", "strictly");
+    is(refused(&with(p(), -1.0, 0.0, good())), "decode.step_time.prefill_self_pair_ns", "must be >= 0, got -1");
+    is(refused(&with(p(), 0.0, f64::NAN, good())), "decode.step_time.prefill_cached_pair_ns", "got NaN");
+    is(refused(&with(p(), 0.0, 2e6, good())), "decode.step_time.prefill_cached_pair_ns", "at most 1e6 ns");
+    let mut g = good();
+    g.seqs = vec![0, 4];
+    is(refused(&with(p(), 0.0, 0.0, g)), "decode.step_time.decode.seqs[0]", "must be >= 1, got 0");
+    let mut g = good();
+    g.context = vec![512, 512, 2048];
+    is(refused(&with(p(), 0.0, 0.0, g)), "decode.step_time.decode.context[1]", "strictly increasing");
+    let mut g = good();
+    g.context.clear();
+    is(refused(&with(p(), 0.0, 0.0, g)), "decode.step_time.decode.context", "at least one value");
+    let mut g = good();
+    g.us.pop();
+    is(refused(&with(p(), 0.0, 0.0, g)), "decode.step_time.decode.us", "has 1 rows, one per seqs value needs 2");
+    let mut g = good();
+    g.us[1].pop();
+    is(refused(&with(p(), 0.0, 0.0, g)), "decode.step_time.decode.us[1]", "has 2 values");
+    let mut g = good();
+    g.us[1][2] = -3.0;
+    is(refused(&with(p(), 0.0, 0.0, g)), "decode.step_time.decode.us[1][2]", "must be >= 0, got -3");
+    let mut g = good();
+    g.us[0][1] = f64::INFINITY;
+    is(refused(&with(p(), 0.0, 0.0, g)), "decode.step_time.decode.us[0][1]", "at most 1e9");
 }
 
 #[test]

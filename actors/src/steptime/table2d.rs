@@ -1,0 +1,376 @@
+//! The two-dimensional table model ([`StepTimeSpec::Table2d`]): a step's
+//! prefill part and decode part priced apart and added, as AISimulate
+//! prices an aggregated step (prefill of the prompts in the step, plus
+//! decode of the running sequences at their mean context), each term zero
+//! when its part is empty. A P/D prefill rank pays only the first, a decode
+//! rank only the second.
+//!
+//! - Prefill: `P(N) + self × (Σ k(k+1)/2 − N(N+1)/2) + cached × Σ k·c`,
+//!   with `P` a 1-D table of one prompt of N tokens on an empty cache, N
+//!   the prefill tokens, and the sums over the prefill sequences (chunks of
+//!   k tokens on c cached). The middle term is never positive: a batch of
+//!   several prompts does less causal attention than one prompt of all
+//!   their tokens. The last prices attention over what was cached.
+//! - Decode: a grid of (decoding sequences, context per sequence) read
+//!   bilinearly at (d, X/d), X the tokens the d decoding sequences had in
+//!   their cache before the step, linearly extrapolated outside.
+//!
+//! Integer arithmetic throughout: tables in picoseconds, the pair rates in
+//! femtoseconds, the grid read as one exact fraction (an `f64` fallback
+//! only where an extrapolation far outside the grid would overflow 128
+//! bits); the step rounded up to whole nanoseconds once.
+//!
+//! [`StepTimeSpec::Table2d`]: crate::config::StepTimeSpec::Table2d
+
+use sim_core::SimDuration;
+
+use super::{BatchShape, StepTimeModel, interpolate, points_ps, us_to_ps};
+use crate::config::DecodeGrid;
+
+/// Femtoseconds in a picosecond.
+const FS_PER_PS: i128 = 1000;
+/// Femtoseconds in a nanosecond.
+const FS_PER_NS: i128 = 1_000_000;
+/// The largest pair rate the model takes, ns (a millisecond a pair is a
+/// typo).
+pub const MAX_PAIR_NS: f64 = 1e6;
+
+/// Prefill table plus attention-pair corrections, plus a decode grid.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Table2dStepTime {
+    /// (tokens, ps) of one prompt on an empty cache, tokens strictly increasing.
+    prefill: Vec<(u64, u64)>,
+    /// fs per pair of the batch correction.
+    self_pair_fs: i128,
+    /// fs per (query, cached key) pair.
+    cached_pair_fs: i128,
+    /// Decoding sequences, strictly increasing, each ≥ 1.
+    seqs: Vec<u64>,
+    /// Context per decoding sequence before the step, strictly increasing.
+    context: Vec<u64>,
+    /// ps at (seqs[i], context[j]), at `i × context.len() + j`.
+    grid: Vec<u64>,
+}
+
+/// The four terms of a step, fs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Terms {
+    table: i128,
+    correction: i128,
+    cached: i128,
+    decode: i128,
+}
+
+impl Terms {
+    /// The step: the prefill term and the decode term, each at least 0.
+    fn total(&self) -> i128 {
+        let prefill = self.table.saturating_add(self.correction).saturating_add(self.cached).max(0);
+        prefill.saturating_add(self.decode.max(0))
+    }
+}
+
+fn fs_to_us(fs: i128) -> f64 {
+    fs as f64 / 1e9
+}
+
+/// `v` as i128, saturating (values past 2^127 only come from shapes no
+/// step has).
+fn sat(v: u128) -> i128 {
+    i128::try_from(v).unwrap_or(i128::MAX)
+}
+
+/// The two neighbours on `axis` of a point for which `before(v)` holds for
+/// exactly the axis values below it: the segment whose right end is the
+/// first value at or past the point (the first or last segment outside the
+/// axis). One value: that value twice.
+fn segment(axis: &[u64], before: impl FnMut(&u64) -> bool) -> (usize, usize) {
+    if axis.len() == 1 {
+        return (0, 0);
+    }
+    let i = axis.partition_point(before).clamp(1, axis.len() - 1);
+    (i - 1, i)
+}
+
+impl Table2dStepTime {
+    /// The model of a `table2d` spec (see [`crate::validate`] for the
+    /// checks, with field paths); `None` if a value is refused.
+    pub fn from_spec(
+        prefill: &[[f64; 2]],
+        self_pair_ns: f64,
+        cached_pair_ns: f64,
+        decode: &DecodeGrid,
+    ) -> Option<Self> {
+        let rate = |ns: f64| (ns.is_finite() && (0.0..=MAX_PAIR_NS).contains(&ns)).then(|| (ns * 1e6).round() as i128);
+        let increasing = |axis: &[u64]| !axis.is_empty() && axis.windows(2).all(|w| w[0] < w[1]);
+        if !increasing(&decode.seqs) || decode.seqs[0] == 0 || !increasing(&decode.context) {
+            return None;
+        }
+        if decode.us.len() != decode.seqs.len() {
+            return None;
+        }
+        let mut grid = Vec::with_capacity(decode.seqs.len() * decode.context.len());
+        for row in &decode.us {
+            if row.len() != decode.context.len() {
+                return None;
+            }
+            for &us in row {
+                if !(0.0..=1e9).contains(&us) {
+                    return None;
+                }
+                grid.push(us_to_ps(us));
+            }
+        }
+        Some(Table2dStepTime {
+            prefill: points_ps(prefill)?,
+            self_pair_fs: rate(self_pair_ns)?,
+            cached_pair_fs: rate(cached_pair_ns)?,
+            seqs: decode.seqs.clone(),
+            context: decode.context.clone(),
+            grid,
+        })
+    }
+
+    fn terms_fs(&self, b: &BatchShape) -> Terms {
+        let mut t = Terms { decode: self.decode_fs(b), ..Terms::default() };
+        if b.prefill_seqs > 0 {
+            let n = u128::from(b.prefill_tokens);
+            t.table = sat(interpolate(&self.prefill, b.prefill_tokens)).saturating_mul(FS_PER_PS);
+            // n(n + 1) < 2^128 for any u64 n.
+            let one_prompt = n * (n + 1) / 2;
+            let missing = one_prompt.saturating_sub(b.prefill_self_pairs);
+            t.correction = -sat(missing).saturating_mul(self.self_pair_fs);
+            t.cached = sat(b.prefill_cached_pairs).saturating_mul(self.cached_pair_fs);
+        }
+        t
+    }
+
+    /// The grid at (d, X/d), fs; 0 with no decoding sequence.
+    fn decode_fs(&self, b: &BatchShape) -> i128 {
+        let d = b.decode_seqs();
+        if d == 0 {
+            return 0;
+        }
+        let x = b.decode_context;
+        let (i0, i1) = segment(&self.seqs, |&s| s < d);
+        // Mean context c = X/d compared as c_j × d < X, exactly.
+        let (j0, j1) = segment(&self.context, |&c| u128::from(c) * u128::from(d) < u128::from(x));
+        let n = self.context.len();
+        let v = |i: usize, j: usize| self.grid[i * n + j];
+        let corners = [v(i0, j0), v(i0, j1), v(i1, j0), v(i1, j1)];
+        let axes = ([self.seqs[i0], self.seqs[i1]], [self.context[j0], self.context[j1]]);
+        exact_bilinear(d, x, axes, corners).unwrap_or_else(|| approx_bilinear(d, x, axes, corners))
+    }
+}
+
+/// The bilinear form at d sequences of X context between them, in fs, as
+/// one fraction:
+///
+/// ```text
+///   [ (s1 − d)·((c1·d − X)·v00 + (X − c0·d)·v01)
+///   + (d − s0)·((c1·d − X)·v10 + (X − c0·d)·v11) ] / ((s1 − s0)·(c1 − c0)·d)
+/// ```
+///
+/// (the weights of the mean context X/d multiplied through by d); an axis
+/// of one value weighs its one corner 1. `None` on overflow.
+fn exact_bilinear(d: u64, x: u64, ([s0, s1], [c0, c1]): ([u64; 2], [u64; 2]), v: [u64; 4]) -> Option<i128> {
+    let (d, x) = (i128::from(d), i128::from(x));
+    let (s0, s1, c0, c1) = (i128::from(s0), i128::from(s1), i128::from(c0), i128::from(c1));
+    let (ws0, ws1, ds) = if s0 == s1 { (1, 0, 1) } else { (s1 - d, d - s0, s1 - s0) };
+    let (wc0, wc1, dc) =
+        if c0 == c1 { (1, 0, 1) } else { (c1.checked_mul(d)? - x, x - c0.checked_mul(d)?, (c1 - c0).checked_mul(d)?) };
+    let [v00, v01, v10, v11] = v.map(i128::from);
+    let row = |a: i128, b: i128| wc0.checked_mul(a)?.checked_add(wc1.checked_mul(b)?);
+    let num = ws0.checked_mul(row(v00, v01)?)?.checked_add(ws1.checked_mul(row(v10, v11)?)?)?;
+    let den = ds.checked_mul(dc)?;
+    Some(num.checked_mul(FS_PER_PS)?.div_euclid(den))
+}
+
+/// [`exact_bilinear`] in `f64`, for the far extrapolations that overflow
+/// it (still deterministic: the same IEEE operations in the same order).
+fn approx_bilinear(d: u64, x: u64, ([s0, s1], [c0, c1]): ([u64; 2], [u64; 2]), v: [u64; 4]) -> i128 {
+    let (d, x) = (d as f64, x as f64);
+    let (s0, s1, c0, c1) = (s0 as f64, s1 as f64, c0 as f64, c1 as f64);
+    let ts = if s0 == s1 { 0.0 } else { (d - s0) / (s1 - s0) };
+    let tc = if c0 == c1 { 0.0 } else { (x / d - c0) / (c1 - c0) };
+    let [v00, v01, v10, v11] = v.map(|p| p as f64);
+    let lo = v00 + (v01 - v00) * tc;
+    let hi = v10 + (v11 - v10) * tc;
+    // `as` saturates at the ends of i128 (and takes NaN to 0).
+    ((lo + (hi - lo) * ts) * FS_PER_PS as f64) as i128
+}
+
+impl StepTimeModel for Table2dStepTime {
+    fn step_time(&self, b: &BatchShape) -> SimDuration {
+        let fs = self.terms_fs(b).total();
+        let ns = fs.div_euclid(FS_PER_NS) + i128::from(fs.rem_euclid(FS_PER_NS) != 0);
+        SimDuration::from_nanos(u64::try_from(ns.max(0)).unwrap_or(u64::MAX))
+    }
+
+    fn terms(&self, b: &BatchShape) -> Vec<(&'static str, f64)> {
+        let t = self.terms_fs(b);
+        vec![
+            ("prefill_table", fs_to_us(t.table)),
+            ("prefill_batch_correction", fs_to_us(t.correction)),
+            ("prefill_cached_attention", fs_to_us(t.cached)),
+            ("decode_grid", fs_to_us(t.decode)),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grid(seqs: &[u64], context: &[u64], us: &[&[f64]]) -> DecodeGrid {
+        DecodeGrid { seqs: seqs.to_vec(), context: context.to_vec(), us: us.iter().map(|r| r.to_vec()).collect() }
+    }
+
+    /// Prefill table 1,024 → 20 ms, 8,192 → 200 ms; 0.778 ns a pair of
+    /// the correction, 0.5 ns a cached pair; decode 1 or 3 sequences at
+    /// 100 or 300 tokens of context.
+    fn model() -> Table2dStepTime {
+        let decode = grid(&[1, 3], &[100, 300], &[&[10.0, 30.0], &[20.0, 60.0]]);
+        Table2dStepTime::from_spec(&[[1024.0, 20_000.0], [8192.0, 200_000.0]], 0.778, 0.5, &decode).unwrap()
+    }
+
+    fn prompts(n: u64, k: u64, cached: u64) -> BatchShape {
+        let mut b = BatchShape::default();
+        for _ in 0..n {
+            b.add(k, cached, false);
+        }
+        b
+    }
+
+    fn decoding(contexts: &[u64]) -> BatchShape {
+        let mut b = BatchShape::default();
+        for &c in contexts {
+            b.add(1, c, true);
+        }
+        b
+    }
+
+    fn ns(m: &Table2dStepTime, b: &BatchShape) -> u64 {
+        m.step_time(b).as_nanos()
+    }
+
+    #[test]
+    fn one_prompt_is_the_table() {
+        let m = model();
+        // Σ k(k+1)/2 = N(N+1)/2 for one prompt: no correction.
+        assert_eq!(ns(&m, &prompts(1, 8192, 0)), 200_000_000);
+        // Halfway between 1,024 and 8,192 tokens: (20 + 200)/2 = 110 ms.
+        assert_eq!(ns(&m, &prompts(1, 4608, 0)), 110_000_000);
+        // Past the end: one more segment's slope, 200 + 180 × 1,024/7,168
+        // = 225.714285… ms, rounded up to the ns.
+        assert_eq!(ns(&m, &prompts(1, 9216, 0)), 225_714_286);
+    }
+
+    #[test]
+    fn a_batch_of_prompts_pays_less_attention_than_one_long_prompt() {
+        let m = model();
+        // 8 × 1,024 tokens: Σ k(k+1)/2 = 8 × 524,800 = 4,198,400 pairs;
+        // one prompt of 8,192: 8,192 × 8,193/2 = 33,558,528 pairs, so
+        // 29,360,128 fewer, × 0.778 ns = 22,842,179.584 ns.
+        // 200,000,000 − 22,842,179.584 = 177,157,820.416 ns, rounded up.
+        let b = prompts(8, 1024, 0);
+        assert_eq!(ns(&m, &b), 177_157_821);
+        let terms = m.terms(&b);
+        assert_eq!(terms[0], ("prefill_table", 200_000.0));
+        assert_eq!(terms[1], ("prefill_batch_correction", -22_842.179584));
+        assert_eq!(terms[2], ("prefill_cached_attention", 0.0));
+        assert_eq!(terms[3], ("decode_grid", 0.0));
+    }
+
+    #[test]
+    fn cached_tokens_cost_their_attention_pairs() {
+        let m = model();
+        // 256 tokens on 768 cached: P(256) extrapolates the first segment,
+        // 20,000 − 180,000 × 768/7,168 = 714.285714… µs (in whole ps,
+        // 714,285,715); 256 × 768 = 196,608 cached pairs × 0.5 ns = 98,304
+        // ns. 714,285.715 + 98,304 = 812,589.715 ns, rounded up.
+        assert_eq!(ns(&m, &prompts(1, 256, 768)), 812_590);
+    }
+
+    #[test]
+    fn the_decode_grid_is_bilinear_in_sequences_and_mean_context() {
+        let m = model();
+        // At the corners, the grid.
+        assert_eq!(ns(&m, &decoding(&[100])), 10_000);
+        assert_eq!(ns(&m, &decoding(&[300, 300, 300])), 60_000);
+        // 2 sequences at 200 on average (150 + 250): rows 1 → 20 µs, 3 → 40
+        // µs at context 200, 30 µs halfway.
+        assert_eq!(ns(&m, &decoding(&[150, 250])), 30_000);
+        // Mean context 601/3 = 200.333…: 20 + 40 × 100.333…/200
+        // = 24,040/600 µs = 40.0666… µs, rounded up to 40,067 ns.
+        assert_eq!(ns(&m, &decoding(&[200, 200, 201])), 40_067);
+        // Outside: 5 sequences at 500. Row 1 at 500: 10 + 20 × 400/200 = 50;
+        // row 3: 20 + 40 × 2 = 100; 5 sequences: 50 + 50 × (5 − 1)/2 = 150 µs.
+        assert_eq!(ns(&m, &decoding(&[500; 5])), 150_000);
+        // Below the grid: 1 sequence at context 0, 10 − 20 × 100/200 = 0 µs.
+        assert_eq!(ns(&m, &decoding(&[0])), 0);
+        // Further below, negative, clamped at 0: 1 sequence at 0 on a grid
+        // whose first column is 100 and 400 µs further on.
+        let steep = grid(&[1, 3], &[100, 300], &[&[10.0, 410.0], &[20.0, 60.0]]);
+        let m = Table2dStepTime::from_spec(&[[1.0, 5.0]], 0.0, 0.0, &steep).unwrap();
+        assert_eq!(ns(&m, &decoding(&[0])), 0);
+    }
+
+    #[test]
+    fn a_mixed_step_pays_both_terms_and_an_empty_part_nothing() {
+        let m = model();
+        let mut b = prompts(1, 8192, 0);
+        b.add(1, 100, true);
+        // 200 ms of prefill + 10 µs of decode.
+        assert_eq!(ns(&m, &b), 200_010_000);
+        assert_eq!(ns(&m, &BatchShape::default()), 0);
+    }
+
+    #[test]
+    fn one_value_axes_are_constant_along_them() {
+        let decode = grid(&[4], &[1000], &[&[7.0]]);
+        let m = Table2dStepTime::from_spec(&[[1.0, 5.0]], 0.0, 0.0, &decode).unwrap();
+        assert_eq!(ns(&m, &decoding(&[1, 2, 3])), 7_000);
+        assert_eq!(ns(&m, &prompts(3, 100, 0)), 5_000);
+        // One context value, two sequence values: linear in sequences only.
+        let decode = grid(&[1, 2], &[1000], &[&[10.0], &[20.0]]);
+        let m = Table2dStepTime::from_spec(&[[1.0, 5.0]], 0.0, 0.0, &decode).unwrap();
+        assert_eq!(ns(&m, &decoding(&[5, 5, 5, 5])), 40_000);
+    }
+
+    #[test]
+    fn far_extrapolations_saturate_rather_than_overflow() {
+        let m = model();
+        let b = BatchShape::decoding(u64::MAX / 4, u64::MAX / 2);
+        assert!(m.step_time(&b) > SimDuration::from_nanos(0));
+        let mut p = BatchShape::default();
+        p.add(u64::MAX / 4, u64::MAX / 4, false);
+        let _ = m.step_time(&p);
+    }
+
+    #[test]
+    fn refused_specs() {
+        let ok = grid(&[1, 3], &[100, 300], &[&[10.0, 30.0], &[20.0, 60.0]]);
+        let points = [[1.0, 5.0]];
+        assert!(Table2dStepTime::from_spec(&points, 0.0, 0.0, &ok).is_some());
+        assert!(Table2dStepTime::from_spec(&points, -1.0, 0.0, &ok).is_none());
+        assert!(Table2dStepTime::from_spec(&points, 0.0, f64::NAN, &ok).is_none());
+        assert!(Table2dStepTime::from_spec(&[], 0.0, 0.0, &ok).is_none());
+        assert!(
+            Table2dStepTime::from_spec(&points, 0.0, 0.0, &grid(&[0, 3], &[100, 300], &[&[1.0, 1.0], &[1.0, 1.0]]))
+                .is_none()
+        );
+        assert!(
+            Table2dStepTime::from_spec(&points, 0.0, 0.0, &grid(&[3, 3], &[100, 300], &[&[1.0, 1.0], &[1.0, 1.0]]))
+                .is_none()
+        );
+        assert!(Table2dStepTime::from_spec(&points, 0.0, 0.0, &grid(&[1, 3], &[100, 300], &[&[1.0, 1.0]])).is_none());
+        assert!(
+            Table2dStepTime::from_spec(&points, 0.0, 0.0, &grid(&[1, 3], &[100, 300], &[&[1.0, 1.0], &[1.0]]))
+                .is_none()
+        );
+        assert!(
+            Table2dStepTime::from_spec(&points, 0.0, 0.0, &grid(&[1, 3], &[100, 300], &[&[1.0, 1.0], &[1.0, -1.0]]))
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! `pdsim steptime SCENARIO --prefill-tokens N … --decode-seqs D
+//! --context-tokens C`: the time of one step of a role's ranks, priced by
+//! the step-time model a run of the scenario builds for them, with the
+//! model's terms.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use actors::model::Role;
+use actors::sim::Deployment;
+use pdsim::calibrate::{StepCounts, price_us};
+use pdsim::scenario;
+
+use super::{CmdError, emit};
+
+/// A role, as `--role` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RoleArg {
+    /// The prefill ranks of a P/D deployment.
+    Prefill,
+    /// The decode ranks of a P/D deployment.
+    Decode,
+    /// The ranks of an aggregated deployment.
+    Aggregated,
+}
+
+impl From<RoleArg> for Role {
+    fn from(r: RoleArg) -> Role {
+        match r {
+            RoleArg::Prefill => Role::Prefill,
+            RoleArg::Decode => Role::Decode,
+            RoleArg::Aggregated => Role::Aggregated,
+        }
+    }
+}
+
+/// Arguments of `pdsim steptime`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The scenario whose role's `step_time` prices the step.
+    pub scenario: PathBuf,
+    /// The role whose ranks run the step (default: the only one the
+    /// scenario has).
+    #[arg(long, value_enum)]
+    pub role: Option<RoleArg>,
+    /// N: prompt tokens the step computes (prefill chunks).
+    #[arg(long, value_name = "N", default_value_t = 0, allow_negative_numbers = true)]
+    pub prefill_tokens: u64,
+    /// P: sequences the N tokens are spread over, evenly (default 1 when
+    /// N > 0).
+    #[arg(long, value_name = "P", allow_negative_numbers = true)]
+    pub prefill_seqs: Option<u64>,
+    /// X: of the C context tokens, those the prefill sequences have cached
+    /// (spread evenly over them; default all of C when D = 0, else 0).
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub prefill_cached: Option<u64>,
+    /// D: sequences decoding one token each.
+    #[arg(long, value_name = "D", default_value_t = 0, allow_negative_numbers = true)]
+    pub decode_seqs: u64,
+    /// C: KV the step reads beyond the tokens it computes, summed over all
+    /// its sequences (C − X of it spread evenly over the D decoding ones).
+    #[arg(long, value_name = "C", default_value_t = 0, allow_negative_numbers = true)]
+    pub context_tokens: u64,
+    /// Print `{"step_us": …, "terms": {…}}` instead of lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The role `--role` names, or the only one `d` has.
+pub fn pick_role(d: &actors::config::DeploymentSpec, asked: Option<RoleArg>) -> Result<Role, CmdError> {
+    let present: Vec<Role> =
+        [(Role::Prefill, &d.prefill), (Role::Decode, &d.decode), (Role::Aggregated, &d.aggregated)]
+            .into_iter()
+            .filter_map(|(r, s)| s.as_ref().map(|_| r))
+            .collect();
+    let names = present.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(" and ");
+    match asked.map(Role::from) {
+        Some(r) if present.contains(&r) => Ok(r),
+        Some(r) => Err(CmdError::BadInput(format!("--role {r}: the scenario has no {r} ranks (it has {names})"))),
+        None => match present.as_slice() {
+            [only] => Ok(*only),
+            _ => Err(CmdError::BadInput(format!("--role: the scenario has {names} ranks; name one with --role"))),
+        },
+    }
+}
+
+/// Loads the scenario, builds the role's model as a run does, prices the step.
+pub fn run(args: &Args) -> Result<(), CmdError> {
+    let scenario = scenario::load(&args.scenario)?;
+    let role = pick_role(scenario.deployment(), args.role)?;
+    let dep = Deployment::build(scenario.model_spec(), scenario.deployment())
+        .map_err(|e| CmdError::BadInput(format!("{}: {e}", scenario.source())))?;
+    let model = dep.step_time_for(role).ok_or_else(|| CmdError::Internal(format!("no {role} role after checks")))?;
+    let counts = StepCounts {
+        prefill_tokens: args.prefill_tokens,
+        prefill_seqs: args.prefill_seqs,
+        prefill_cached: args.prefill_cached,
+        decode_seqs: args.decode_seqs,
+        context_tokens: args.context_tokens,
+    };
+    let shape =
+        counts.shape().map_err(|e| CmdError::BadInput(format!("--{}: {}", e.count.replace('_', "-"), e.problem)))?;
+    let step_us = price_us(model.as_ref(), &shape);
+    let terms = model.terms(&shape);
+    if args.json {
+        let terms: serde_json::Map<String, serde_json::Value> =
+            terms.iter().map(|&(name, us)| (name.to_owned(), serde_json::json!(us))).collect();
+        let v = serde_json::json!({ "step_us": step_us, "terms": terms });
+        return emit(&format!("{v}\n"));
+    }
+    let mut out = format!("{step_us:.3} µs\n");
+    for (name, us) in &terms {
+        writeln!(out, "  {name:<26} {us:>14.3} µs").expect("writing to a String");
+    }
+    emit(&out)
+}
