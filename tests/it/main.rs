@@ -14,5 +14,6 @@ mod pinned;
 mod presets;
 mod robust;
 mod scenario;
+mod steptime_fidelity;
 mod traces;
 mod workload;

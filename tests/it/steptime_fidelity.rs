@@ -1,0 +1,77 @@
+//! The shipped Llama-3.1-8B/H200 scenarios against the data their step
+//! times come from: every point of AIConfigurator's TP 1 and TP 4 grids
+//! (tests/fixtures/aic-llama-3.1-8b-h200/), priced by the scenario's own
+//! model exactly as a run builds it, within 10 %; and the roofline alone
+//! (the same scenario, `step_time = { kind = "roofline" }`, no fitted
+//! number) within 25 %.
+//!
+//! Error tables (|model − measured| / measured), as measured:
+//!
+//! ```text
+//! scenario  model     region   points  mean    worst
+//! tp1       table2d   prefill      30  0.33 %  1.42 %  (256 tokens on 768 cached)
+//! tp1       table2d   decode      160  0.00 %  0.00 %  (every point a grid node)
+//! tp4       table2d   prefill      30  0.22 %  2.72 %  (256 on 768 cached: faster than 256 on nothing)
+//! tp4       table2d   decode      160  0.00 %  0.00 %
+//! tp1       roofline  prefill      30  6.2 %  22.3 %   (128 tokens: small GEMMs below 0.7 of peak)
+//! tp1       roofline  decode      160  7.9 %  21.7 %
+//! tp4       roofline  prefill      30  10.2 % 21.3 %
+//! tp4       roofline  decode      160  5.2 %  16.3 %
+//! ```
+
+use actors::config::StepTimeSpec;
+use actors::model::Role;
+use actors::sim::Deployment;
+use pdsim::calibrate::{self, Region};
+use pdsim::scenario;
+
+use crate::common::{fixture, scenario_file};
+
+/// The points of the fixture grids at `tp`.
+fn points(tp: u32) -> Vec<calibrate::Point> {
+    let mut all = Vec::new();
+    for kind in ["prefill", "decode"] {
+        let path = fixture(&format!("aic-llama-3.1-8b-h200/aic_{kind}_tp{tp}.csv"));
+        all.extend(calibrate::read_points(&path).unwrap());
+    }
+    assert_eq!(all.len(), 190, "30 prefill and 160 decode points");
+    all
+}
+
+/// The worst error by region of the scenario's aggregated model (or the
+/// roofline in its place), printed as a table.
+fn worst(tp: u32, roofline: bool) -> Vec<(Region, f64, f64)> {
+    let s = scenario::load(&scenario_file(&format!("llama-3.1-8b-h200-tp{tp}.toml"))).unwrap();
+    let mut spec = s.deployment().clone();
+    if roofline {
+        spec.aggregated.as_mut().unwrap().step_time =
+            toml::from_str::<toml::Table>("kind = \"roofline\"").unwrap().try_into::<StepTimeSpec>().unwrap();
+    }
+    let dep = Deployment::build(s.model_spec(), &spec).unwrap();
+    let model = dep.step_time_for(Role::Aggregated).unwrap();
+    let fits = calibrate::fit_errors(model.as_ref(), &points(tp));
+    println!("tp{tp} {}:\n{}", if roofline { "roofline" } else { "table2d" }, calibrate::error_table(&fits));
+    fits.iter().filter(|f| f.steps > 0).map(|f| (f.region, f.mean_error, f.worst_error)).collect()
+}
+
+#[test]
+fn the_shipped_h200_scenarios_price_every_measured_point_within_10_percent() {
+    for tp in [1, 4] {
+        let fits = worst(tp, false);
+        assert_eq!(fits.len(), 2, "prefill and decode points");
+        for (region, mean, worst) in fits {
+            assert!(worst <= 0.10, "tp{tp} {region:?}: worst {:.2} %", worst * 100.0);
+            assert!(mean <= 0.01, "tp{tp} {region:?}: mean {:.2} %", mean * 100.0);
+        }
+    }
+}
+
+#[test]
+fn the_roofline_alone_prices_every_measured_point_within_25_percent() {
+    for tp in [1, 4] {
+        for (region, mean, worst) in worst(tp, true) {
+            assert!(worst <= 0.25, "tp{tp} {region:?}: worst {:.2} %", worst * 100.0);
+            assert!(mean <= 0.12, "tp{tp} {region:?}: mean {:.2} %", mean * 100.0);
+        }
+    }
+}
