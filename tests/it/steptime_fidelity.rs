@@ -41,7 +41,7 @@ fn points(tp: u32) -> Vec<calibrate::Point> {
 /// The worst error by region of the scenario's aggregated model (or the
 /// roofline in its place), printed as a table.
 fn worst(tp: u32, roofline: bool) -> Vec<(Region, f64, f64)> {
-    let s = scenario::load(&scenario_file(&format!("llama-3.1-8b-h200-tp{tp}.toml"))).unwrap();
+    let s = scenario::load(scenario_file(&format!("llama-3.1-8b-h200-tp{tp}.toml"))).unwrap();
     let mut spec = s.deployment().clone();
     if roofline {
         spec.aggregated.as_mut().unwrap().step_time =
