@@ -364,8 +364,7 @@ pub const DEFAULT_SCENARIO_LABEL: &str = "scenarios/default.toml (embedded)";
 /// The default scenario and every file it includes.
 const EMBEDDED: &[(&str, &str)] = &[
     ("scenarios/default.toml", include_str!("../scenarios/default.toml")),
-    ("scenarios/glm-5.3-flash-1p1d.toml", include_str!("../scenarios/glm-5.3-flash-1p1d.toml")),
-    ("scenarios/models/glm-5.3-flash-tp4-fp8.toml", include_str!("../scenarios/models/glm-5.3-flash-tp4-fp8.toml")),
+    ("scenarios/llama-3.1-8b-1p1d.toml", include_str!("../scenarios/llama-3.1-8b-1p1d.toml")),
 ];
 
 /// Where scenario text comes from: the disk, or files held in memory.

@@ -50,7 +50,14 @@ output_tokens = {{ kind = "fixed", value = 10 }}
 
 #[test]
 fn a_linear_role_prices_a_step_and_names_its_terms() {
-    let s = scenario_file("llama-3.1-8b-aggregated.toml");
+    let model = scenario_file("models/llama-3.1-8b-tp4.toml");
+    let text = format!(
+        "include = [{model:?}]\n\n[aggregated]\nnum_blocks = 1000\nstep_time = {{ kind = \"linear\", fixed_us = 3000.0, \
+         per_token_us = 10.0, per_context_token_us = 0.01 }}\n\n[workload]\nrequests = 1\n\
+         arrival = {{ kind = \"poisson\", rate_per_s = 1.0 }}\nprompt_tokens = {{ kind = \"fixed\", value = 10 }}\n\
+         output_tokens = {{ kind = \"fixed\", value = 1 }}\n"
+    );
+    let s = scratch("steptime-linear.toml", &text);
     let s = s.to_str().unwrap();
     // 3,000 fixed + 10 × 1,000 tokens + 0.01 × 1,000 tokens of context
     // after the step = 13,010 µs.

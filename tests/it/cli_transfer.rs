@@ -139,12 +139,15 @@ fn linear_model_moves_whole_blocks() {
 
 #[test]
 fn sliding_window_model() {
-    // gpt-oss-like: 393,216 bytes per block; N = 1,024 (no Mamba state, so
+    // gpt-oss-20b: 393,216 bytes per block; N = 1,024 (no Mamba state, so
     // T = N): 64 full-attention blocks + in_window(1,024) = 64 −
-    // floor((1,024 − 127) / 16) = 64 − 56 = 8 window blocks.
+    // floor((1,024 − 127) / 16) = 64 − 56 = 8 window blocks. vLLM numbers
+    // its groups by their first layer, and layer 0 slides: the window group
+    // comes first.
     let v = transfer_json(&scenario_file("gpt-oss-1p1d.toml"), &["--prompt-tokens", "1024"]);
     assert_eq!(v["payload_bytes"], 28_311_552u64);
-    assert_eq!(v["groups"][1]["blocks"], 8);
+    assert_eq!(v["groups"][0]["blocks"], 8);
+    assert_eq!(v["groups"][1]["blocks"], 64);
     assert_eq!(v["fixed_bytes"], 8 * 393_216u64);
 }
 

@@ -16,11 +16,14 @@ fn default_is_embedded_and_equals_the_file() {
     assert_eq!(embedded.source(), DEFAULT_SCENARIO_LABEL);
     assert_eq!(embedded.to_toml().unwrap(), file.to_toml().unwrap());
     assert_eq!(embedded.name(), Some("default"));
-    // default.toml → glm-5.3-flash-1p1d.toml → the model fragment.
-    assert_eq!(embedded.model().name(), Some("glm-5.3-flash-like-tp4-fp8"));
+    // default.toml → llama-3.1-8b-1p1d.toml → the llama-3.1-8b preset on
+    // the h200 preset.
+    assert_eq!(embedded.model().name(), Some("llama-3.1-8b"));
+    assert_eq!(embedded.model_origin(), Some("preset llama-3.1-8b"));
+    assert_eq!(embedded.deployment().hardware.as_ref().unwrap().gpu.as_deref(), Some("h200"));
     assert_eq!(embedded.workload().requests(), Some(2000));
-    assert!(embedded.model().is_mamba_type());
-    assert_eq!(embedded.vllm_version(Role::Decode), Some("0.32.0"));
+    assert!(!embedded.model().is_mamba_type());
+    assert_eq!(embedded.vllm_version(Role::Decode), None);
 }
 
 #[test]
@@ -144,8 +147,11 @@ fn overrides_make_sweep_points() {
 fn resolved_scenarios_serialize_to_json() {
     let s = scenario::load(scenario_file("mamba2-hybrid-1p1d.toml")).unwrap();
     let v = serde_json::to_value(&s).unwrap();
-    assert_eq!(v["prefill"]["num_blocks"], 4623);
+    // The pool is sized from GPU memory: no num_blocks in the file.
+    assert!(v["prefill"]["num_blocks"].is_null(), "{}", v["prefill"]);
     assert_eq!(v["model"]["cache_groups"].as_array().unwrap().len(), 7);
+    assert_eq!(v["model"]["arch"]["mamba"]["count"], 24);
+    assert_eq!(v["hardware"]["gpu"], "h100-sxm");
     assert_eq!(v["workload"]["arrival"]["kind"], "poisson");
     assert_eq!(v["seed"], 1);
 }
