@@ -225,6 +225,18 @@ impl Deployment {
         self.plan(role).map(|p| self.step_time_model(p))
     }
 
+    /// What a roofline needs to know of a rank of `role` (its layers, GPU,
+    /// TP size and pool groups), when the deployment gives the model's
+    /// `arch` and a `[hardware]`: for fitting a roofline's factors to
+    /// measured steps (`pdsim calibrate --kind roofline`).
+    pub fn rank_inputs(&self, role: Role) -> Option<RankInputs<'_>> {
+        let plan = self.plan(role)?;
+        match (&self.arch, &self.gpu) {
+            (Some(arch), Some(gpu)) => Some(RankInputs { arch, gpu, tp: plan.tp, groups: &plan.groups }),
+            _ => None,
+        }
+    }
+
     fn step_time_model(&self, plan: &RolePlan) -> Box<dyn StepTimeModel> {
         if let Some((_, make)) = self.plugins.step_time.iter().find(|(r, _)| *r == plan.role) {
             return make();
