@@ -11,10 +11,19 @@
 //!
 //! vllm_version = "0.32.0"            # every rank's, unless a role names its own
 //!
+//! # [model] is given whole (in an included fragment here), or named:
+//! # [model]
+//! # preset = "llama-3.1-8b"          # presets/models/<id>.json; or config = "config.json"
+//! # kv_cache_dtype = "auto"          # auto (16-bit) | bf16 | fp16 | fp8
+//!
+//! # [hardware]                       # for the roofline and num_blocks from memory
+//! # gpu = "h200"                     # presets/gpus.toml; numbers given here win
+//!
 //! [prefill]                          # and [decode]; or [aggregated] alone
 //! count = 1                          # ranks (default 1)
-//! tp = 4                             # informational (default 1)
-//! num_blocks = 3066                  # KV pool blocks (required)
+//! tp = 4                             # TP size (default: the model's, else 1)
+//! num_blocks = 3066                  # KV pool blocks (absent: from GPU memory)
+//! # gpu_memory_utilization = 0.9     # the share of it, when num_blocks is absent
 //! max_num_batched_tokens = 8192      # default 8192
 //! max_num_seqs = 256                 # default 256
 //! # block_size_tokens = 16           # linear models only
@@ -26,6 +35,7 @@
 //! # or { kind = "table2d", prefill = [[1, 5000], [8192, 200000]], prefill_self_pair_ns = 0.8,
 //! #      prefill_cached_pair_ns = 0.2, decode = { seqs = [1, 256], context = [512, 4096],
 //! #      us = [[4800, 5000], [12000, 38000]] } }   (on one line; see `pdsim calibrate`)
+//! # or { kind = "roofline" }         # needs the model's layers and [hardware]
 //!
 //! [link]                             # all optional
 //! bandwidth_gb_s = 50.0              # default 50 (10^9 bytes/s)
