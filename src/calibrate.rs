@@ -30,6 +30,10 @@
 //!   context) of their distinct batches and contexts (a missing cell is an
 //!   error naming it, not filled in). Steps that mix prefill and decode are
 //!   not fitted, only reported. Repeated points are averaged.
+//! - `roofline` ([`fit_roofline`]): the six factors of
+//!   [`StepTimeSpec::Roofline`] for a given rank (a scenario's: its
+//!   model's layers, GPU, TP size, pool), by coordinate descent on the
+//!   mean squared relative error over every step.
 //!
 //! The errors reported are those of the model as written (coefficients
 //! rounded as printed), priced by the same code a run uses.
@@ -78,6 +82,24 @@ fn refuse(count: &'static str, problem: impl Into<String>) -> CountError {
 }
 
 /// `n` spread over `k` parts, the remainder one each to the first ones: part `i`.
+/// Adds `count` sequences to `b`, the i-th computing `share(tokens, count,
+/// i)` tokens on `share(cached, count, i)` cached ones, as runs of alike
+/// sequences (the boundaries are where each remainder ends).
+fn spread(b: &mut BatchShape, count: u64, tokens: u64, cached: u64, decoding: bool) {
+    if count == 0 {
+        return;
+    }
+    let (rk, rc) = (tokens % count, cached % count);
+    let mut cuts = [0, rk.min(rc), rk.max(rc), count];
+    cuts.sort_unstable();
+    for w in cuts.windows(2) {
+        let (a, z) = (w[0], w[1]);
+        if z > a {
+            b.add_many(z - a, share(tokens, count, a), share(cached, count, a), decoding);
+        }
+    }
+}
+
 fn share(n: u64, k: u64, i: u64) -> u64 {
     n / k + u64::from(i < n % k)
 }
@@ -86,7 +108,8 @@ impl StepCounts {
     /// The batch of the step: the N prefill tokens and X cached spread
     /// evenly over the P prefill sequences, the C − X decode context over
     /// the D decoding sequences (remainders to the first ones), each added
-    /// with [`BatchShape::add`] as a run adds it.
+    /// as [`BatchShape::add`] adds them one by one in a run (runs of alike
+    /// sequences at once, [`BatchShape::add_many`]).
     ///
     /// # Errors
     /// Counts no step has (more prefill sequences than tokens, cached
@@ -128,13 +151,11 @@ impl StepCounts {
         if n.checked_add(d).and_then(|t| t.checked_add(c)).is_none() {
             return Err(refuse("context_tokens", "the step's tokens overflow 64 bits"));
         }
+        // Sequence i gets share(·, count, i): the first `total % count`
+        // one more. At most three runs of alike sequences, added at once.
         let mut b = BatchShape::default();
-        for i in 0..p {
-            b.add(share(n, p, i), share(x, p, i), false);
-        }
-        for i in 0..d {
-            b.add(1, share(c - x, d, i), true);
-        }
+        spread(&mut b, p, n, x, false);
+        spread(&mut b, d, d, c - x, true);
         Ok(b)
     }
 }
@@ -245,11 +266,13 @@ pub fn parse_points(file: &str, text: &str) -> Result<Vec<Point>, String> {
                 .map_err(|_| format!("{}: column {name}: expected a whole number >= 0, got {v:?}", at(line)))
         };
         let need = |name: &'static str| whole(name).map(|v| v.expect("a required column"));
-        let time = |name: &'static str| -> Result<f64, String> {
+        // A time in the column's unit, as µs (× `to_us`): from 1 ns to 10^9
+        // µs, the step times a model can hold.
+        let time = |name: &'static str, to_us: f64| -> Result<f64, String> {
             let (name, v) = cell(name).expect("a required column");
-            match v.parse::<f64>() {
-                Ok(t) if t.is_finite() && t > 0.0 => Ok(t),
-                Ok(t) => Err(format!("{}: column {name}: must be a finite time > 0, got {t}", at(line))),
+            match v.parse::<f64>().map(|t| (t, t * to_us)) {
+                Ok((_, us)) if (1e-3..=1e9).contains(&us) => Ok(us),
+                Ok((t, _)) => Err(format!("{}: column {name}: must be a time from 1 ns to 10^9 µs, got {t}", at(line))),
                 Err(_) => Err(format!("{}: column {name}: expected a number, got {v:?}", at(line))),
             }
         };
@@ -275,7 +298,7 @@ pub fn parse_points(file: &str, text: &str) -> Result<Vec<Point>, String> {
                     .filter_map(|&n| cell(n).map(|(n, v)| format!("{n}={v}")))
                     .collect::<Vec<_>>()
                     .join(" ");
-                (counts, time("step_us")?, row)
+                (counts, time("step_us", 1.0)?, row)
             }
             Shape::AicPrefill => {
                 let (batch, isl, prefix, new) = (need("batch")?, need("isl")?, need("prefix")?, need("new_tokens")?);
@@ -302,7 +325,7 @@ pub fn parse_points(file: &str, text: &str) -> Result<Vec<Point>, String> {
                     decode_seqs: 0,
                     context_tokens: batch * prefix,
                 };
-                (counts, time("ms")? * 1e3, format!("batch={batch} isl={isl} prefix={prefix}"))
+                (counts, time("ms", 1e3)?, format!("batch={batch} isl={isl} prefix={prefix}"))
             }
             Shape::AicDecode => {
                 let (batch, context) = (need("batch")?, need("context")?);
@@ -312,7 +335,7 @@ pub fn parse_points(file: &str, text: &str) -> Result<Vec<Point>, String> {
                 let total =
                     batch.checked_mul(context).ok_or_else(|| bad("context", "batch × context overflows".into()))?;
                 let counts = StepCounts { decode_seqs: batch, context_tokens: total, ..StepCounts::default() };
-                (counts, time("ms")? * 1e3, format!("batch={batch} context={context}"))
+                (counts, time("ms", 1e3)?, format!("batch={batch} context={context}"))
             }
         };
         let shape = counts.shape().map_err(|e| bad(e.count, e.problem))?;
@@ -369,6 +392,12 @@ pub enum Kind {
     Table2d,
 }
 
+/// `x²`, by one multiplication (the same bits on every machine, which
+/// `powi` does not promise).
+fn sq(x: f64) -> f64 {
+    x * x
+}
+
 /// Rounds `v` to multiples of `unit`.
 fn round_to(v: f64, unit: f64) -> f64 {
     (v / unit).round() * unit
@@ -403,7 +432,7 @@ pub fn fit(kind: Kind, points: &[Point]) -> Result<StepTimeSpec, String> {
 pub fn fit_roofline(points: &[Point], rank: RankInputs<'_>) -> RooflineParams {
     let cost = |p: &RooflineParams| {
         let m = RooflineStepTime::new(rank, *p);
-        points.iter().map(|pt| (price_us(&m, &pt.shape) / pt.us - 1.0).powi(2)).sum::<f64>() / points.len() as f64
+        points.iter().map(|pt| sq(price_us(&m, &pt.shape) / pt.us - 1.0)).sum::<f64>() / points.len() as f64
     };
     type Field = fn(&mut RooflineParams) -> &mut f64;
     let fields: [(Field, f64, f64); 6] = [
@@ -480,7 +509,7 @@ fn fit_linear(points: &[Point]) -> StepTimeSpec {
         }
     }
     let cost = |beta: &[f64; 4]| {
-        rows.iter().map(|r| (r.iter().zip(beta).map(|(x, b)| x * b).sum::<f64>() - 1.0).powi(2)).sum::<f64>()
+        rows.iter().map(|r| sq(r.iter().zip(beta).map(|(x, b)| x * b).sum::<f64>() - 1.0)).sum::<f64>()
     };
     let mut best: Option<([f64; 4], f64)> = None;
     for mask in 1u32..16 {

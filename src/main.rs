@@ -47,8 +47,9 @@ enum Command {
     /// Price one step (prefill tokens, decoding sequences, context) with a
     /// scenario role's step-time model, as a run builds it, and its terms.
     Steptime(cmd::steptime::Args),
-    /// Fit a step-time model (linear or table2d) to measured steps in CSV
-    /// files, print its error by region and the step_time to paste.
+    /// Fit a step-time model (linear, table2d, or a scenario rank's roofline)
+    /// to measured steps in CSV files, print its error by region and the
+    /// step_time to paste.
     Calibrate(cmd::calibrate::Args),
 }
 

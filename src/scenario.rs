@@ -740,6 +740,29 @@ impl<'a> Ctx<'a> {
         let spec = arch
             .model_spec(&name, tp, kv_bits, None)
             .map_err(|e| self.err(field, format!("{label} at tp {tp}: `{}`: {}", e.field, e.problem)))?;
+        // A role at another TP size takes its bytes from `tp` and the
+        // groups' heads (actors' tp.rs); vLLM lays a model out anew at each
+        // TP size (a Mamba hybrid's block size depends on it). Refuse where
+        // the two differ rather than run a layout vLLM would not build.
+        for (role, r) in [("prefill", &deployment.prefill), ("decode", &deployment.decode)] {
+            let Some(other) = r.as_ref().and_then(|r| r.tp).filter(|&t| t != tp) else { continue };
+            let laid_out = arch.model_spec(&name, other, kv_bits, None).ok();
+            let scaled = spec.at_tp(other).ok();
+            let same = match (&laid_out, &scaled) {
+                (Some(a), Some(b)) => a.cache_groups == b.cache_groups && a.kv_bytes_per_token == b.kv_bytes_per_token,
+                _ => false,
+            };
+            if !same {
+                return Err(self.err(
+                    &format!("{role}.tp"),
+                    format!(
+                        "{label} at tp {other} is laid out differently from tp {tp} (vLLM derives its block \
+                         sizes and pages at each TP size); pdsim runs one layout: give both roles tp {tp}, or \
+                         give the model's cache groups"
+                    ),
+                ));
+            }
+        }
         let origin = if src.preset.is_some() { format!("preset {label}") } else { format!("config {label}") };
         Ok(Some((spec, Some(origin))))
     }

@@ -265,6 +265,12 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
     }
 
     tp_fields(model)?;
+    if let Some(arch) = &model.arch {
+        arch.check().map_err(|e| {
+            let field = if e.field.is_empty() { "model.arch".to_owned() } else { format!("model.arch.{}", e.field) };
+            FieldError::new(field, e.problem)
+        })?;
+    }
     let gpu = spec.hardware.as_ref().map(|h| h.resolve().map_err(|e| e.under("hardware"))).transpose()?;
     let reads = tp_pairing(model, &present)?;
     // Each role holds the model's bytes at its own TP size.

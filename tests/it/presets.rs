@@ -107,3 +107,58 @@ fn an_fp8_cache_halves_the_bytes() {
     let s = scenario::load(&path).unwrap();
     assert_eq!(s.model_spec().kv_bytes_per_token.map(|b| b.get()), Some(65_536));
 }
+
+#[test]
+fn a_hand_written_arch_is_checked_like_a_config() {
+    // A model given whole, with its layers: a zero context limit would make
+    // every prompt fail, so it is refused where it is written.
+    let text = "[model]\nkv_bytes_per_token = 131072\n\n[model.arch]\nhidden_size = 4096\nvocab_size = 128256\n\
+                max_position_embeddings = 0\n[[model.arch.attention]]\ncount = 32\nheads = 32\nkv_heads = 8\n\
+                head_dim = 128\n[[model.arch.mlp]]\ncount = 32\nintermediate = 14336\n\n[aggregated]\n\
+                num_blocks = 1000\nstep_time = { kind = \"linear\", fixed_us = 1000 }\n\n[workload]\nrequests = 1\n\
+                arrival = { kind = \"poisson\", rate_per_s = 1.0 }\nprompt_tokens = { kind = \"fixed\", value = 10 }\n\
+                output_tokens = { kind = \"fixed\", value = 1 }\n";
+    let e = refused("presets-arch-zero.toml", text);
+    assert!(e.contains("model.arch.max_position_embeddings: must be at least 1"), "{e}");
+    let e = refused("presets-arch-bits.toml", &text.replace("max_position_embeddings = 0", "weight_bits = 0"));
+    assert!(e.contains("model.arch.weight_bits: must be 4, 8, 16 or 32"), "{e}");
+    let huge = text
+        .replace("max_position_embeddings = 0", "")
+        .replace("hidden_size = 4096", "hidden_size = 9223372036854775807");
+    let e = refused("presets-arch-huge.toml", &huge);
+    assert!(e.contains("model.arch: about") && e.contains("too many to count in 64 bits"), "{e}");
+}
+
+#[test]
+fn roles_at_tp_sizes_vllm_lays_out_differently_are_refused() {
+    // Nemotron-H-8B: at TP 1 its attention blocks are 528 tokens (the Mamba
+    // state of 2,158,592 bytes over 4,096 bytes a token, in steps of 16);
+    // at TP 16 the state shrinks and vLLM picks 272. One layout cannot be
+    // both.
+    let pd = |decode_tp: u32| {
+        format!(
+            "[model]\npreset = \"nemotron-h-8b\"\n[hardware]\ngpu = \"h200\"\n[prefill]\ntp = 1\n\
+             step_time = {{ kind = \"roofline\" }}\n[decode]\ntp = {decode_tp}\nstep_time = {{ kind = \"roofline\" }}\n\
+             [workload]\nrequests = 5\narrival = {{ kind = \"poisson\", rate_per_s = 5.0 }}\n\
+             prompt_tokens = {{ kind = \"fixed\", value = 1000 }}\noutput_tokens = {{ kind = \"fixed\", value = 5 }}\n"
+        )
+    };
+    let e = refused("presets-tp16.toml", &pd(16));
+    assert!(e.contains("decode.tp: nemotron-h-8b at tp 16 is laid out differently from tp 1"), "{e}");
+    // Llama's layout scales with its KV heads: TP 1 prefill, TP 8 decode is fine.
+    let llama = pd(8).replace("nemotron-h-8b", "llama-3.1-8b");
+    assert!(scenario::load(scratch("presets-llama-1-8.toml", &llama)).is_ok());
+}
+
+#[test]
+fn calibrate_refuses_times_no_model_can_hold_and_prices_huge_batches_at_once() {
+    let csv = scratch("calibrate-huge.csv", "batch,context,ms\n1,512,1e308\n");
+    let (code, _, stderr) = outcome(&pdsim(&["calibrate", csv.to_str().unwrap()]));
+    assert_eq!(code, 2);
+    assert!(stderr.contains("calibrate-huge.csv:2: column ms: must be a time from 1 ns to 10^9 µs"), "{stderr}");
+    // Ten million sequences a row are summed in closed form, not one by one.
+    let rows: String = (0..2000).map(|i| format!("10000000,{},5.0\n", 512 + i)).collect();
+    let csv = scratch("calibrate-wide.csv", &format!("batch,context,ms\n{rows}"));
+    let (code, _, stderr) = outcome(&pdsim(&["calibrate", csv.to_str().unwrap(), "--kind", "linear"]));
+    assert_eq!(code, 0, "{stderr}");
+}

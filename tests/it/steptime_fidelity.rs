@@ -59,9 +59,11 @@ fn the_shipped_h200_scenarios_price_every_measured_point_within_10_percent() {
     for tp in [1, 4] {
         let fits = worst(tp, false);
         assert_eq!(fits.len(), 2, "prefill and decode points");
+        // The bar is 10 %; the tables do far better, and a change
+        // that loses that should fail here: 1.42 % / 2.72 % worst (above).
         for (region, mean, worst) in fits {
-            assert!(worst <= 0.10, "tp{tp} {region:?}: worst {:.2} %", worst * 100.0);
-            assert!(mean <= 0.01, "tp{tp} {region:?}: mean {:.2} %", mean * 100.0);
+            assert!(worst <= 0.03, "tp{tp} {region:?}: worst {:.2} %", worst * 100.0);
+            assert!(mean <= 0.005, "tp{tp} {region:?}: mean {:.2} %", mean * 100.0);
         }
     }
 }
@@ -71,7 +73,42 @@ fn the_roofline_alone_prices_every_measured_point_within_25_percent() {
     for tp in [1, 4] {
         for (region, mean, worst) in worst(tp, true) {
             assert!(worst <= 0.25, "tp{tp} {region:?}: worst {:.2} %", worst * 100.0);
-            assert!(mean <= 0.12, "tp{tp} {region:?}: mean {:.2} %", mean * 100.0);
+            assert!(mean <= 0.11, "tp{tp} {region:?}: mean {:.2} %", mean * 100.0);
         }
+    }
+}
+
+/// A table predicts what it was not fitted on: the TP 1 grid without some
+/// of its points (three single-prompt lengths of the prefill table, four
+/// batch sizes and two contexts of the decode grid), fitted, then asked
+/// for the points left out, which it interpolates.
+///
+/// Measured (|model − measured| / measured over the 3 + 64 held-out
+/// points): prefill mean 2.17 %, worst 2.52 % (384 tokens, between 256
+/// and 512: the table is linear in tokens, the kernels are not); decode
+/// mean 0.68 %, worst 2.59 % (4 sequences at 2,048, between 1,152 and
+/// 4,096).
+#[test]
+fn a_calibrated_table_interpolates_points_it_was_not_given() {
+    let all = points(1);
+    let held_out = |p: &calibrate::Point| {
+        let r = &p.row;
+        ["batch=1 isl=384 ", "batch=1 isl=640 ", "batch=1 isl=1536 "].iter().any(|h| r.starts_with(h))
+            || ["batch=12 ", "batch=56 ", "batch=112 ", "batch=192 "]
+                .iter()
+                .any(|h| r.starts_with(h) && r.contains("context="))
+            || r.ends_with("context=1056")
+            || r.ends_with("context=2048")
+    };
+    let (test, train): (Vec<_>, Vec<_>) = all.into_iter().partition(held_out);
+    // 3 prefill; decode: 4 batches × 8 contexts + 2 contexts × 20 batches − the 4 × 2 in both.
+    assert_eq!(test.len(), 3 + 4 * 8 + 2 * 20 - 4 * 2);
+    let spec = calibrate::fit(calibrate::Kind::Table2d, &train).unwrap();
+    let model = actors::steptime::build(&spec, None).unwrap();
+    let fits = calibrate::fit_errors(model.as_ref(), &test);
+    println!("held out:\n{}", calibrate::error_table(&fits));
+    for f in fits.iter().filter(|f| f.steps > 0) {
+        let bound = 0.035;
+        assert!(f.worst_error <= bound, "{:?}: worst {:.2} %", f.region, f.worst_error * 100.0);
     }
 }

@@ -112,7 +112,12 @@ pub fn from_config_json(text: &str) -> Result<ModelArch, HfError> {
             return Err(HfError::new("model_type", format!("{other:?} is not a family pdsim reads ({FAMILIES})")));
         }
     };
-    fits_in_64_bits(&arch)?;
+    // A config's own keys are checked as they are read; this catches what
+    // only the whole can show (a parameter count past 64 bits).
+    arch.check().map_err(|e| {
+        let problem = if e.field.is_empty() { e.problem } else { format!("{}: {}", e.field, e.problem) };
+        HfError::new("config.json", problem)
+    })?;
     Ok(arch)
 }
 
@@ -572,7 +577,7 @@ fn deepseek(c: &Cfg) -> Result<ModelArch, HfError> {
 /// [`ModelArch::weight_bytes_per_rank`]: an upper bound of that count by
 /// the same formulas (a term or two more), in 128 bits. Every term is
 /// non-negative, so no partial sum exceeds the total.
-fn fits_in_64_bits(a: &ModelArch) -> Result<(), HfError> {
+pub(crate) fn fits_in_64_bits(a: &ModelArch) -> Result<(), HfError> {
     let w = |n: u64| Sat(u128::from(n));
     let h = w(a.hidden_size);
     let mut total = w(2) * w(a.vocab_size) * h;

@@ -249,6 +249,74 @@ impl MlpLayers {
 }
 
 impl ModelArch {
+    /// Checks what a file may get wrong when it gives `[model.arch]`
+    /// itself (a config.json's keys are checked as they are read): every
+    /// size at least 1, weight bits of 4, 8, 16 or 32, no more active
+    /// experts than experts, and a parameter count (× 32 bits) that fits
+    /// in 64 bits. The error's field is relative to `arch`.
+    pub fn check(&self) -> Result<(), hf::HfError> {
+        let err = |f: String, p: &str| Err(hf::HfError::new(f, p));
+        let one = |f: String, v: u64| if v == 0 { err(f, "must be at least 1") } else { Ok(()) };
+        one("hidden_size".into(), self.hidden_size)?;
+        one("vocab_size".into(), self.vocab_size)?;
+        for (f, b) in [("weight_bits", Some(self.weight_bits)), ("expert_weight_bits", self.expert_weight_bits)] {
+            if let Some(b) = b
+                && ![4, 8, 16, 32].contains(&b)
+            {
+                return err(f.into(), "must be 4, 8, 16 or 32");
+            }
+        }
+        if let Some(m) = self.max_position_embeddings {
+            one("max_position_embeddings".into(), m)?;
+        }
+        for (i, a) in self.attention.iter().enumerate() {
+            let at = |k: &str| format!("attention[{i}].{k}");
+            for (k, v) in [("count", a.count), ("heads", a.heads), ("kv_heads", a.kv_heads), ("head_dim", a.head_dim)] {
+                one(at(k), v.into())?;
+            }
+            if let Some(w) = a.window {
+                one(at("window"), w)?;
+            }
+        }
+        if let Some(m) = &self.mla {
+            for (k, v) in [
+                ("count", m.count),
+                ("heads", m.heads),
+                ("kv_lora_rank", m.kv_lora_rank),
+                ("qk_rope_head_dim", m.qk_rope_head_dim),
+                ("v_head_dim", m.v_head_dim),
+            ] {
+                one(format!("mla.{k}"), v.into())?;
+            }
+            if let Some(r) = m.q_lora_rank {
+                one("mla.q_lora_rank".into(), r.into())?;
+            }
+        }
+        if let Some(m) = &self.mamba {
+            for (k, v) in [
+                ("count", m.count),
+                ("heads", m.heads),
+                ("head_dim", m.head_dim),
+                ("state_size", m.state_size),
+                ("groups", m.groups),
+                ("conv_kernel", m.conv_kernel),
+            ] {
+                one(format!("mamba.{k}"), v.into())?;
+            }
+        }
+        for (i, f) in self.mlp.iter().enumerate() {
+            one(format!("mlp[{i}].count"), f.count.into())?;
+            one(format!("mlp[{i}].intermediate"), f.intermediate)?;
+            if f.active_experts > f.experts || (f.experts > 0 && f.active_experts == 0) {
+                return err(format!("mlp[{i}].active_experts"), "must be from 1 to `experts` (0 for a dense MLP)");
+            }
+        }
+        if self.mixer_layers() == 0 {
+            return err("attention".into(), "a model needs at least one attention, MLA or Mamba layer");
+        }
+        hf::fits_in_64_bits(self).map_err(|e| hf::HfError::new("", e.problem))
+    }
+
     /// Mixer layers of every kind.
     pub fn mixer_layers(&self) -> u32 {
         self.attention.iter().map(|a| a.count).sum::<u32>()

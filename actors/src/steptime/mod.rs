@@ -77,6 +77,24 @@ impl BatchShape {
         }
     }
 
+    /// Adds `n` sequences alike, each as [`BatchShape::add`] adds one (the
+    /// same shape, in O(1)).
+    pub fn add_many(&mut self, n: u64, k: u64, cached: u64, decoding: bool) {
+        self.new_tokens += n * k;
+        self.seqs += n;
+        self.context_tokens += n * (cached + k);
+        if decoding {
+            self.decode_context += n * cached;
+        } else {
+            let (n, k128) = (u128::from(n), u128::from(k));
+            self.prefill_seqs += n as u64;
+            self.prefill_tokens += n as u64 * k;
+            self.prefill_cached += n as u64 * cached;
+            self.prefill_self_pairs += n * (k128 * (k128 + 1) / 2);
+            self.prefill_cached_pairs += n * k128 * u128::from(cached);
+        }
+    }
+
     /// `seqs` decoding sequences with `context` tokens in cache between
     /// them before the step.
     pub const fn decoding(seqs: u64, context: u64) -> Self {
@@ -298,6 +316,20 @@ pub fn build(spec: &StepTimeSpec, rank: Option<RankInputs<'_>>) -> Result<Box<dy
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adding_many_alike_is_adding_them_one_by_one() {
+        for (n, k, c, decoding) in [(0, 5, 7, false), (3, 1, 9, true), (4, 1000, 24, false), (7, 1, 0, true)] {
+            let mut one = BatchShape::default();
+            one.add(17, 3, false);
+            let mut many = one;
+            for _ in 0..n {
+                one.add(k, c, decoding);
+            }
+            many.add_many(n, k, c, decoding);
+            assert_eq!(one, many);
+        }
+    }
 
     #[test]
     fn linear_sums_its_terms_in_integer_picoseconds() {

@@ -30,8 +30,9 @@
 //!   so the same dtype): a prefill reads its cached tokens and writes its
 //!   new ones, a decode reads its context; a state group (Mamba) reads and
 //!   writes its state once per sequence.
-//! - Two all-reduces per layer (mixer and MLP out) with TP > 1, of the
-//!   step's bf16 activations, on a ring.
+//! - With TP > 1, one all-reduce after each block (each mixer and each
+//!   MLP: two a layer for Llama, one a block for Nemotron-H's separate
+//!   mixer and MLP blocks), of the step's bf16 activations, on a ring.
 //!
 //! Worked number: Llama-3.1-8B (bf16) on one H200 (989.4 TFLOP/s bf16,
 //! 4.8 TB/s), TP 1, the defaults (GEMM 0.7, attention 0.5, memory 0.85,
@@ -386,11 +387,11 @@ mod tests {
         let mut b = BatchShape::default();
         b.add(8192, 0, false);
         let t = m.terms(&b);
-        // GEMMs 2 × 6,979,321,856 × 8,192 + 2 × 525,336,576 = 114,349,459,961,856 FLOP
+        // GEMMs 2 × 6,979,321,856 × 8,192 + 2 × 525,336,576 = 114,350,259,961,856 FLOP
         // / 692.58e12 = 165.1077 ms (weights would take 3.68 ms).
         assert!((t[1].1 - 165_107.7).abs() < 0.1, "{t:?}");
         // Attention: 8,192 × 8,193 / 2 = 33,558,528 pairs × 32 × 4 × 32 × 128
-        // = 17,594,254,344,192 FLOP / 494.7e12 = 35.5657 ms.
+        // = 17,594,333,528,064 FLOP / 494.7e12 = 35.5657 ms.
         assert!((t[2].1 - 35_565.7).abs() < 0.1, "{t:?}");
         // One prompt of 8,192 costs more than eight of 1,024 (less attention).
         let mut eight = BatchShape::default();

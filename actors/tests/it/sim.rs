@@ -1,7 +1,9 @@
 //! The serving simulation end to end: exact timings, roles, backpressure,
 //! link sharing, faults, preemption, determinism and conservation.
 
-use actors::config::{CrashSpec, DeploymentSpec, LinkSpec, LinkTopology, RoleSpec, Sharing, SloSpec, StepTimeSpec};
+use actors::config::{
+    CrashSpec, DecodeGrid, DeploymentSpec, LinkSpec, LinkTopology, RoleSpec, Sharing, SloSpec, StepTimeSpec,
+};
 use actors::link::NixlLink;
 use actors::model::{ModelSpec, Role};
 use actors::msg::Msg;
@@ -514,9 +516,30 @@ fn the_decoding_set_matches_stepping_every_sequence() {
     let mut windowed =
         pd(role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)), role(1, 600, linear_step(6_000.0, 10.0, 0.001)), 20.0);
     windowed.timeline_interval_ms = 10.0;
+    // A step time that prices prefill and decode apart: a landed handoff's
+    // last prompt token is a prefill in its first step and a decode after,
+    // in a run as stepping one by one.
+    let table2d = StepTimeSpec::Table2d {
+        prefill: vec![[1.0, 3_000.0], [8_192.0, 200_000.0]],
+        prefill_self_pair_ns: 0.5,
+        prefill_cached_pair_ns: 0.2,
+        decode: DecodeGrid {
+            seqs: vec![1, 256],
+            context: vec![512, 8_192],
+            us: vec![vec![2_000.0, 2_500.0], vec![8_000.0, 30_000.0]],
+        },
+    };
+    let mut glm_table2d = glm_2p2d();
+    for r in [&mut glm_table2d.prefill, &mut glm_table2d.decode].into_iter().flatten() {
+        r.step_time = table2d.clone();
+    }
+    let mut agg_table2d = agg.clone();
+    agg_table2d.aggregated.as_mut().unwrap().step_time = table2d;
     let cases = [
         (glm_spec(), glm, requests.clone()),
         (glm_spec(), agg, requests.clone()),
+        (glm_spec(), glm_table2d, requests.clone()),
+        (glm_spec(), agg_table2d, requests.clone()),
         (linear_spec(4_096), tight, shared.clone()),
         (linear_spec(4_096), busy, busy_requests),
         (window_model(128), windowed.clone(), shared.clone()),
@@ -550,7 +573,7 @@ fn the_decoding_set_matches_stepping_every_sequence() {
                 assert!(fast_runs < steps, "{f:?}");
                 assert!(fast.events < slow.events);
             }
-            if case == 2 || case >= 4 {
+            if case == 4 || case >= 6 {
                 assert!(fast.summary.preemptions > 0, "the tight case preempts");
                 assert!(fast.summary.transfer_wait_ms.max > 0.0, "the tight case makes reservations wait");
             }
