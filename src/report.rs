@@ -117,7 +117,8 @@ pub fn metric_name(metric: Metric, groups: &[String]) -> String {
         Metric::ActiveTransfers => "active_transfers".into(),
         Metric::QueuedTransfers => "queued_transfers".into(),
         Metric::BytesInFlight => "bytes_in_flight".into(),
-        Metric::LinkBusyPermille => "busy_permille".into(),
+        Metric::Busy => "busy".into(),
+        Metric::Requests => "requests".into(),
     }
 }
 
@@ -721,7 +722,8 @@ pub fn trace_counter(out: &mut Vec<u8>, entity: u32, sample: &actors::metrics::S
         Metric::Running => ("seqs", "running"),
         Metric::ActiveTransfers => ("transfers", "active"),
         Metric::BytesInFlight => ("bytes", "in_flight"),
-        Metric::LinkBusyPermille => ("link", "busy_permille"),
+        Metric::Requests => ("requests", "in_system"),
+        Metric::Busy => ("state", "busy"),
         _ => return,
     };
     out.extend_from_slice(b",\n{\"ph\":\"C\",\"name\":\"");
