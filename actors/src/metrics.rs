@@ -40,10 +40,14 @@
 //!
 //! What it costs: per instant a rank or link handles, a dozen or so
 //! comparisons (and a row per changed series); per planned run of decode
-//! steps, one snapshot of the KV counts per step that changes them (held
-//! in a reused buffer, so no allocation per event). On the shipped GLM
-//! 1P1D scenario the timeline has about as many rows per request as the
-//! 100 ms sampling had; see the README for the numbers.
+//! steps, one snapshot of the KV counts per step that changes them (in a
+//! buffer reused from run to run, so nothing is allocated per event); no
+//! event. Rows follow the changes: on the shipped GLM 1P1D scenario
+//! (2,176-token blocks) 51.2 rows a request, against 47.8 with the 100 ms
+//! sampling this replaces; on Llama-3.1-8B 1P1D (16-token blocks, so a
+//! decoding request changes the KV counts every 16 steps) 66 against 8.
+//! Events go down (GLM 1P1D: 20.2 a request, from 29.5), since runs of
+//! decode steps are no longer cut at sample times.
 
 use std::collections::BTreeMap;
 
@@ -636,7 +640,7 @@ struct Series {
 /// any time is that of its last row at or before it, and time-weighted
 /// means over the rows are exact.
 ///
-/// Where the rows go is set when it is made ([`sampling`]): its own
+/// Where the rows go is set when it is made (`sampling`): its own
 /// `samples` (the default), nowhere (nothing is stored, and nothing of the
 /// run depends on the timeline), or a run's shared [`SampleLog`], from
 /// which `sim` streams them out in slices.
@@ -718,7 +722,7 @@ pub(crate) fn next_entity(index: u32) {
 }
 
 impl Timeline {
-    /// An empty timeline, storing its rows as the current [`sampling`] says.
+    /// An empty timeline, storing its rows as the current `sampling` scope says.
     pub fn new() -> Self {
         let store = SAMPLING.with(|s| match &*s.borrow() {
             (Sampling::Own, _) => Store::Own,

@@ -393,7 +393,7 @@ pub struct Built<'d> {
     sample_sink: Option<SampleSink>,
 }
 
-/// Takes timeline samples in slices: see [`Built::set_sample_sink`].
+/// Takes timeline rows in slices: see [`Built::set_sample_sink`].
 pub type SampleSink = Box<dyn FnMut(&[EntitySample])>;
 
 /// How far a run has got, for progress displays.
