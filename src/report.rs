@@ -117,7 +117,8 @@ pub fn metric_name(metric: Metric, groups: &[String]) -> String {
         Metric::ActiveTransfers => "active_transfers".into(),
         Metric::QueuedTransfers => "queued_transfers".into(),
         Metric::BytesInFlight => "bytes_in_flight".into(),
-        Metric::LinkBusyPermille => "busy_permille".into(),
+        Metric::Busy => "busy".into(),
+        Metric::Requests => "requests".into(),
     }
 }
 
@@ -216,7 +217,8 @@ pub struct LinkSummary {
     pub mean_busy_gb_s: f64,
     /// Most transfers moving bytes at once.
     pub peak_active_transfers: u64,
-    /// Most bytes in flight at a timeline sample.
+    /// Most bytes in flight at the end of an instant (the timeline's largest
+    /// `bytes_in_flight`).
     pub peak_sampled_bytes_in_flight: u64,
     /// Messages the link does not handle (a wiring bug if not 0).
     pub unexpected_messages: u64,
@@ -630,9 +632,11 @@ impl TimelineRows {
 ///   first token to the end). Overlapping requests get their own rows
 ///   under the rank's track. A request that failed mid-stage ends that
 ///   stage at its failure. Slice args carry the request's numbers.
-/// - Counters (`ph` `C`) at the timeline samples: per rank `kv
-///   used_blocks`, `seqs waiting` and `seqs running`; per link `transfers
-///   active` and `bytes in_flight`.
+/// - Counters (`ph` `C`), one per timeline row of the series shown (so at
+///   each change, with the instant's final value): per rank `kv
+///   used_blocks`, `seqs waiting`, `seqs running`, `requests in_system` and
+///   `state busy`; per link `transfers active`, `bytes in_flight`,
+///   `requests in_system` and `state busy`.
 ///
 /// Timestamps are simulated microseconds.
 ///
@@ -711,7 +715,7 @@ pub fn write_trace_head(
     Ok(())
 }
 
-/// Appends the counter event of one timeline sample of entity `entity`
+/// Appends the counter event of one timeline row of entity `entity`
 /// (pid `entity + 1`), if its metric is one the trace shows. Perfetto
 /// names a counter track "<event name> <arg key>".
 pub fn trace_counter(out: &mut Vec<u8>, entity: u32, sample: &actors::metrics::Sample) {
@@ -721,7 +725,8 @@ pub fn trace_counter(out: &mut Vec<u8>, entity: u32, sample: &actors::metrics::S
         Metric::Running => ("seqs", "running"),
         Metric::ActiveTransfers => ("transfers", "active"),
         Metric::BytesInFlight => ("bytes", "in_flight"),
-        Metric::LinkBusyPermille => ("link", "busy_permille"),
+        Metric::Requests => ("requests", "in_system"),
+        Metric::Busy => ("state", "busy"),
         _ => return,
     };
     out.extend_from_slice(b",\n{\"ph\":\"C\",\"name\":\"");

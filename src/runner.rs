@@ -66,7 +66,8 @@ impl RequestSource for Counted {
 
 /// What a run keeps beyond its summary: see [`simulate_with`].
 pub struct Keep {
-    /// The ranks' and links' timelines (off: sampled, not stored).
+    /// The ranks' and links' timelines (off: not stored; nothing else
+    /// changes).
     pub timelines: bool,
     /// `None`: every record, in `SimOutput::records`; `Some(sink)`: each
     /// record goes to `sink` in id order as its request ends, and none is

@@ -53,7 +53,7 @@
 //! # source_hold_s = 480             # a fixed hold instead
 //! # decode_crashes = [{ rank = 0, at_s = 120.0 }]
 //!
-//! timeline_interval_ms = 100.0       # must come before the first [table]
+//! timeline_interval_ms = 100.0       # no effect (the timeline is exact); before any [table]
 //! check_invariants = false
 //!
 //! [workload]                         # see crate::workload

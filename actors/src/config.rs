@@ -35,7 +35,8 @@ pub struct DeploymentSpec {
     /// Failures and the source hold.
     #[serde(default)]
     pub faults: FaultSpec,
-    /// How often KV-pool, link and queue use is sampled into the timeline, ms.
+    /// No longer has an effect: the timeline records every change at its
+    /// instant. Accepted (from 1e-6 to 1e9 ms) so that older files load.
     #[serde(default = "default_sample_ms")]
     pub timeline_interval_ms: f64,
     /// Check the conservation invariants after every scheduler step (slower).

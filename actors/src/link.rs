@@ -13,6 +13,10 @@
 //! - FIFO: one transfer at a time at full bandwidth, in order of arrival.
 //!
 //! A lone transfer of b bytes takes `latency + ceil(b × 10^9 / bandwidth)` ns.
+//!
+//! Its timeline gets its state after every message it handles (the rows
+//! are the changes, with the value at the end of each instant: see
+//! [`crate::metrics`]).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -49,8 +53,9 @@ pub struct LinkStats {
     pub busy: SimDuration,
     /// Most transfers moving bytes at once.
     pub peak_active: u64,
-    /// Most bytes in flight at a timeline sample (kept whether or not the
-    /// timeline keeps its samples).
+    /// Most bytes in flight at the end of an instant (the timeline's
+    /// largest `BytesInFlight`, kept whether or not the timeline stores
+    /// rows).
     pub peak_sampled_bytes_in_flight: u64,
     /// Messages a link does not handle (a wiring bug if ever non-zero).
     pub unexpected: u64,
@@ -75,24 +80,21 @@ pub struct NixlLink {
     order: u64,
     wake: Option<EventId>,
     busy_since: Option<SimTime>,
-    /// When the previous sample was taken, and the busy time by then.
-    last_sample: (SimTime, SimDuration),
+    /// Bytes of the transfers started and not yet completed.
+    in_flight_bytes: u64,
+    /// The last instant it handled a message at, and the bytes in flight
+    /// after it (the peak takes them in once the instant is over).
+    instant: (SimTime, u64),
     /// Counters.
     pub stats: LinkStats,
-    /// Sampled use over time.
+    /// Its state over time, exactly.
     pub timeline: Timeline,
 }
 
 impl NixlLink {
     /// A link.
-    pub fn new(
-        index: u32,
-        latency: SimDuration,
-        bandwidth: Bandwidth,
-        sharing: Sharing,
-        interval: SimDuration,
-    ) -> Self {
-        NixlLink {
+    pub fn new(index: u32, latency: SimDuration, bandwidth: Bandwidth, sharing: Sharing) -> Self {
+        let mut link = NixlLink {
             index,
             latency,
             bandwidth,
@@ -105,10 +107,13 @@ impl NixlLink {
             order: 0,
             wake: None,
             busy_since: None,
-            last_sample: (SimTime::ZERO, SimDuration::ZERO),
+            in_flight_bytes: 0,
+            instant: (SimTime::ZERO, 0),
             stats: LinkStats::default(),
-            timeline: Timeline::new(interval),
-        }
+            timeline: Timeline::new(),
+        };
+        link.record(SimTime::ZERO);
+        link
     }
 
     /// Transfers started and not yet completed.
@@ -118,7 +123,7 @@ impl NixlLink {
 
     /// Bytes of the transfers started and not yet completed.
     pub fn bytes_in_flight(&self) -> u64 {
-        self.active.values().chain(&self.queue).chain(self.in_latency.values()).map(|t| t.bytes.get()).sum()
+        self.in_flight_bytes
     }
 
     /// Brings the virtual clock to `now`.
@@ -160,26 +165,29 @@ impl NixlLink {
         }
     }
 
-    /// Records the link's use into its timeline.
-    ///
-    /// Counts are what is in flight at `now` (waiting out the latency, on the
-    /// wire, or queued); the busy share is time-weighted: the part of the
-    /// time since the previous sample during which the link moved bytes, so
-    /// that short transfers between samples still show.
-    pub fn sample(&mut self, now: SimTime) {
-        let busy_total = self.stats.busy + self.busy_since.map_or(SimDuration::ZERO, |since| now - since);
-        let (last_at, last_busy) = self.last_sample;
-        let span = now.saturating_since(last_at).as_nanos();
-        let busy = (busy_total - last_busy).as_nanos();
-        let permille = if span == 0 { 0 } else { (u128::from(busy) * 1000 / u128::from(span)) as u64 };
-        self.last_sample = (now, busy_total);
-        let active = (self.active.len() + self.in_latency.len()) as u64;
-        self.timeline.push(now, Metric::ActiveTransfers, active);
-        self.timeline.push(now, Metric::QueuedTransfers, self.queue.len() as u64);
-        let bytes = self.bytes_in_flight();
-        self.stats.peak_sampled_bytes_in_flight = self.stats.peak_sampled_bytes_in_flight.max(bytes);
-        self.timeline.push(now, Metric::BytesInFlight, bytes);
-        self.timeline.push(now, Metric::LinkBusyPermille, permille);
+    /// Sets its timeline to its state at `now`, after a message: what is
+    /// in flight (waiting out the latency, on the wire, or queued), and
+    /// whether bytes are moving.
+    fn record(&mut self, now: SimTime) {
+        if now != self.instant.0 {
+            self.stats.peak_sampled_bytes_in_flight = self.stats.peak_sampled_bytes_in_flight.max(self.instant.1);
+        }
+        self.instant = (now, self.in_flight_bytes);
+        let requests = self.in_flight() as u64;
+        let tl = &mut self.timeline;
+        if !tl.keeps() {
+            return;
+        }
+        tl.set(now, Metric::ActiveTransfers, (self.active.len() + self.in_latency.len()) as u64);
+        tl.set(now, Metric::QueuedTransfers, self.queue.len() as u64);
+        tl.set(now, Metric::BytesInFlight, self.in_flight_bytes);
+        tl.set(now, Metric::Requests, requests);
+        tl.set(now, Metric::Busy, u64::from(self.busy_since.is_some()));
+    }
+
+    /// The end of the run: the last instant counts towards the peak.
+    pub(crate) fn close(&mut self) {
+        self.stats.peak_sampled_bytes_in_flight = self.stats.peak_sampled_bytes_in_flight.max(self.instant.1);
     }
 
     fn complete_due(&mut self, ctx: &mut Context<'_, Msg>) {
@@ -191,6 +199,7 @@ impl NixlLink {
             }
             let t = entry.remove();
             self.stats.bytes_completed += t.bytes.get();
+            self.in_flight_bytes -= t.bytes.get();
             ctx.send(t.reply_to, Msg::TransferCompleted(t.id)).expect("decode ranks outlive the run");
             if self.sharing == Sharing::Fifo
                 && let Some(next) = self.queue.pop_front()
@@ -216,6 +225,7 @@ impl Actor<Msg> for NixlLink {
             Msg::StartTransfer { id, bytes, reply_to } => {
                 self.stats.transfers += 1;
                 self.stats.bytes_started += bytes.get();
+                self.in_flight_bytes += bytes.get();
                 let t = Transfer { id, bytes, reply_to, solo_ns: transfer_time(bytes, self.bandwidth).as_nanos() };
                 if self.latency.as_nanos() > 0 {
                     self.in_latency.insert(id, t);
@@ -239,8 +249,6 @@ impl Actor<Msg> for NixlLink {
             // Only decode ranks and the link's own timers address a link.
             _ => self.stats.unexpected += 1,
         }
-        if self.timeline.due(now) {
-            self.sample(now);
-        }
+        self.record(now);
     }
 }

@@ -3,10 +3,10 @@
 //!
 //! Each wraps a [`Scheduler`](crate::scheduler), which owns its KV pool, and
 //! handles every message through one protocol (`handle_message`): cut a
-//! planned run, refuse or handle, start a step, sample. A rank accepts only
-//! the commands of its side of the handoff ([`Command::accepted_by`]): a
-//! command of the other side is refused, and the request it carries fails
-//! with the refusal as its reason.
+//! planned run, refuse or handle, start a step, record its timeline. A
+//! rank accepts only the commands of its side of the handoff
+//! ([`Command::accepted_by`]): a command of the other side is refused, and
+//! the request it carries fails with the refusal as its reason.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -32,7 +32,7 @@ pub(crate) struct RankCore {
     max_model_len: Option<Tokens>,
     /// The scheduler, which owns the pool.
     sched: Scheduler,
-    /// Sampled use over time.
+    /// Its state over time, exactly (see [`crate::metrics`]).
     timeline: Timeline,
     /// Commands it refused (with no request to fail, or with one).
     refusals: Vec<FailReason>,
@@ -62,17 +62,20 @@ impl RankCore {
         index: u32,
         role: Role,
         router: ActorId,
-        sched: Scheduler,
-        interval: SimDuration,
+        mut sched: Scheduler,
         max_model_len: Option<Tokens>,
     ) -> Self {
+        let timeline = Timeline::new();
+        // The counts inside runs of decode steps, only for a timeline that
+        // stores them (nothing else depends on them).
+        sched.set_step_counts(timeline.keeps());
         RankCore {
             index,
             role,
             max_model_len,
             router,
             sched,
-            timeline: Timeline::new(interval),
+            timeline,
             refusals: Vec::new(),
             finished: Vec::new(),
             step_timer: None,
@@ -133,7 +136,7 @@ impl RankCore {
     /// sequences that can never fit.
     fn kick(&mut self, ctx: &mut Context<'_, Msg>, started: fn(&mut Request) -> &mut Option<SimTime>) {
         let now = ctx.now();
-        if let Some(dt) = self.sched.start_step(now, self.timeline.next_due(), started) {
+        if let Some(dt) = self.sched.start_step(now, SimTime::MAX, started) {
             self.step_timer = Some(ctx.schedule(dt, Msg::StepDone));
         }
         while let Some((mut req, needed)) = self.sched.take_stuck() {
@@ -145,23 +148,86 @@ impl RankCore {
         }
     }
 
+    /// Sets every series of the timeline to the rank's state at `now` (the
+    /// end of an instant it got messages at, or a crash). The pool is read
+    /// (which settles the blocks a cut run left ahead) whether or not the
+    /// timeline stores anything, so that nothing else depends on it.
     fn sample(&mut self, now: SimTime, extra: Extra) {
-        if !self.timeline.due(now) {
-            return;
-        }
+        // Steps of the run in flight that started by now first: the counts
+        // read next leave out only the steps after now.
+        self.write_steps(now);
+        let busy = u64::from(self.step_timer.is_some());
+        let remote = self.sched.remote_waiting() as u64;
         let c = self.sched.counts();
         let tl = &mut self.timeline;
-        tl.push(now, Metric::KvUsed, c.used);
-        tl.push(now, Metric::KvFree, c.free);
-        tl.push(now, Metric::KvCachedFree, c.cached_free);
+        if !tl.keeps() {
+            return;
+        }
+        tl.set(now, Metric::KvUsed, c.used);
+        tl.set(now, Metric::KvFree, c.free);
+        tl.set(now, Metric::KvCachedFree, c.cached_free);
         for (g, &used) in c.group_used.iter().enumerate() {
-            tl.push(now, Metric::KvGroupUsed(g as u16), used);
+            tl.set(now, Metric::KvGroupUsed(g as u16), used);
         }
-        tl.push(now, Metric::Waiting, c.waiting as u64);
-        tl.push(now, Metric::Running, c.running as u64);
-        for (m, v) in extra.into_iter().flatten() {
-            tl.push(now, m, v);
+        tl.set(now, Metric::Waiting, c.waiting as u64);
+        tl.set(now, Metric::Running, c.running as u64);
+        for (m, v) in extra.series.into_iter().flatten() {
+            tl.set(now, m, v);
         }
+        tl.set(now, Metric::Requests, (c.waiting + c.running) as u64 + remote + extra.outside);
+        tl.set(now, Metric::Busy, busy);
+    }
+
+    /// Writes the KV counts of the steps of the run in flight that started
+    /// at or before `now`, at their starts (they are known to have run: a
+    /// cut drops the steps it cancels first).
+    fn write_steps(&mut self, now: SimTime) {
+        let tl = &mut self.timeline;
+        if !tl.keeps() {
+            return;
+        }
+        self.sched.take_step_counts(now, |t, delta| {
+            for (i, &d) in delta.iter().enumerate() {
+                if d == 0 {
+                    continue;
+                }
+                let m = match i {
+                    0 => Metric::KvUsed,
+                    1 => Metric::KvFree,
+                    2 => Metric::KvCachedFree,
+                    g => Metric::KvGroupUsed((g - 3) as u16),
+                };
+                let v = tl.last(m).expect("set at time zero").wrapping_add(d);
+                tl.set(t, m, v);
+            }
+        });
+    }
+
+    /// The rank stopped for good at `now` (it crashed): the rest of its
+    /// run will not happen; its last state.
+    fn stopped(&mut self, now: SimTime, extra: Extra) {
+        self.write_steps(now);
+        self.sched.drop_step_counts();
+        self.sample(now, extra);
+    }
+
+    /// The end of the run at `end`: the steps that started by then are
+    /// written, the rest forgotten.
+    pub(crate) fn close_timeline(&mut self, end: SimTime) {
+        self.write_steps(end);
+        self.sched.drop_step_counts();
+    }
+
+    /// Its timeline.
+    pub(crate) fn timeline_mut(&mut self) -> &mut Timeline {
+        &mut self.timeline
+    }
+
+    /// Rows older than the clock may still come from this rank: from the
+    /// start of the first step of its run in flight whose counts it has not
+    /// written, if any.
+    pub(crate) fn timeline_hold(&self) -> Option<SimTime> {
+        if self.timeline.keeps() { self.sched.step_counts_from() } else { None }
     }
 
     /// Takes what the rank's report needs, giving back every block its
@@ -199,8 +265,13 @@ enum Flow {
     Stop,
 }
 
-/// Timeline values a role adds to the common ones.
-type Extra = [Option<(Metric, u64)>; 2];
+/// What a role adds to the common timeline values.
+struct Extra {
+    /// Its own series.
+    series: [Option<(Metric, u64)>; 2],
+    /// Requests it holds outside its scheduler (a decode rank's transfers).
+    outside: u64,
+}
 
 /// What a role adds to the common rank. Every rank handles a message
 /// through [`handle_message`], which runs the same protocol for every role,
@@ -231,6 +302,12 @@ trait Side {
     fn extra(&self) -> Extra;
 }
 
+/// The timeline's first values, at time zero.
+fn first_sample<S: Side>(rank: &mut S) {
+    let extra = rank.extra();
+    rank.core().sample(SimTime::ZERO, extra);
+}
+
 /// The protocol of every rank, for every message:
 /// 1. a rank that is down only drops (or fails) what comes;
 /// 2. anything but the end of the step in flight (or the end of the
@@ -242,8 +319,10 @@ trait Side {
 ///    everything that arrived at it in the queue (as vLLM has every request
 ///    that arrived before its next `schedule()` call), a step starts if
 ///    there is work (a decode rank's schedule call also reserves remote
-///    loads), the role does what the call leaves to it, and the timeline is
-///    sampled.
+///    loads), the role does what the call leaves to it, and the timeline
+///    gets the rank's state (the KV counts of the steps inside a run of
+///    decode steps are written once they have run: at every message, after
+///    the cut, those that started by then).
 fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
     if rank.down() {
         rank.while_down(msg, ctx);
@@ -253,6 +332,7 @@ fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
     if !matches!(msg, Msg::StepDone | Msg::Kick) {
         rank.core().cut(ctx);
     }
+    rank.core().write_steps(now);
     match msg {
         Msg::Kick => {
             rank.core().kick_due = false;
@@ -276,6 +356,8 @@ fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
             Some(command) if !command.accepted_by(S::ROLE) => rank.core().refuse(command, msg, ctx),
             _ => {
                 if rank.on_message(msg, ctx) == Flow::Stop {
+                    let extra = rank.extra();
+                    rank.core().stopped(now, extra);
                     return;
                 }
             }
@@ -368,7 +450,7 @@ pub struct PrefillRank {
 impl PrefillRank {
     /// A prefill rank holding sources as `hold` says.
     pub(crate) fn new(core: RankCore, model: Model, hold: Hold) -> Self {
-        PrefillRank {
+        let mut rank = PrefillRank {
             core,
             model,
             hold,
@@ -377,7 +459,9 @@ impl PrefillRank {
             lapsing: BTreeSet::new(),
             hold_timer: None,
             sources: SourceStats::default(),
-        }
+        };
+        first_sample(&mut rank);
+        rank
     }
 
     /// Commands it refused.
@@ -543,7 +627,7 @@ impl Side for PrefillRank {
     fn after_schedule(&mut self, _ctx: &mut Context<'_, Msg>) {}
 
     fn extra(&self) -> Extra {
-        [Some((Metric::HeldSources, self.held.len() as u64)), None]
+        Extra { series: [Some((Metric::HeldSources, self.held.len() as u64)), None], outside: 0 }
     }
 }
 
@@ -597,7 +681,7 @@ impl DecodeRank {
         lease: Option<SimDuration>,
         readers: u32,
     ) -> Self {
-        DecodeRank {
+        let mut rank = DecodeRank {
             readers,
             core,
             model,
@@ -608,7 +692,9 @@ impl DecodeRank {
             reserved: Vec::new(),
             lease,
             crashed_at: None,
-        }
+        };
+        first_sample(&mut rank);
+        rank
     }
 
     /// Commands it refused.
@@ -643,6 +729,7 @@ impl DecodeRank {
         if let Some(t) = self.core.step_timer.take() {
             ctx.cancel(t);
         }
+        self.core.sched.crashed(now);
         // Sources of handoffs that have not landed are still held (a remote
         // load waiting for its reservation had its heartbeats too).
         let mut reqs = self.drain_in_flight();
@@ -841,10 +928,13 @@ impl Side for DecodeRank {
     }
 
     fn extra(&self) -> Extra {
-        [
-            Some((Metric::PendingReservations, self.core.sched.remote_waiting() as u64)),
-            Some((Metric::Transferring, self.transferring.len() as u64)),
-        ]
+        Extra {
+            series: [
+                Some((Metric::PendingReservations, self.core.sched.remote_waiting() as u64)),
+                Some((Metric::Transferring, self.transferring.len() as u64)),
+            ],
+            outside: self.transferring.len() as u64,
+        }
     }
 }
 
@@ -871,7 +961,9 @@ pub struct AggregatedRank {
 impl AggregatedRank {
     /// An aggregated rank.
     pub(crate) fn new(core: RankCore) -> Self {
-        AggregatedRank { core }
+        let mut rank = AggregatedRank { core };
+        first_sample(&mut rank);
+        rank
     }
 
     /// Commands it refused.
@@ -919,7 +1011,7 @@ impl Side for AggregatedRank {
     fn after_schedule(&mut self, _ctx: &mut Context<'_, Msg>) {}
 
     fn extra(&self) -> Extra {
-        [None, None]
+        Extra { series: [None, None], outside: 0 }
     }
 }
 

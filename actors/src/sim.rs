@@ -54,7 +54,6 @@ pub struct Deployment {
     hold: Option<SimDuration>,
     lease: Option<SimDuration>,
     crashes: Vec<(u32, SimTime)>,
-    interval: SimDuration,
     /// How a handoff reads between the prefill and decode TP sizes.
     reads: Option<Reads>,
     /// The model's layers, when it gives them (roofline step times).
@@ -118,7 +117,6 @@ impl Deployment {
             hold: checked.faults.hold,
             lease: checked.faults.lease,
             crashes: checked.faults.crashes,
-            interval: checked.interval,
             reads: checked.reads,
             arch: model.arch.clone(),
             gpu: checked.gpu,
@@ -178,10 +176,10 @@ impl Deployment {
     }
 
     /// Whether runs keep the ranks' and links' timelines (on by default).
-    /// Off, they are sampled on the same cadence (so the events and every
-    /// record are the same) but no sample is stored: `RankReport::timeline`
-    /// and `LinkReport::timeline` come back empty, and a long run does not
-    /// hold them.
+    /// Off, no row is stored: `RankReport::timeline` and
+    /// `LinkReport::timeline` come back empty, and a long run does not hold
+    /// them. Nothing else depends on it: the events, the records and every
+    /// other number are the same either way.
     pub fn set_keep_timelines(&mut self, on: bool) {
         self.keep_timelines = on;
     }
@@ -209,7 +207,7 @@ impl Deployment {
     /// `mode`, its timeline, its `max_model_len`.
     fn rank_core(&self, index: u32, plan: &RolePlan, mode: Mode, router: ActorId) -> RankCore {
         let scheduler = self.scheduler(plan, mode);
-        RankCore::new(index, plan.role, router, scheduler, self.interval, plan.spec.max_model_len)
+        RankCore::new(index, plan.role, router, scheduler, plan.spec.max_model_len)
     }
 
     /// The KV pool blocks of a rank of `role` (the spec's `num_blocks`,
@@ -395,7 +393,7 @@ pub struct Built<'d> {
     sample_sink: Option<SampleSink>,
 }
 
-/// Takes timeline samples in slices: see [`Built::set_sample_sink`].
+/// Takes timeline rows in slices: see [`Built::set_sample_sink`].
 pub type SampleSink = Box<dyn FnMut(&[EntitySample])>;
 
 /// How far a run has got, for progress displays.
@@ -448,19 +446,50 @@ impl Built<'_> {
         out
     }
 
-    /// Hands the samples taken before `before` (all of them: `None`) to the
-    /// sample sink, if there is one: every later sample is taken at the
-    /// clock or after it.
+    /// The rank cores, in report order.
+    fn each_rank(&mut self, mut f: impl FnMut(&mut RankCore)) {
+        for rank in &self.ranks {
+            let core = match *rank {
+                RankId::Prefill(id) => self.sim.actor_mut::<PrefillRank>(id).expect("prefill rank").core_mut(),
+                RankId::Decode(id) => self.sim.actor_mut::<DecodeRank>(id).expect("decode rank").core_mut(),
+                RankId::Aggregated(id) => self.sim.actor_mut::<AggregatedRank>(id).expect("aggregated rank").core_mut(),
+            };
+            f(core);
+        }
+    }
+
+    /// Hands the rows of instants before `before` (all of them: `None`) to
+    /// the sample sink, if there is one, in timeline.csv's order.
+    ///
+    /// Every timeline's open instant before `before` is committed first. A
+    /// rank may still write rows older than the clock, for the steps of
+    /// its run of decode steps in flight (see [`crate::metrics`]): rows
+    /// from the earliest such step on are held back for a later slice.
     fn flush_samples(&mut self, before: Option<SimTime>) {
+        if self.log.is_none() {
+            return;
+        }
+        let mut bound = before;
+        self.each_rank(|core| {
+            core.timeline_mut().commit_before(before);
+            if let Some(h) = core.timeline_hold() {
+                bound = Some(bound.map_or(h, |b| b.min(h)));
+            }
+        });
+        for (_, id) in &self.links {
+            self.sim.actor_mut::<NixlLink>(*id).expect("link").timeline.commit_before(before);
+        }
         let (Some(log), Some(sink)) = (&self.log, &mut self.sample_sink) else { return };
         let mut rows = metrics::log_rows(log);
-        let n = before.map_or(rows.len(), |t| rows.partition_point(|r| r.sample.time < t));
+        // Each entity's rows are in time order, but a rank's rows of a
+        // finished run come after other entities' later ones: sort (stable,
+        // so each entity's own order stays), then take those before the
+        // bound.
+        rows.sort_by_key(|r| (r.sample.time, r.entity));
+        let n = bound.map_or(rows.len(), |t| rows.partition_point(|r| r.sample.time < t));
         if n == 0 {
             return;
         }
-        // Taken in time order; within an instant, by entity (stable: each
-        // entity's own order stays).
-        rows[..n].sort_by_key(|r| (r.sample.time, r.entity));
         sink(&rows[..n]);
         rows.drain(..n);
     }
@@ -565,7 +594,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
             let index = link_ids.len() as u32;
             // Links come after every rank in report order.
             metrics::next_entity(p.spec.count + d.spec.count + index);
-            let link = NixlLink::new(index, dep.latency, dep.bandwidth, spec.link.sharing, dep.interval);
+            let link = NixlLink::new(index, dep.latency, dep.bandwidth, spec.link.sharing);
             let id = sim.add_actor(&name, link).expect("unique");
             link_ids.push((name, id));
             id
@@ -628,6 +657,8 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
 
 fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<SimOutput, SimError> {
     let mut built = built;
+    // The steps of runs cut off by a time limit that started by its end.
+    built.each_rank(|core| core.close_timeline(final_time));
     built.flush_samples(None);
     let Built { dep, mut sim, router, ranks, links, log, .. } = built;
     // Without a sink, the samples go back to their timelines.
@@ -712,6 +743,7 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
     let (mut sent, mut received) = (0u64, 0u64);
     for (name, id) in links {
         let l = sim.actor_mut::<NixlLink>(id).expect("link");
+        l.close();
         sent += l.stats.bytes_started;
         // Transfers cut off by a time limit count as neither lost nor received.
         received += l.stats.bytes_completed + l.bytes_in_flight();

@@ -138,7 +138,6 @@ pub(crate) struct Checked {
     pub(crate) bandwidth: Bandwidth,
     pub(crate) latency: SimDuration,
     pub(crate) faults: Faults,
-    pub(crate) interval: SimDuration,
     /// How a handoff reads between the prefill and decode TP sizes (P/D only).
     pub(crate) reads: Option<Reads>,
     /// The checked `[hardware]`, when the deployment gives one.
@@ -249,7 +248,8 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
     }
     let decode_ranks = spec.decode.as_ref().map_or(0, |d| d.count);
     let faults = faults(&spec.faults, decode_ranks).map_err(|e| e.under("faults"))?;
-    let interval = timeline_interval(spec.timeline_interval_ms)?;
+    // Checked for the files that still give it; the timeline is exact.
+    timeline_interval(spec.timeline_interval_ms)?;
 
     let mut gated: Vec<(Role, &RoleSpec, Model, RankRules)> = Vec::new();
     for &(role, rs) in &present {
@@ -298,7 +298,7 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
     }
     let model = last.expect("roles() found at least one role");
     roofline_inputs(model_spec, spec, &roles)?;
-    Ok(Checked { model, roles, bandwidth, latency, faults, interval, reads, gpu })
+    Ok(Checked { model, roles, bandwidth, latency, faults, reads, gpu })
 }
 
 /// The model's TP fields: its `tp`, `kv_heads` and every group's `heads`
@@ -591,7 +591,9 @@ fn faults(f: &FaultSpec, decode_ranks: u32) -> Result<Faults, FieldError> {
     Ok(Faults { hold: hold.map(SimDuration::from_secs_f64), lease: lease.map(SimDuration::from_secs_f64), crashes })
 }
 
-/// How often the timeline samples, ms (top-level `timeline_interval_ms`).
+/// The top-level `timeline_interval_ms`, which no longer has an effect
+/// (the timeline records every change, `metrics`): still checked, so that
+/// a file giving it stays valid exactly when it was.
 fn timeline_interval(ms: f64) -> Result<SimDuration, FieldError> {
     if !(ms.is_finite() && (1e-6..=1e9).contains(&ms)) {
         return Err(FieldError::new("timeline_interval_ms", format!("must be from 1e-6 to 1e9 ms, got {ms}")));

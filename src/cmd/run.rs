@@ -45,8 +45,7 @@ pub struct Args {
     /// Do not write trace.json (the largest file of a long run).
     #[arg(long)]
     pub no_trace: bool,
-    /// Do not write timeline.csv (or coarsen it with the scenario's
-    /// `timeline_interval_ms`).
+    /// Do not write timeline.csv (nothing else changes).
     #[arg(long)]
     pub no_timeline: bool,
 }

@@ -15,5 +15,6 @@ mod presets;
 mod robust;
 mod scenario;
 mod steptime_fidelity;
+mod timeline;
 mod traces;
 mod workload;

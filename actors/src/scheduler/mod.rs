@@ -53,7 +53,7 @@ use crate::request::{ReqId, Request};
 use crate::steptime::StepTimeModel;
 use crate::units::Tokens;
 use crate::workload::PrefixIds;
-use plan::{Ahead, StepLog};
+use plan::{Ahead, StepKv, StepLog};
 use pool::{Alloc, KvPool, Whole};
 use seqs::{Seq, SeqKey, Seqs};
 use stats::Stats;
@@ -167,6 +167,11 @@ struct Core {
     log: StepLog,
     dec: decoding::DecodingSet,
     ahead: Ahead,
+    /// The pool's counts after each step of the run in flight, for the
+    /// rank's timeline.
+    step_kv: StepKv,
+    /// Scratch: the groups' counts as stepping has them now.
+    group_now: Vec<u64>,
     /// Schedule calls so far (plans started).
     calls: u64,
     /// Remote loads the last schedule calls reserved, with their hits, for
@@ -226,6 +231,8 @@ impl Scheduler {
             log: StepLog::default(),
             dec: decoding::DecodingSet::default(),
             ahead: Ahead::default(),
+            step_kv: StepKv::default(),
+            group_now: Vec::new(),
             calls: 0,
             reserved: Vec::new(),
             reservations_made: 0,
@@ -448,17 +455,68 @@ impl Scheduler {
     }
 
     /// The pool's counts and the queue lengths, as stepping one event at a
-    /// time would have them now.
+    /// time would have them now (the steps of the run in flight whose
+    /// counts were not taken with [`Scheduler::take_step_counts`] yet have
+    /// not started).
     pub(crate) fn counts(&mut self) -> Counts<'_> {
         let core = &mut self.core;
-        core.settle();
+        // The blocks a run in flight holds for its later steps are its own
+        // until a cut leaves some of them ahead: settling then would forget
+        // which members hold them (so a later cut could not give them
+        // back); the steps not started yet are taken out of the counts
+        // instead.
+        if !core.stepping || core.ahead.cut_short {
+            core.settle();
+        }
+        let groups = core.pool.group_used().len();
+        let kv = &core.step_kv;
+        core.group_now.clear();
+        let pending = (0..groups).map(|g| kv.pending(4 + g, groups));
+        core.group_now.extend(core.pool.group_used().iter().zip(pending).map(|(&u, p)| u.wrapping_sub(p)));
         Counts {
-            used: core.pool.used(),
-            free: core.pool.free(),
-            cached_free: core.pool.cached_free(),
-            group_used: core.pool.group_used(),
+            used: core.pool.used().wrapping_sub(kv.pending(1, groups)),
+            free: core.pool.free().wrapping_sub(kv.pending(2, groups)),
+            cached_free: core.pool.cached_free().wrapping_sub(kv.pending(3, groups)),
+            group_used: &core.group_now,
             waiting: core.seqs.waiting.len() - core.seqs.remote_waiting(),
             running: core.seqs.running.len(),
+        }
+    }
+
+    /// Keeps the pool's counts after each step of a planned run (for a
+    /// timeline that stores its rows): see [`Scheduler::take_step_counts`].
+    pub(crate) fn set_step_counts(&mut self, on: bool) {
+        self.core.step_kv.on = on;
+        self.core.step_kv.clear();
+    }
+
+    /// Hands the counts after each step of the run in flight that started
+    /// at or before `now` and changed them to `row`, in step order, as
+    /// (its start, the change of [used, free, cached free, used by each
+    /// group] since the step before, modulo 2^64); forgets them.
+    pub(crate) fn take_step_counts(&mut self, now: SimTime, mut row: impl FnMut(SimTime, &[u64])) {
+        let groups = self.core.pool.group_used().len();
+        self.core.step_kv.take_until(now, groups, |t, d| row(t, &d[1..]));
+    }
+
+    /// When the first step of the run in flight whose counts
+    /// [`Scheduler::take_step_counts`] has not handed out starts, if any.
+    pub(crate) fn step_counts_from(&self) -> Option<SimTime> {
+        self.core.step_kv.first_pending(self.core.pool.group_used().len())
+    }
+
+    /// Forgets the counts of the steps of the run in flight that have not
+    /// started (they will not: the rank crashed, or the run ended).
+    pub(crate) fn drop_step_counts(&mut self) {
+        self.core.step_kv.clear();
+    }
+
+    /// The rank stopped for good at `now` (it crashed): the step in flight,
+    /// if any, never ends, but the rank was busy with it until now.
+    pub(crate) fn crashed(&mut self, now: SimTime) {
+        let core = &mut self.core;
+        if core.stepping {
+            core.stats.cut_off(now - core.step_started);
         }
     }
 

@@ -18,6 +18,11 @@
 //!
 //! Every entry of the scheduler that reads or allocates settles first (or
 //! makes room: settles when what it takes would need blocks held ahead).
+//!
+//! A run's length does not depend on the rank's timeline: the timeline's
+//! rows for the steps inside a run come from [`StepKv`], the pool's counts
+//! after each step of the run that changes them, kept as the run is
+//! planned and written out by the rank once the steps have happened.
 
 use std::cmp::Reverse;
 use std::collections::VecDeque;
@@ -86,6 +91,114 @@ impl StepLog {
     pub(super) fn forget_before_last(&mut self) {
         self.ends.drain(..(self.step - self.base) as usize);
         self.base = self.step;
+    }
+}
+
+/// The pool's counts after each step of the run in flight that changes
+/// them, for the rank's timeline: while a run holds the blocks of its later
+/// steps, the pool's own counts are those after the run's last step.
+///
+/// Rows of `[start ns, used, free, cached free, used by group 0, ...]`: the
+/// first (the base) is the counts after the run's first step, at its start;
+/// each other one the counts after a later step, at that step's start.
+/// Rows up to `head` have been written out (or are the base). Kept only
+/// when the rank's timeline stores rows; the buffer is reused from run to
+/// run.
+#[derive(Default)]
+pub(crate) struct StepKv {
+    /// Kept at all.
+    pub(super) on: bool,
+    rows: Vec<u64>,
+    head: usize,
+}
+
+/// Columns of a [`StepKv`] row before the groups'.
+const KV_FIXED: usize = 4;
+
+impl StepKv {
+    fn width(groups: usize) -> usize {
+        KV_FIXED + groups
+    }
+
+    /// Starts the rows of a run planned at `now`: the base.
+    fn begin(&mut self, now: SimTime, pool: &super::KvPool) {
+        self.rows.clear();
+        self.head = 0;
+        self.push(now, pool);
+    }
+
+    /// A row of the pool's counts now, for the step starting at `start`
+    /// (none if no count changed since the row before).
+    fn push(&mut self, start: SimTime, pool: &super::KvPool) {
+        let w = Self::width(pool.group_used().len());
+        let counts = [pool.used(), pool.free(), pool.cached_free()];
+        if self.rows.len() >= w {
+            let prev = &self.rows[self.rows.len() - w..];
+            if prev[1..KV_FIXED] == counts && prev[KV_FIXED..] == *pool.group_used() {
+                return;
+            }
+        }
+        self.rows.push(start.as_nanos());
+        self.rows.extend_from_slice(&counts);
+        self.rows.extend_from_slice(pool.group_used());
+    }
+
+    /// Forgets every row (the run's remaining steps will not run).
+    pub(super) fn clear(&mut self) {
+        self.rows.clear();
+        self.head = 0;
+    }
+
+    /// Keeps only the rows of steps starting before `end` (a cut run's).
+    fn keep_before(&mut self, end: SimTime, groups: usize) {
+        let w = Self::width(groups);
+        let mut n = self.rows.len() / w;
+        while n > 1 && self.rows[(n - 1) * w] >= end.as_nanos() {
+            n -= 1;
+        }
+        self.rows.truncate(n * w);
+        if n <= 1 {
+            self.clear();
+        }
+    }
+
+    /// When the first step not written out yet starts, if any.
+    pub(super) fn first_pending(&self, groups: usize) -> Option<SimTime> {
+        let w = Self::width(groups);
+        self.rows.get((self.head + 1) * w).map(|&t| SimTime::from_nanos(t))
+    }
+
+    /// How much column `col` (1: used, 2: free, 3: cached free, 4 + g:
+    /// group g's used) changes over the steps not written out yet, modulo
+    /// 2^64: the pool's count less this is the count at the start of the
+    /// first of them.
+    pub(super) fn pending(&self, col: usize, groups: usize) -> u64 {
+        let w = Self::width(groups);
+        let n = self.rows.len() / w;
+        if n == 0 {
+            return 0;
+        }
+        self.rows[(n - 1) * w + col].wrapping_sub(self.rows[self.head * w + col])
+    }
+
+    /// Hands each step starting at or before `now` not written out yet to
+    /// `row` (its start, and each column's change since the row before,
+    /// modulo 2^64), in step order; forgets them.
+    pub(super) fn take_until(&mut self, now: SimTime, groups: usize, mut row: impl FnMut(SimTime, &[u64])) {
+        let w = Self::width(groups);
+        let mut delta = [0u64; KV_FIXED + super::MAX_GROUPS];
+        while let Some(&t) = self.rows.get((self.head + 1) * w) {
+            if t > now.as_nanos() {
+                return;
+            }
+            let (before, after) = self.rows[self.head * w..].split_at(w);
+            for (d, (a, b)) in delta.iter_mut().zip(after[..w].iter().zip(before)).skip(1) {
+                *d = a.wrapping_sub(*b);
+            }
+            row(SimTime::from_nanos(t), &delta[..w]);
+            self.head += 1;
+        }
+        self.clear();
     }
 }
 
@@ -184,6 +297,9 @@ impl Core {
                 self.log.push(end);
                 k += 1;
             }
+            if k > 1 && self.step_kv.on {
+                self.step_kv.begin(now, &self.pool);
+            }
             if k > 1
                 && let Err(short) = self.take_blocks(self.log.step + k)
             {
@@ -195,6 +311,9 @@ impl Core {
             }
         }
         self.log.planned = k as usize;
+        if k == 1 {
+            self.step_kv.clear();
+        }
         Some(self.log.last_end() - now)
     }
 
@@ -292,6 +411,14 @@ impl Core {
             if exact {
                 self.ahead.step_used.push((n, self.pool.used()));
             }
+            if ahead && self.step_kv.on {
+                // Counts read with blocks of an earlier cut run still ahead
+                // would not be the stepping ones; the rank's timeline reads
+                // the pool at the end of every instant, which settles them.
+                debug_assert!(exact, "a run planned with blocks of a cut run still held ahead");
+                let start = self.log.end(n - 1);
+                self.step_kv.push(start, &self.pool);
+            }
         };
         self.ahead.step_changes = step_changes;
         result
@@ -367,6 +494,8 @@ impl Core {
         }
         log.ends.truncate(first + keep);
         log.planned = keep;
+        let end = log.last_end();
+        self.step_kv.keep_before(end, self.pool.group_used().len());
         // The blocks taken for the steps that will not run now stay held
         // until something needs them or looks at the pool (`settle`).
         self.ahead.cut_short = true;

@@ -37,6 +37,11 @@ impl Stats {
         self.counters.busy += busy;
     }
 
+    /// A step in flight stopped unfinished after `busy` (a crash).
+    pub(super) fn cut_off(&mut self, busy: SimDuration) {
+        self.counters.busy += busy;
+    }
+
     /// `n` decoding sequences each computed and produced a token `steps` times.
     pub(super) fn decoded(&mut self, n: u64, steps: u64) {
         self.counters.output_tokens += n * steps;

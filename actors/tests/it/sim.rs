@@ -5,6 +5,7 @@ use actors::config::{
     CrashSpec, DecodeGrid, DeploymentSpec, LinkSpec, LinkTopology, RoleSpec, Sharing, SloSpec, StepTimeSpec,
 };
 use actors::link::NixlLink;
+use actors::metrics::{Metric, Sample, Timeline};
 use actors::model::{ModelSpec, Role};
 use actors::msg::Msg;
 use actors::ranks::{AggregatedRank, DecodeRank, PrefillRank};
@@ -335,8 +336,7 @@ impl Actor<Msg> for Sink {
 fn link_run(sharing: Sharing, transfers: &[(u64, u64, u64)]) -> Vec<(u64, u64)> {
     let mut sim = Simulation::new(1);
     let bw = Bandwidth::from_gb_per_s(1.0).unwrap();
-    let link =
-        sim.add_actor("link", NixlLink::new(0, SimDuration::ZERO, bw, sharing, SimDuration::from_millis(1))).unwrap();
+    let link = sim.add_actor("link", NixlLink::new(0, SimDuration::ZERO, bw, sharing)).unwrap();
     let sink = sim.add_actor("sink", Sink::default()).unwrap();
     for &(id, at_ms, bytes) in transfers {
         let msg = Msg::StartTransfer { id, bytes: Bytes::new(bytes), reply_to: sink };
@@ -473,9 +473,10 @@ fn a_request_larger_than_the_pool_fails_instead_of_stalling() {
 
 /// The decoding set and runs of steps must give, to the nanosecond, what
 /// handling every sequence at every step gives, under memory pressure too
-/// (reservations waiting, preemptions, evictions of cached prefixes), and
-/// whatever the timeline interval that bounds the runs. Arrivals fall on
-/// random nanoseconds, so none ties with a step end.
+/// (reservations waiting, preemptions, evictions of cached prefixes), with
+/// the timelines kept or not (nothing depends on them: the same records and
+/// the same events). Arrivals fall on random nanoseconds, so none ties with
+/// a step end.
 #[test]
 fn the_decoding_set_matches_stepping_every_sequence() {
     let mut requests = poisson(3, 300, 40.0);
@@ -513,9 +514,8 @@ fn the_decoding_set_matches_stepping_every_sequence() {
     // but 8 at a block boundary), so blocks a run takes ahead can be fewer
     // than stepping holds on the way. W = 100 changes at other tokens.
     let window_model = |w| spec(vec![fa("full attention", 16, 4_096), window("sliding window", w, 16, 4_096)]);
-    let mut windowed =
+    let windowed =
         pd(role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)), role(1, 600, linear_step(6_000.0, 10.0, 0.001)), 20.0);
-    windowed.timeline_interval_ms = 10.0;
     // A step time that prices prefill and decode apart: a landed handoff's
     // last prompt token is a prefill in its first step and a decode after,
     // in a run as stepping one by one.
@@ -546,11 +546,10 @@ fn the_decoding_set_matches_stepping_every_sequence() {
         (window_model(100), windowed, shared),
     ];
     for (case, (model, spec, requests)) in cases.into_iter().enumerate() {
-        let mut digests = Vec::new();
-        for interval_ms in [7.0, 1_000.0] {
-            let mut spec = spec.clone();
-            spec.timeline_interval_ms = interval_ms;
+        let mut runs_of = Vec::new();
+        for keep in [true, false] {
             let mut dep = Deployment::build(&model, &spec).unwrap();
+            dep.set_keep_timelines(keep);
             let fast = sim::run(&dep, input(requests.clone())).unwrap();
             dep.set_lazy_decoding(false);
             let slow = sim::run(&dep, input(requests.clone())).unwrap();
@@ -558,28 +557,111 @@ fn the_decoding_set_matches_stepping_every_sequence() {
             assert_eq!(fast.summary.completed, 300, "case {case}: {:?}", fast.summary.failure_reasons);
             // The first record that differs, not all 300 of them.
             if let Some(i) = (0..fast.records.len()).find(|&i| fast.records.get(i) != slow.records.get(i)) {
-                assert_eq!(fast.records.get(i), slow.records.get(i), "case {case} at {interval_ms} ms, request {i}");
+                assert_eq!(fast.records.get(i), slow.records.get(i), "case {case}, timelines {keep}, request {i}");
             }
             assert_eq!(fast.records.len(), slow.records.len());
             assert_eq!(fast.digest, slow.digest);
             assert_eq!(fast.summary.itl_ms, slow.summary.itl_ms);
+            // The timelines too, row for row: the counts a run of decode
+            // steps writes at its steps' starts are the ones stepping has.
+            let timelines = |o: &SimOutput| -> Vec<Timeline> {
+                o.ranks.iter().map(|r| r.timeline.clone()).chain(o.links.iter().map(|l| l.timeline.clone())).collect()
+            };
+            for (e, (a, b)) in timelines(&fast).iter().zip(&timelines(&slow)).enumerate() {
+                if let Some(i) = (0..a.samples.len()).find(|&i| a.samples.get(i) != b.samples.get(i)) {
+                    assert_eq!(a.samples.get(i), b.samples.get(i), "case {case}, entity {e}, row {i}");
+                }
+                assert_eq!(a.samples.len(), b.samples.len(), "case {case}, entity {e}");
+            }
+            if keep {
+                assert_exact_timelines(&fast);
+            }
             let runs = |o: &SimOutput| o.ranks.iter().map(|r| (r.stats.steps, r.stats.runs)).collect::<Vec<_>>();
             // Steps alike, fewer events for them.
             let (f, s) = (runs(&fast), runs(&slow));
             assert_eq!(f.iter().map(|r| r.0).collect::<Vec<_>>(), s.iter().map(|r| r.0).collect::<Vec<_>>());
             let (fast_runs, steps): (u64, u64) = f.iter().fold((0, 0), |a, r| (a.0 + r.1, a.1 + r.0));
-            if interval_ms > 100.0 {
-                // (A 7 ms timeline ends most runs after a step or two.)
-                assert!(fast_runs < steps, "{f:?}");
-                assert!(fast.events < slow.events);
-            }
+            assert!(fast_runs < steps, "{f:?}");
+            assert!(fast.events < slow.events);
             if case == 4 || case >= 6 {
                 assert!(fast.summary.preemptions > 0, "the tight case preempts");
                 assert!(fast.summary.transfer_wait_ms.max > 0.0, "the tight case makes reservations wait");
             }
-            digests.push(fast.digest);
+            assert_eq!(fast.ranks.iter().all(|r| r.timeline.samples.is_empty()), !keep);
+            runs_of.push((fast.digest, fast.events, f));
         }
-        assert_eq!(digests[0], digests[1], "case {case}: the timeline interval changes nothing");
+        assert_eq!(runs_of[0], runs_of[1], "case {case}: the timeline changes nothing");
+    }
+}
+
+/// The rows of one series of a timeline.
+fn series(tl: &Timeline, metric: Metric) -> Vec<(u64, u64)> {
+    tl.samples.iter().filter(|s| s.metric == metric).map(|s| (s.time.as_nanos(), s.value)).collect()
+}
+
+/// The value of a series at `t` (its last row at or before it).
+fn at(rows: &[(u64, u64)], t: u64) -> u64 {
+    match rows.partition_point(|&(time, _)| time <= t) {
+        0 => panic!("no row at or before {t}"),
+        i => rows[i - 1].1,
+    }
+}
+
+/// The integral of a series over [0, end), in value × ns.
+fn integral(rows: &[(u64, u64)], end: u64) -> u128 {
+    let mut total = 0u128;
+    for (i, &(t, v)) in rows.iter().enumerate() {
+        let next = rows.get(i + 1).map_or(end, |r| r.0).min(end);
+        total += u128::from(v) * u128::from(next.saturating_sub(t));
+    }
+    total
+}
+
+/// Checks that a run's timelines are the exact step functions of its state:
+/// every series starts at time zero, has one row per change (never two at
+/// one instant, never a row that changes nothing); the ranks' `requests`
+/// add up, at every instant any of them changed, to the requests that had
+/// arrived and not ended then (from the records); each rank's and link's
+/// `busy` integrates to its busy time; no `kv_used_blocks` exceeds the peak.
+/// (A run cut short by a time limit: up to the limit, and its steps in
+/// flight then count as busy on the timeline only.)
+fn assert_exact_timelines(out: &SimOutput) {
+    let end = out.final_time.as_nanos();
+    let all = out.ranks.iter().map(|r| (&r.name, &r.timeline)).chain(out.links.iter().map(|l| (&l.name, &l.timeline)));
+    for (name, tl) in all {
+        let mut last: std::collections::BTreeMap<Metric, Sample> = Default::default();
+        for s in &tl.samples {
+            if let Some(prev) = last.insert(s.metric, *s) {
+                assert!(prev.time < s.time, "{name}: two rows of {:?} at {}", s.metric, s.time);
+                assert_ne!(prev.value, s.value, "{name}: a row of {:?} at {} changes nothing", s.metric, s.time);
+            } else {
+                assert_eq!(s.time, SimTime::ZERO, "{name}: {:?} starts at time zero", s.metric);
+            }
+        }
+    }
+    let mut arrivals: Vec<u64> = out.records.iter().map(|r| r.t.arrival.as_nanos()).collect();
+    let mut ends: Vec<u64> = out.records.iter().map(|r| r.t.finished.map_or(end, |f| f.as_nanos())).collect();
+    arrivals.sort_unstable();
+    ends.sort_unstable();
+    let in_system = |t: u64| (arrivals.partition_point(|&a| a <= t) - ends.partition_point(|&f| f <= t)) as u64;
+    let requests: Vec<Vec<(u64, u64)>> = out.ranks.iter().map(|r| series(&r.timeline, Metric::Requests)).collect();
+    let mut times: Vec<u64> = requests.iter().flatten().map(|r| r.0).collect();
+    times.sort_unstable();
+    times.dedup();
+    for t in times.into_iter().filter(|&t| !out.cut_short || t < end) {
+        let held: u64 = requests.iter().map(|rows| at(rows, t)).sum();
+        assert_eq!(held, in_system(t), "requests in the system at {t} ns");
+    }
+    for r in &out.ranks {
+        let busy = integral(&series(&r.timeline, Metric::Busy), end);
+        let exact = u128::from(r.stats.busy.as_nanos());
+        assert!(busy == exact || out.cut_short && busy > exact, "{}: busy {busy} ns, exactly {exact}", r.name);
+        let kv = series(&r.timeline, Metric::KvUsed);
+        assert!(kv.iter().all(|&(_, v)| v <= r.peak_used_blocks), "{}: above the peak", r.name);
+    }
+    for l in &out.links {
+        let busy = integral(&series(&l.timeline, Metric::Busy), end);
+        assert_eq!(busy, u128::from(l.stats.busy.as_nanos()), "{}: busy time", l.name);
     }
 }
 
@@ -723,6 +805,7 @@ fn a_time_limit_ends_the_run_with_every_request_accounted_for() {
     assert!(unfinished > 0, "{:?}", out.summary.failure_reasons);
     assert_eq!(out.summary.completed + out.summary.failed, out.records.len() as u64);
     assert!(out.records.len() < 200, "requests arriving after the limit never entered");
+    assert_exact_timelines(&out);
 }
 
 mod conservation {
@@ -773,6 +856,8 @@ mod conservation {
                     prop_assert!(r.t.first_token.unwrap() <= r.t.finished.unwrap());
                 }
             }
+            // Exact timelines under faults, FIFO links and short holds.
+            assert_exact_timelines(&out);
         }
     }
 }
@@ -843,7 +928,6 @@ fn blocks_a_run_holds_ahead_go_to_a_reservation_that_needs_them() {
     let mut spec =
         pd(role(1, 1_000, linear_step(1_000.0, 1.0, 0.0)), role(1, 27, linear_step(5_000.0, 0.0, 0.0)), 100.0);
     spec.vllm_version = None;
-    spec.timeline_interval_ms = 1e6;
     let requests = vec![req(0, 160, 200), req(500_000_123, 160, 1)];
     let mut dep = Deployment::build(&model, &spec).unwrap();
     let fast = sim::run(&dep, input(requests.clone())).unwrap();
@@ -883,7 +967,6 @@ fn window_models_match_stepping_under_pressure() {
                         d.aggregated = Some(role(1, pool, step));
                         (d.prefill, d.decode) = (None, None);
                     }
-                    d.timeline_interval_ms = 1_000.0;
                     let mut dep = Deployment::build(&model, &d).unwrap();
                     let fast = sim::run(&dep, input(requests.clone())).unwrap();
                     dep.set_lazy_decoding(false);
@@ -1000,6 +1083,12 @@ fn a_crashed_decode_rank_leaves_its_sources_to_lapse() {
         let p = out.ranks.iter().find(|k| k.role == Role::Prefill).unwrap().sources.unwrap();
         // A, B, D and E were released after their transfers; C lapsed.
         assert_eq!((p.held, p.released, p.expired), (5, 4, 1));
+        // decode0's timeline: empty and idle from the crash on.
+        assert_exact_timelines(&out);
+        let d0 = &out.ranks.iter().find(|k| k.name == "decode0").unwrap().timeline;
+        for m in [Metric::Requests, Metric::Running, Metric::Busy, Metric::KvUsed] {
+            assert_eq!(series(d0, m).last(), Some(&(at.as_nanos(), 0)), "{m:?}");
+        }
     }
 }
 

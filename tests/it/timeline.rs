@@ -1,0 +1,202 @@
+//! The timeline is exact: on a bursty trace (tests/fixtures/trace-bursts.toml:
+//! idle gaps, same-instant arrivals, preemptions, 2 prefill and 2 decode
+//! ranks), `pdsim run` writes a timeline.csv whose rows are the changes of
+//! every series at their instants, so that what a reader computes from it
+//! (occupancy, busy shares) is what requests.csv and report.json say.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common::{Csv, fixture, outcome, pdsim, scratch_dir};
+
+/// Exact nanoseconds of a time in ms with six decimals.
+fn ns(cell: &str) -> u64 {
+    let (whole, frac) = cell.split_once('.').unwrap_or((cell, "0"));
+    assert_eq!(frac.len(), 6, "{cell}");
+    whole.parse::<u64>().unwrap() * 1_000_000 + frac.parse::<u64>().unwrap()
+}
+
+/// A series' rows: (time ns, value), in time order.
+type Rows = Vec<(u64, u64)>;
+
+/// The value of a series at `t`: its last row at or before `t`.
+fn at(rows: &Rows, t: u64) -> u64 {
+    match rows.partition_point(|&(time, _)| time <= t) {
+        0 => panic!("no row at or before {t} ns"),
+        i => rows[i - 1].1,
+    }
+}
+
+/// The integral of a series over [from, to), value × ns.
+fn integral(rows: &Rows, from: u64, to: u64) -> u128 {
+    let mut total = 0;
+    for (i, &(t, v)) in rows.iter().enumerate() {
+        let next = rows.get(i + 1).map_or(to, |r| r.0);
+        let (a, b) = (t.max(from), next.min(to));
+        if b > a {
+            total += u128::from(v) * u128::from(b - a);
+        }
+    }
+    total
+}
+
+struct Run {
+    report: Value,
+    /// (entity, metric) -> rows.
+    series: BTreeMap<(String, String), Rows>,
+    /// Per request: (arrival, end) ns.
+    requests: Vec<(u64, u64)>,
+    ranks: Vec<String>,
+    links: Vec<String>,
+    trace: Value,
+}
+
+impl Run {
+    fn rows(&self, entity: &str, metric: &str) -> &Rows {
+        self.series.get(&(entity.to_owned(), metric.to_owned())).unwrap_or_else(|| panic!("no {entity} {metric}"))
+    }
+
+    /// Requests that had arrived and not ended at `t` (requests.csv).
+    fn in_system(&self, t: u64) -> u64 {
+        self.requests.iter().filter(|&&(a, e)| a <= t && t < e).count() as u64
+    }
+
+    /// The ranks' `requests` added up at `t` (timeline.csv).
+    fn held(&self, t: u64) -> u64 {
+        self.ranks.iter().map(|r| at(self.rows(r, "requests"), t)).sum()
+    }
+}
+
+fn run_fixture(dir: &Path) -> Run {
+    let scenario = fixture("trace-bursts.toml");
+    let (code, _, stderr) =
+        outcome(&pdsim(&["run", scenario.to_str().unwrap(), "--quiet", "--out", dir.to_str().unwrap()]));
+    assert_eq!(code, 0, "{stderr}");
+    let json = |f: &str| -> Value { serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap() };
+    let report = json("report.json");
+    let names = |k: &str| -> Vec<String> {
+        report[k].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap().to_owned()).collect()
+    };
+    let (ranks, links) = (names("ranks"), names("links"));
+    let timeline = Csv::read(&dir.join("timeline.csv"));
+    assert_eq!(timeline.header, ["time_ms", "entity", "metric", "value"]);
+    let mut series: BTreeMap<(String, String), Rows> = BTreeMap::new();
+    let mut last_time = 0;
+    for row in &timeline.rows {
+        let t = ns(&row[0]);
+        assert!(t >= last_time, "timeline.csv is in time order");
+        last_time = t;
+        let rows = series.entry((row[1].clone(), row[2].clone())).or_default();
+        let v: u64 = row[3].parse().unwrap();
+        if let Some(&(pt, pv)) = rows.last() {
+            assert!(pt < t, "two rows of {} {} at {t} ns", row[1], row[2]);
+            assert_ne!(pv, v, "a row of {} {} at {t} ns that changes nothing", row[1], row[2]);
+        } else {
+            assert_eq!(t, 0, "{} {} starts at time zero", row[1], row[2]);
+        }
+        rows.push((t, v));
+    }
+    let csv = Csv::read(&dir.join("requests.csv"));
+    let (a, f) = (csv.col("arrival_ms"), csv.col("finished_ms"));
+    let requests = csv.rows.iter().map(|r| (ns(&r[a]), ns(&r[f]))).collect();
+    Run { report, series, requests, ranks, links, trace: json("trace.json") }
+}
+
+#[test]
+fn the_timeline_is_exact_on_a_bursty_trace() {
+    let dir = scratch_dir("timeline-bursts");
+    let run = run_fixture(&dir);
+    let summary = &run.report["summary"];
+    assert_eq!(summary["completed"], 300, "{summary}");
+    assert!(summary["preemptions"].as_u64().unwrap() > 0, "the bursts preempt");
+
+    // Little's law over [first arrival, last end]: the time-averaged number
+    // of requests in the system from timeline.csv is λ·W from requests.csv.
+    let t0 = run.requests.iter().map(|r| r.0).min().unwrap();
+    let t1 = run.requests.iter().map(|r| r.1).max().unwrap();
+    let span = (t1 - t0) as f64;
+    let area: u128 = run.ranks.iter().map(|r| integral(run.rows(r, "requests"), t0, t1)).sum();
+    let occupancy = area as f64 / span;
+    let lambda = run.requests.len() as f64 / span;
+    let w = run.requests.iter().map(|r| (r.1 - r.0) as f64).sum::<f64>() / run.requests.len() as f64;
+    assert!((occupancy / (lambda * w) - 1.0).abs() < 0.005, "L = {occupancy}, λW = {}", lambda * w);
+    // Exactly so, at every instant any rank's count changed.
+    for rows in run.ranks.iter().map(|r| run.rows(r, "requests")) {
+        for &(t, _) in rows {
+            assert_eq!(run.held(t), run.in_system(t), "requests in the system at {t} ns");
+        }
+    }
+
+    // Busy shares: the time-weighted mean of `busy` is report.json's.
+    let end = run.report["final_time_ns"].as_u64().unwrap();
+    for (kind, names) in [("ranks", &run.ranks), ("links", &run.links)] {
+        for (i, name) in names.iter().enumerate() {
+            let share = integral(run.rows(name, "busy"), 0, end) as f64 / end as f64;
+            let exact = run.report[kind][i]["busy_fraction"].as_f64().unwrap();
+            assert_eq!(share, exact, "{name}");
+        }
+    }
+    let decode_busy = run.report["ranks"][2]["busy_fraction"].as_f64().unwrap();
+    assert!(decode_busy > 0.3 && decode_busy < 0.95, "decode0 is busy, and idle between bursts: {decode_busy}");
+
+    // Idle periods: the system empties between bursts; the last change
+    // before each gap is there, at its instant: every rank is empty and
+    // idle from the last end on, and some rank's `running` went to 0 then.
+    let mut ends: Vec<u64> = run.requests.iter().map(|r| r.1).collect();
+    ends.sort_unstable();
+    let gaps: Vec<u64> = ends
+        .iter()
+        .copied()
+        .filter(|&e| {
+            run.in_system(e) == 0
+                && run.requests.iter().filter(|r| r.0 > e).map(|r| r.0).min().is_some_and(|a| a - e > 300_000_000)
+        })
+        .collect();
+    assert_eq!(gaps.len(), 5, "an idle gap before each burst but the first: {gaps:?}");
+    for &e in &gaps {
+        for r in &run.ranks {
+            for m in ["requests", "running", "waiting", "busy", "kv_used_blocks"] {
+                assert_eq!(at(run.rows(r, m), e), 0, "{r} {m} at {e} ns, before the gap");
+            }
+        }
+        assert!(
+            run.ranks.iter().any(|r| run.rows(r, "running").contains(&(e, 0))),
+            "a rank's running goes to 0 at {e} ns"
+        );
+    }
+
+    // Same-instant arrivals: one row per series at the instant, with the
+    // final value (all four arrivals counted).
+    let mut arrivals: BTreeMap<u64, u64> = BTreeMap::new();
+    for r in &run.requests {
+        *arrivals.entry(r.0).or_default() += 1;
+    }
+    let groups: Vec<(u64, u64)> = arrivals.into_iter().filter(|&(_, n)| n >= 4).collect();
+    assert_eq!(groups.len(), 30, "30 groups of 4 arrivals in one instant");
+    for &(t, n) in &groups {
+        let ended = run.requests.iter().filter(|r| r.1 == t).count() as u64;
+        let before = t.checked_sub(1).map_or(0, |b| run.held(b));
+        assert_eq!(run.held(t) + ended, before + n, "{n} arrivals at {t} ns");
+        for r in &run.ranks {
+            assert!(run.rows(r, "requests").iter().filter(|row| row.0 == t).count() <= 1);
+        }
+    }
+
+    // trace.json's counters are the timeline's rows.
+    let events = run.trace["traceEvents"].as_array().unwrap();
+    for (pid, name) in run.ranks.iter().chain(&run.links).enumerate() {
+        for (counter, key, metric) in [("seqs", "running", "running"), ("requests", "in_system", "requests")] {
+            let got: Rows = events
+                .iter()
+                .filter(|e| {
+                    e["ph"] == "C" && e["name"] == counter && e["pid"] == pid + 1 && e["args"].get(key).is_some()
+                })
+                .map(|e| ((e["ts"].as_f64().unwrap() * 1000.0).round() as u64, e["args"][key].as_u64().unwrap()))
+                .collect();
+            let want = run.series.get(&(name.clone(), metric.to_owned())).cloned().unwrap_or_default();
+            assert_eq!(got, want, "{name}: trace.json's {counter} {key}");
+        }
+    }
+}
