@@ -942,7 +942,7 @@ mod tests {
         );
         assert_eq!(e("batch,context,ms\n1,2\n"), "x.csv:2: 2 fields, the header has 3 (batch,context,ms)");
         assert_eq!(e("batch,context,ms\n0,2,1\n"), "x.csv:2: column batch: must be >= 1, got 0");
-        assert_eq!(e("batch,context,ms\n1,2,0\n"), "x.csv:2: column ms: must be a finite time > 0, got 0");
+        assert_eq!(e("batch,context,ms\n1,2,0\n"), "x.csv:2: column ms: must be a time from 1 ns to 10^9 µs, got 0");
         assert!(
             e("batch,isl,prefix,new_tokens,ms\n2,1024,0,1024,1\n")
                 .starts_with("x.csv:2: column new_tokens: must be batch")
