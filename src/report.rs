@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
+use actors::bench::Bench;
 use actors::config::LinkTopology;
 use actors::metrics::{EntitySample, Metric, Summary};
 use actors::model::Role;
@@ -271,6 +272,9 @@ pub struct Report<'a> {
     pub workload: &'a SourceStats,
     /// The metrics of `actors::metrics::Summary`.
     pub summary: &'a Summary,
+    /// The same run in `vllm bench serve`'s terms: its result's names and
+    /// definitions (`actors::bench`).
+    pub bench: &'a Bench,
     /// Every rank, prefill (or aggregated) ranks first.
     pub ranks: Vec<RankSummary>,
     /// Every link.
@@ -319,6 +323,7 @@ pub fn report<'a>(scenario: &'a Scenario, label: &'a str, run: &'a Run) -> Repor
         requests_override: run.requests,
         workload: &run.workload,
         summary: &out.summary,
+        bench: &out.summary.bench,
         ranks: out.ranks.iter().map(|r| RankSummary::of(r, run_ns)).collect(),
         links: out.links.iter().map(|l| LinkSummary::of(l, run_ns)).collect(),
         events: out.events,

@@ -49,6 +49,10 @@ pub struct Args {
     /// `timeline_interval_ms`).
     #[arg(long)]
     pub no_timeline: bool,
+    /// The percentiles of report.json's `bench` statistics (and of
+    /// replicas.csv's columns), as vLLM's `--metric-percentiles`.
+    #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
+    pub percentiles: super::Percentiles,
 }
 
 /// The files of one run, in the order they are written.
@@ -110,6 +114,7 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
         timelines: want_timeline || want_trace,
         record_sink: Some(live.record_sink()),
         sample_sink: live.sample_sink(),
+        percentiles: args.percentiles.0.clone(),
     };
     let mut progress = ProgressGate::new(args.quiet, total, "requests");
     let result = runner::simulate_with(
@@ -330,7 +335,7 @@ pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path, fi
 }
 
 /// One row of `replicas.csv` (no newline): the replica and its seed, then
-/// the same metric columns as a sweep row ([`super::sweep::METRIC_COLUMNS`]).
+/// the same metric columns as a sweep row ([`super::sweep::metric_header`]).
 fn replica_row(k: u64, run: &Run) -> String {
     format!("{k},{},{}", run.seed, super::sweep::metrics_cells(&run.output.summary, run.output.digest))
 }
@@ -348,7 +353,7 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
         .ok_or_else(|| CmdError::BadInput(format!("--seed {seed} --replicas {count}: the seeds pass 2^64 - 1")))?;
     let csv_path = dir.join("replicas.csv");
     let mut csv = CsvFile::create(&csv_path)?;
-    csv.line(&format!("replica,seed,{}", super::sweep::METRIC_COLUMNS.join(",")))?;
+    csv.line(&format!("replica,seed,{}", super::sweep::metric_header(&args.percentiles.0)))?;
     let mut lines = Vec::new();
     let mut progress = ProgressGate::new(args.quiet, Some(count), "replicas");
     let result = ordered_parallel(
@@ -362,7 +367,8 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
             }
             let mut scenario = scenario.clone();
             scenario.set_seed(seeds[k]);
-            let run = runner::simulate(&scenario, seeds[k], args.requests, |_| {}, &INTERRUPTED)?;
+            let keep = runner::Keep { percentiles: args.percentiles.0.clone(), ..runner::Keep::default() };
+            let run = runner::simulate_with(&scenario, seeds[k], args.requests, |_| {}, &INTERRUPTED, keep)?;
             if run.interrupted {
                 return Err(interrupted(format_args!(
                     "replica {k} was stopped and not written; replicas.csv lists the replicas before it"

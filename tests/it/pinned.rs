@@ -78,6 +78,7 @@ fn streamed_runs_without_timelines_give_the_pinned_report_and_requests() {
             timelines: false,
             record_sink: Some(Box::new(move |r| sink.borrow_mut().extend_from_slice(rows.row(r)))),
             sample_sink: None,
+            ..runner::Keep::default()
         };
         let run = runner::simulate_with(&s, s.seed(), None, |_| {}, &AtomicBool::new(false), keep).unwrap();
         assert_eq!(run.output.violations, Vec::<String>::new(), "{file}");
@@ -118,6 +119,7 @@ fn streamed_timelines_give_the_pinned_timeline() {
                     }
                 })
             })),
+            ..runner::Keep::default()
         };
         let run = runner::simulate_with(&s, s.seed(), None, |_| {}, &AtomicBool::new(false), keep).unwrap();
         assert_eq!(run.output.violations, Vec::<String>::new(), "{file}");
