@@ -261,6 +261,32 @@ fn setup_line(scenario: &Scenario) -> Option<String> {
     (!parts.is_empty()).then(|| format!("setup        {}", parts.join(", ")))
 }
 
+/// The summary's line for an overloaded run (see [`report::Overload`]):
+/// offered and served rates, the backlog, and the busiest role.
+pub fn overload_line(o: &report::Overload) -> Option<String> {
+    if !o.overloaded {
+        return None;
+    }
+    let others: Vec<String> = o
+        .busy_share
+        .iter()
+        .filter(|(k, _)| Some(**k) != o.bottleneck)
+        .map(|(k, b)| format!("{k} {:.1}%", 100.0 * b))
+        .collect();
+    let bottleneck = o.bottleneck.map_or_else(String::new, |b| {
+        let share = o.busy_share.get(b).copied().unwrap_or(0.0);
+        let rest = if others.is_empty() { String::new() } else { format!("; {}", others.join(", ")) };
+        format!("; bottleneck {b} (busy {:.1}%{rest})", 100.0 * share)
+    });
+    Some(format!(
+        "overload     offered {:.2} req/s > served {:.2} req/s: {} requests in the system at the last arrival, growing {:.2}/s{bottleneck}",
+        o.arrival_rate_per_s.unwrap_or(0.0),
+        o.completion_rate_per_s,
+        o.backlog_at_last_arrival,
+        o.backlog_growth_per_s,
+    ))
+}
+
 /// The printed summary of one run.
 pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files: &[&str]) -> String {
     let s: &Summary = &run.output.summary;
@@ -280,6 +306,9 @@ pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path, fi
         "throughput   {:.2} req/s, {:.1} output tok/s, {:.1} total tok/s over {:.1} s",
         s.request_throughput, s.output_token_throughput, s.total_token_throughput, s.duration_s
     );
+    if let Some(line) = overload_line(&report::overload(scenario, run)) {
+        let _ = writeln!(t, "{line}");
+    }
     let slo = scenario.slo();
     if slo.ttft_ms.is_some() || slo.tpot_ms.is_some() || slo.e2e_ms.is_some() {
         let _ = writeln!(t, "goodput      {:.2} req/s, SLO attainment {:.1}%", s.goodput, 100.0 * s.slo_attainment);
