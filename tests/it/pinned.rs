@@ -18,17 +18,17 @@ use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 11] = [
-    ("default.toml", 0xa533_f8fb_f59a_35b5, 0x21f6_8370_4d3c_25a9, 0x7adf_a445_ae61_39c9),
-    ("glm-5.3-flash-1p1d.toml", 0x1abf_54b1_bb1e_0d7f, 0x17be_0ffd_61ee_0bbc, 0x2c9e_5c9a_47a2_2b7c),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0xf1e7_6f86_1a7d_f4a5, 0x38ad_f5bb_71e5_1e11, 0x7e07_a87c_c0b7_444d),
-    ("glm-5.3-flash-2p2d.toml", 0x36b9_96c7_1eaf_a8ef, 0x6808_499a_7236_30cf, 0x0b08_715f_6c54_42f3),
-    ("glm-5.3-flash-p4d8.toml", 0x573d_3524_ceeb_3328, 0xcbac_954e_2772_3d69, 0x3bad_3415_a437_f897),
-    ("gpt-oss-1p1d.toml", 0x1f90_a527_b824_7e4d, 0x5c74_d7c6_8f01_617a, 0x426c_db95_5434_514a),
-    ("llama-3.1-8b-1p1d.toml", 0x6949_c8d5_d620_646f, 0x1d29_5e94_fcc3_1516, 0x0b0c_705b_4477_da63),
-    ("llama-3.1-8b-aggregated.toml", 0x4012_caf1_7678_fa4d, 0x82da_4816_8d2f_a3fa, 0x5287_75e5_1149_3a84),
-    ("llama-3.1-8b-h200-tp1.toml", 0x4a15_fd4a_d594_cf51, 0xe143_0827_41a4_55e9, 0xa3d2_21d1_ef7c_07b4),
-    ("llama-3.1-8b-h200-tp4.toml", 0x41e7_dd09_e58c_2f07, 0xdf38_2258_9bbf_62db, 0x3c70_905f_8dd2_8ce4),
-    ("mamba2-hybrid-1p1d.toml", 0xcaf4_9c8b_4b66_ee03, 0x9fbe_6291_5b58_bb32, 0x64ea_4c2f_a41e_9348),
+    ("default.toml", 0x02b9_988e_57b4_7958, 0x21f6_8370_4d3c_25a9, 0x7adf_a445_ae61_39c9),
+    ("glm-5.3-flash-1p1d.toml", 0x7809_b146_0f4b_c635, 0x17be_0ffd_61ee_0bbc, 0x2c9e_5c9a_47a2_2b7c),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0x7d2f_3153_b7a5_eaf8, 0x38ad_f5bb_71e5_1e11, 0x7e07_a87c_c0b7_444d),
+    ("glm-5.3-flash-2p2d.toml", 0x58a8_3aef_32df_c0e8, 0x6808_499a_7236_30cf, 0x0b08_715f_6c54_42f3),
+    ("glm-5.3-flash-p4d8.toml", 0x7565_3823_b8a4_1248, 0xcbac_954e_2772_3d69, 0x3bad_3415_a437_f897),
+    ("gpt-oss-1p1d.toml", 0x9260_b4eb_336f_a624, 0x5c74_d7c6_8f01_617a, 0x426c_db95_5434_514a),
+    ("llama-3.1-8b-1p1d.toml", 0x992a_3bbf_3245_c8be, 0x1d29_5e94_fcc3_1516, 0x0b0c_705b_4477_da63),
+    ("llama-3.1-8b-aggregated.toml", 0xfb45_7b67_4329_49cc, 0x82da_4816_8d2f_a3fa, 0x5287_75e5_1149_3a84),
+    ("llama-3.1-8b-h200-tp1.toml", 0x5eec_e632_d2c5_5f35, 0xe143_0827_41a4_55e9, 0xa3d2_21d1_ef7c_07b4),
+    ("llama-3.1-8b-h200-tp4.toml", 0x7ab0_c69d_a18e_b773, 0xdf38_2258_9bbf_62db, 0x3c70_905f_8dd2_8ce4),
+    ("mamba2-hybrid-1p1d.toml", 0xaf09_930b_d43c_8678, 0x9fbe_6291_5b58_bb32, 0x64ea_4c2f_a41e_9348),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {
