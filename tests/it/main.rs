@@ -16,4 +16,5 @@ mod robust;
 mod scenario;
 mod steptime_fidelity;
 mod traces;
+mod vllm_bench;
 mod workload;
