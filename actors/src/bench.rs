@@ -549,6 +549,8 @@ pub(crate) struct BenchBuilder {
     /// Σ over completed requests of their squared gaps, ns²; `None` once
     /// it passed 2¹²⁸.
     itl_sq_sum: Option<u128>,
+    /// The same sum in `f64`, for when the exact one passed 2¹²⁸.
+    itl_sq_sum_f64: f64,
     /// Gaps of completed requests.
     itl_count: u64,
     /// The first completed request's arrival: the windows' origin.
@@ -569,6 +571,7 @@ impl Default for BenchBuilder {
             tpot: Column::default(),
             itl_sum: 0,
             itl_sq_sum: Some(0),
+            itl_sq_sum_f64: 0.0,
             itl_count: 0,
             origin: None,
             active: BinaryHeap::new(),
@@ -613,6 +616,7 @@ impl BenchBuilder {
             self.itl_sum += u128::from((last - first).as_nanos());
             self.itl_count += generated - 1;
             self.itl_sq_sum = self.itl_sq_sum.and_then(|s| s.checked_add(r.itl_sq_sum));
+            self.itl_sq_sum_f64 += r.itl_sq_sum as f64;
         }
         let within = |bound: Option<f64>, v: f64| bound.is_none_or(|b| v <= b);
         if within(slo.ttft_ms, ttft_ms) && within(slo.tpot_ms, tpot_ms) && within(slo.e2e_ms, e2e_ms) {
@@ -702,7 +706,7 @@ impl BenchBuilder {
             });
             let var_ns2 = exact.unwrap_or_else(|| {
                 let m = self.itl_sum as f64 / count as f64;
-                let s2 = self.itl_sq_sum.map_or(f64::MAX, |s| s as f64);
+                let s2 = self.itl_sq_sum.map_or(self.itl_sq_sum_f64, |s| s as f64);
                 (s2 / count as f64 - m * m).max(0.0)
             });
             (mean, var_ns2.sqrt() / 1e6)

@@ -45,7 +45,8 @@ pub struct Request {
     /// Longest gap between two of its output tokens.
     pub max_itl: SimDuration,
     /// The sum of the squares of the gaps between its output tokens, ns²
-    /// (for the inter-token std; the sum of the gaps is last − first token).
+    /// (for the inter-token std; the sum of the gaps is last − first token;
+    /// it would saturate at 2¹²⁸ ns², some gaps of centuries).
     pub itl_sq_sum: u128,
     /// How it ended.
     pub outcome: Outcome,
