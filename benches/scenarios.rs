@@ -53,6 +53,7 @@ fn scenarios(c: &mut Criterion) {
                 timelines: false,
                 record_sink: Some(Box::new(move |r| *counted.borrow_mut() += rows.row(r).len() as u64)),
                 sample_sink: None,
+                ..Keep::default()
             };
             let run = runner::simulate_with(&s, s.seed(), requests, |_| {}, &stop, keep).expect("runs");
             assert!(run.output.violations.is_empty(), "{name}: {:?}", run.output.violations);

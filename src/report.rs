@@ -14,11 +14,13 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
+use actors::bench::Bench;
 use actors::config::LinkTopology;
 use actors::metrics::{EntitySample, Metric, Summary};
 use actors::model::Role;
 use actors::request::{Outcome, Request};
 use actors::sim::{LinkReport, RankReport};
+use actors::workload::ArrivalMode;
 use serde::Serialize;
 use serde_json::{Value, json};
 use sim_core::SimTime;
@@ -243,6 +245,136 @@ impl LinkSummary {
     }
 }
 
+/// Whether the offered load exceeded what was served, in `report.json`
+/// (and the summary's `overload` line when it did).
+///
+/// The rule ([`overload`]): with open-loop arrivals (a closed loop offers
+/// only what is served), the run is overloaded when all three hold:
+/// - the completion rate (completed requests over the run's duration) is
+///   below [`SERVED_SHARE`] of the arrival rate (arrivals after the first
+///   over the time from the first to the last);
+/// - the requests in the system (entered, not ended) grew while requests
+///   came: the least-squares slope of their count, as each request
+///   arrived, against its arrival time is at least [`GROWTH_SHARE`] of
+///   the arrival rate;
+/// - the wait grew with them: the mean TTFT of the last 32 completed
+///   requests is at least [`LATENCY_GROWTH`] times that of the first 32.
+///
+/// A stable run serves what comes (the completion rate falls short only
+/// by the tail after the last arrival), its backlog does not trend, and
+/// its late requests wait about as long as its early ones; an overloaded
+/// one serves at its capacity while the backlog, and with it every later
+/// request's wait, grows at the difference. A run too short to leave its
+/// warm-up can meet the first two alone (the backlog fills from empty);
+/// the third keeps it quiet (on the shipped scenarios cut to 50 to 2,000
+/// requests, the late requests' TTFT is at most 1.9 times the early
+/// ones'). An overload of a few per cent needs a long run to show: the
+/// completion rate counts the tail. The bottleneck is the role (prefill, decode or aggregated
+/// ranks, or the links) with the largest mean busy share over the run;
+/// when several are saturated (a busy share of at least [`SATURATED`]: a
+/// decode rank with anything to decode steps all the time, however small
+/// its batch), the one in front of which requests waited longest: the
+/// prefill queue for prefill ranks, the transfer wait (the decode rank's
+/// reservation) and the decode queue for decode ranks, the transfer
+/// itself for links.
+#[derive(Debug, Serialize)]
+pub struct Overload {
+    /// The rule above holds.
+    pub overloaded: bool,
+    /// Arrivals after the first per second between the first and the last
+    /// (null with fewer than two arrivals, or all at once).
+    pub arrival_rate_per_s: Option<f64>,
+    /// Completed requests per second over the run (`request_throughput`).
+    pub completion_rate_per_s: f64,
+    /// Requests in the system just after the last arrival.
+    pub backlog_at_last_arrival: u64,
+    /// Their mean over the arrivals.
+    pub mean_backlog: f64,
+    /// The slope of the backlog against arrival time, requests per second.
+    pub backlog_growth_per_s: f64,
+    /// The mean TTFT of the first 32 completed requests, ms.
+    pub early_ttft_ms: f64,
+    /// The mean TTFT of the last 32 completed requests, ms.
+    pub late_ttft_ms: f64,
+    /// The busiest role: `prefill`, `decode`, `aggregated` or `link`.
+    pub bottleneck: Option<&'static str>,
+    /// Each role's mean busy share (of its ranks, or of the links).
+    pub busy_share: BTreeMap<&'static str, f64>,
+}
+
+/// [`Overload`]: the completion rate is below this share of the arrival rate.
+pub const SERVED_SHARE: f64 = 0.95;
+/// [`Overload`]: the backlog grows by at least this share of the arrival rate.
+pub const GROWTH_SHARE: f64 = 0.05;
+/// [`Overload`]: the late requests' mean TTFT is at least this many times
+/// the early ones'.
+pub const LATENCY_GROWTH: f64 = 3.0;
+/// [`Overload`]: a role this busy is saturated.
+pub const SATURATED: f64 = 0.95;
+
+/// The overload check of `run` of `scenario` (see [`Overload`]).
+pub fn overload(scenario: &Scenario, run: &Run) -> Overload {
+    let out = &run.output;
+    let s = &out.summary;
+    let l = &s.load;
+    let run_ns = out.final_time.as_nanos();
+    let arrival_rate = match (l.first_arrival, l.last_arrival) {
+        (Some(a), Some(b)) if b > a && l.entered >= 2 => Some((l.entered - 1) as f64 / (b - a).as_secs_f64()),
+        _ => None,
+    };
+    let mut shares: BTreeMap<&'static str, (f64, u32)> = BTreeMap::new();
+    for r in &out.ranks {
+        let e = shares.entry(r.role.as_str()).or_default();
+        e.0 += fraction(r.stats.busy.as_nanos(), run_ns);
+        e.1 += 1;
+    }
+    for l in &out.links {
+        let e = shares.entry("link").or_default();
+        e.0 += fraction(l.stats.busy.as_nanos(), run_ns);
+        e.1 += 1;
+    }
+    let busy_share: BTreeMap<&'static str, f64> =
+        shares.into_iter().map(|(k, (sum, n))| (k, sum / f64::from(n.max(1)))).collect();
+    // The mean wait in front of each role, ms.
+    let wait = |role: &str| match role {
+        "prefill" | "aggregated" => s.prefill_queue_ms.mean,
+        "decode" => s.transfer_wait_ms.mean + s.decode_queue_ms.mean,
+        _ => s.transfer_time_ms.mean,
+    };
+    // The busiest role, or of the saturated ones the one with the longest
+    // wait; on a tie, the first of prefill, aggregated, decode, link.
+    let order = ["prefill", "aggregated", "decode", "link"];
+    let roles: Vec<(&'static str, f64)> = order.iter().filter_map(|k| busy_share.get(k).map(|&b| (*k, b))).collect();
+    let saturated: Vec<(&'static str, f64)> =
+        roles.iter().filter(|(_, b)| *b >= SATURATED).map(|&(k, _)| (k, wait(k))).collect();
+    let pick = |v: &[(&'static str, f64)]| {
+        v.iter().fold(None, |best: Option<(&'static str, f64)>, &(k, x)| match best {
+            Some((_, bx)) if bx >= x => best,
+            _ => Some((k, x)),
+        })
+    };
+    let bottleneck = if saturated.len() > 1 { pick(&saturated) } else { pick(&roles) }.map(|(k, _)| k);
+    let open = matches!(scenario.workload().arrival_mode(), ArrivalMode::Open);
+    let overloaded = open
+        && arrival_rate.is_some_and(|lambda| {
+            s.request_throughput < SERVED_SHARE * lambda
+                && l.backlog_growth_per_s >= GROWTH_SHARE * lambda
+                && l.late_ttft_ms >= LATENCY_GROWTH * l.early_ttft_ms
+        });
+    Overload {
+        overloaded,
+        arrival_rate_per_s: arrival_rate,
+        completion_rate_per_s: s.request_throughput,
+        backlog_at_last_arrival: l.backlog_at_last_arrival,
+        mean_backlog: l.mean_backlog,
+        backlog_growth_per_s: l.backlog_growth_per_s,
+        early_ttft_ms: l.early_ttft_ms,
+        late_ttft_ms: l.late_ttft_ms,
+        bottleneck,
+        busy_share,
+    }
+}
+
 /// Where the scenario came from, in `report.json`.
 #[derive(Debug, Serialize)]
 pub struct ScenarioInfo<'a> {
@@ -273,6 +405,11 @@ pub struct Report<'a> {
     pub workload: &'a SourceStats,
     /// The metrics of `actors::metrics::Summary`.
     pub summary: &'a Summary,
+    /// The same run in `vllm bench serve`'s terms: its result's names and
+    /// definitions (`actors::bench`).
+    pub bench: &'a Bench,
+    /// Whether the offered load exceeded what was served ([`overload`]).
+    pub overload: Overload,
     /// Every rank, prefill (or aggregated) ranks first.
     pub ranks: Vec<RankSummary>,
     /// Every link.
@@ -321,6 +458,8 @@ pub fn report<'a>(scenario: &'a Scenario, label: &'a str, run: &'a Run) -> Repor
         requests_override: run.requests,
         workload: &run.workload,
         summary: &out.summary,
+        bench: &out.summary.bench,
+        overload: overload(scenario, run),
         ranks: out.ranks.iter().map(|r| RankSummary::of(r, run_ns)).collect(),
         links: out.links.iter().map(|l| LinkSummary::of(l, run_ns)).collect(),
         events: out.events,

@@ -64,7 +64,8 @@ impl RequestSource for Counted {
     }
 }
 
-/// What a run keeps beyond its summary: see [`simulate_with`].
+/// What a run keeps beyond its summary, and the percentiles its summary's
+/// `bench` statistics report: see [`simulate_with`].
 pub struct Keep {
     /// The ranks' and links' timelines (off: not stored; nothing else
     /// changes).
@@ -78,6 +79,9 @@ pub struct Keep {
     /// sink that takes them in slices in timeline.csv's order as the run
     /// goes, and none is kept.
     pub sample_sink: Option<SampleSinkFactory>,
+    /// The percentiles of the `bench` statistics (`--percentiles`; each
+    /// within 0..=100, see [`actors::bench::check_percentiles`]).
+    pub percentiles: Vec<f64>,
 }
 
 /// Makes a sample sink from the run's entities: see [`Keep::sample_sink`].
@@ -85,7 +89,12 @@ pub type SampleSinkFactory = Box<dyn FnOnce(&[(String, Vec<String>)]) -> actors:
 
 impl Default for Keep {
     fn default() -> Self {
-        Keep { timelines: true, record_sink: None, sample_sink: None }
+        Keep {
+            timelines: true,
+            record_sink: None,
+            sample_sink: None,
+            percentiles: actors::bench::DEFAULT_PERCENTILES.to_vec(),
+        }
     }
 }
 
@@ -141,6 +150,7 @@ pub fn simulate_with(
         SimError::Workload(w) => RunError::BadInput(w.0),
     };
     let mut built = actors::sim::build(&dep, input).map_err(sim_error)?;
+    built.set_percentiles(&keep.percentiles);
     if let Some(sink) = keep.record_sink {
         built.set_record_sink(sink);
     }

@@ -8,8 +8,10 @@
 //! - [`sim`]: builds a deployment and runs it: [`router`], [`ranks`]
 //!   (prefill, decode, aggregated) over a [`scheduler`] each (which owns the
 //!   rank's KV pool),
-//!   [`link`]s, exchanging [`msg::Msg`]; [`metrics`] summarises.
+//!   [`link`]s, exchanging [`msg::Msg`]; [`metrics`] summarises, [`bench`]
+//!   in `vllm bench serve`'s terms.
 pub mod arch;
+pub mod bench;
 pub mod config;
 mod fxmap;
 pub mod hardware;

@@ -54,6 +54,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use sim_core::{SimDuration, SimTime};
 
+pub use crate::bench::{Bench, Load, TokenWindows};
+use crate::bench::{BenchBuilder, Dist, LoadBuilder};
 use crate::config::SloSpec;
 use crate::request::{Outcome, Request};
 
@@ -65,6 +67,8 @@ pub struct Histogram {
     count: u64,
     sum_ns: u128,
     max_ns: u64,
+    /// The least value (meaningless while `count` is 0).
+    min_ns: u64,
 }
 
 const SUB: u32 = 7; // 2^7 = 128 sub-buckets
@@ -108,6 +112,7 @@ impl Histogram {
             self.counts.resize(i + 1, 0);
         }
         self.counts[i] += n;
+        self.min_ns = if self.count == 0 { v } else { self.min_ns.min(v) };
         self.count += n;
         self.sum_ns += u128::from(v) * u128::from(n);
         self.max_ns = self.max_ns.max(v);
@@ -120,6 +125,9 @@ impl Histogram {
         }
         for (a, b) in self.counts.iter_mut().zip(&other.counts) {
             *a += b;
+        }
+        if other.count > 0 {
+            self.min_ns = if self.count == 0 { other.min_ns } else { self.min_ns.min(other.min_ns) };
         }
         self.count += other.count;
         self.sum_ns += other.sum_ns;
@@ -145,6 +153,24 @@ impl Histogram {
             }
         }
         self.max_ns as f64 / 1e6
+    }
+
+    /// The `k`-th smallest observation (from 0; the largest past the end),
+    /// ns: the midpoint of its bucket, kept within the least and the
+    /// largest observation, so within 2⁻⁸ of the exact value (exact below
+    /// 256 ns, and when every observation is the same); 0 when empty.
+    pub fn order_statistic_ns(&self, k: u64) -> u64 {
+        if self.count == 0 {
+            return 0;
+        }
+        let mut seen = 0;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen > k {
+                return Self::value(i).clamp(self.min_ns, self.max_ns);
+            }
+        }
+        self.max_ns
     }
 
     /// Summary statistics, ms.
@@ -215,10 +241,15 @@ impl Stat {
     /// and the sum and the interpolation run over the same `f64`s in the
     /// same order.
     pub fn of_nanos(mut values: Vec<u64>) -> Stat {
+        values.sort_unstable();
+        Stat::of_sorted_nanos(&values)
+    }
+
+    /// [`Stat::of_nanos`] of values already sorted.
+    pub fn of_sorted_nanos(values: &[u64]) -> Stat {
         if values.is_empty() {
             return Stat::default();
         }
-        values.sort_unstable();
         let ms = |ns: u64| ns as f64 / 1e6;
         let n = values.len();
         let pct = |q: f64| {
@@ -289,6 +320,14 @@ pub struct Summary {
     pub prefill_hit_tokens: u64,
     /// Prompt tokens served from decode-side prefix caches (not moved).
     pub decode_hit_tokens: u64,
+    /// The same run in `vllm bench serve`'s terms (written on its own in
+    /// `report.json`, as `bench`).
+    #[serde(skip)]
+    pub bench: Bench,
+    /// The requests in the system over the arrivals, for the overload
+    /// check (not written in `summary`).
+    #[serde(skip)]
+    pub load: Load,
 }
 
 fn ms(d: SimDuration) -> f64 {
@@ -308,13 +347,15 @@ pub fn meets_slo(r: &Request, slo: &SloSpec) -> bool {
     within(slo.ttft_ms, r.ttft()) && within(slo.tpot_ms, r.tpot()) && within(slo.e2e_ms, r.e2e())
 }
 
-/// Summarises finished requests; `itl` is the merged inter-token histogram.
-pub fn summarise(records: &[Request], itl: &Histogram, slo: &SloSpec) -> Summary {
+/// Summarises finished requests; `itl` is the merged inter-token histogram,
+/// `peak_tokens` the most output tokens in one 1 s window
+/// ([`TokenWindows::peak`]).
+pub fn summarise(records: &[Request], itl: &Histogram, peak_tokens: u64, slo: &SloSpec) -> Summary {
     let mut b = SummaryBuilder::new(slo.clone());
     for r in records {
         b.add(r);
     }
-    b.finish(itl)
+    b.finish(itl, peak_tokens)
 }
 
 /// Values per chunk of a [`Column`].
@@ -373,6 +414,11 @@ impl Column {
 
     /// The statistics of its values, in ms (the column is emptied).
     pub fn take_stat(&mut self) -> Stat {
+        Stat::of_sorted_nanos(&self.take_sorted())
+    }
+
+    /// Its values, sorted (the column is emptied).
+    pub fn take_sorted(&mut self) -> Vec<u64> {
         let mut all: Vec<u64> = Vec::with_capacity(self.len);
         for c in std::mem::take(&mut self.chunks) {
             match c {
@@ -381,7 +427,8 @@ impl Column {
             }
         }
         self.len = 0;
-        Stat::of_nanos(all)
+        all.sort_unstable();
+        all
     }
 }
 
@@ -401,6 +448,8 @@ pub struct SummaryBuilder {
     /// ttft, tpot, e2e, prefill queue, prefill time, transfer wait,
     /// transfer time, decode queue.
     cols: [Column; 8],
+    bench: BenchBuilder,
+    load: LoadBuilder,
 }
 
 impl SummaryBuilder {
@@ -415,11 +464,21 @@ impl SummaryBuilder {
             first: None,
             last: None,
             cols: Default::default(),
+            bench: BenchBuilder::default(),
+            load: LoadBuilder::default(),
         }
+    }
+
+    /// The percentiles of the `bench` statistics (default
+    /// [`crate::bench::DEFAULT_PERCENTILES`]).
+    pub fn set_percentiles(&mut self, ps: &[f64]) {
+        self.bench.set_percentiles(ps);
     }
 
     /// Adds one request.
     pub fn add(&mut self, r: &Request) {
+        self.bench.add(r, &self.slo);
+        self.load.add(r);
         let s = &mut self.s;
         s.requests += 1;
         self.first = Some(self.first.map_or(r.t.arrival, |f| f.min(r.t.arrival)));
@@ -473,8 +532,9 @@ impl SummaryBuilder {
         self.s.requests
     }
 
-    /// The summary; `itl` is the merged inter-token histogram.
-    pub fn finish(mut self, itl: &Histogram) -> Summary {
+    /// The summary; `itl` is the merged inter-token histogram, `peak_tokens`
+    /// the most output tokens in one 1 s window ([`TokenWindows::peak`]).
+    pub fn finish(mut self, itl: &Histogram, peak_tokens: u64) -> Summary {
         let mut s = std::mem::take(&mut self.s);
         s.itl_ms = itl.stat();
         let duration = match (self.first, self.last) {
@@ -492,14 +552,24 @@ impl SummaryBuilder {
             s.slo_attainment = self.good as f64 / s.requests as f64;
         }
         let [ttft, tpot, e2e, pq, pt, tw, tt, dq] = &mut self.cols;
-        s.ttft_ms = ttft.take_stat();
+        // One column's values at a time, sorted, for both statistics.
+        let ps = self.bench.percentiles();
+        let sorted = ttft.take_sorted();
+        s.ttft_ms = Stat::of_sorted_nanos(&sorted);
+        let bench_ttft = Dist::of_sorted_nanos(&sorted, ps);
+        drop(sorted);
+        let sorted = e2e.take_sorted();
+        s.e2e_ms = Stat::of_sorted_nanos(&sorted);
+        let bench_e2e = Dist::of_sorted_nanos(&sorted, ps);
+        drop(sorted);
         s.tpot_ms = tpot.take_stat();
-        s.e2e_ms = e2e.take_stat();
         s.prefill_queue_ms = pq.take_stat();
         s.prefill_time_ms = pt.take_stat();
         s.transfer_wait_ms = tw.take_stat();
         s.transfer_time_ms = tt.take_stat();
         s.decode_queue_ms = dq.take_stat();
+        s.bench = self.bench.finish(&s, &self.slo, bench_ttft, bench_e2e, itl, peak_tokens);
+        s.load = self.load.finish();
         s
     }
 }

@@ -254,6 +254,11 @@ impl RankCore {
     pub(crate) fn itl(&self) -> &crate::metrics::Histogram {
         self.sched.itl()
     }
+
+    /// The output tokens of each 1 s window (the rank's are left empty).
+    pub(crate) fn take_token_windows(&mut self) -> crate::metrics::TokenWindows {
+        self.sched.take_token_windows()
+    }
 }
 
 /// Whether a rank goes on with a message's protocol after its handler.

@@ -109,6 +109,11 @@ impl RecordStream {
         self.summary = SummaryBuilder::new(slo);
     }
 
+    /// The percentiles of the `bench` statistics.
+    pub(crate) fn set_percentiles(&mut self, ps: &[f64]) {
+        self.summary.set_percentiles(ps);
+    }
+
     /// Sends records to `sink` instead of keeping them.
     pub(crate) fn set_sink(&mut self, sink: RecordSink) {
         self.sink = Some(sink);
@@ -164,8 +169,10 @@ impl RecordStream {
     }
 
     /// Takes what is still buffered (in id order, over any gap: a missing
-    /// id is counted) and adds everything up.
-    pub(crate) fn finish(mut self, itl: &Histogram) -> Totals {
+    /// id is counted) and adds everything up; `itl` is the run's
+    /// inter-token histogram, `peak_tokens` the most output tokens in a
+    /// 1 s window.
+    pub(crate) fn finish(mut self, itl: &Histogram, peak_tokens: u64) -> Totals {
         while let Some(slot) = self.pending.pop_front() {
             match slot {
                 Some(r) => self.take(*r),
@@ -174,7 +181,7 @@ impl RecordStream {
         }
         Totals {
             count: self.summary.requests(),
-            summary: self.summary.finish(itl),
+            summary: self.summary.finish(itl, peak_tokens),
             digest: self.digest.value(),
             priced: self.priced,
             out_of_order: self.out_of_order,

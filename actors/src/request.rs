@@ -44,6 +44,10 @@ pub struct Request {
     pub generated: Tokens,
     /// Longest gap between two of its output tokens.
     pub max_itl: SimDuration,
+    /// The sum of the squares of the gaps between its output tokens, ns²
+    /// (for the inter-token std; the sum of the gaps is last − first token;
+    /// it would saturate at 2¹²⁸ ns², some gaps of centuries).
+    pub itl_sq_sum: u128,
     /// How it ended.
     pub outcome: Outcome,
 }
@@ -66,6 +70,7 @@ impl Request {
             preemptions: 0,
             generated: Tokens::ZERO,
             max_itl: SimDuration::ZERO,
+            itl_sq_sum: 0,
             outcome: Outcome::InFlight,
         }
     }

@@ -10,7 +10,7 @@ use crate::arch::ModelArch;
 use crate::config::{DeploymentSpec, LinkTopology, RoleSpec, SloSpec};
 use crate::hardware::Gpu;
 use crate::link::{LinkStats, NixlLink};
-use crate::metrics::{self, EntitySample, Histogram, Sample, SampleLog, Sampling, Summary, Timeline};
+use crate::metrics::{self, EntitySample, Histogram, Sample, SampleLog, Sampling, Summary, Timeline, TokenWindows};
 use crate::model::{CacheGroup, CacheGroupKind, DEFAULT_LINEAR_BLOCK_SIZE, Model, ModelSpec, RankRules, Role};
 use crate::msg::Msg;
 use crate::ranks::{AggregatedRank, DecodeRank, Hold, PrefillRank, RankCore, SourceStats};
@@ -205,8 +205,11 @@ impl Deployment {
 
     /// The common part of rank `index` of `plan`'s role: its scheduler in
     /// `mode`, its timeline, its `max_model_len`.
-    fn rank_core(&self, index: u32, plan: &RolePlan, mode: Mode, router: ActorId) -> RankCore {
-        let scheduler = self.scheduler(plan, mode);
+    /// A rank's core; `origin` starts its 1 s output-token windows (the
+    /// run's first arrival).
+    fn rank_core(&self, index: u32, plan: &RolePlan, mode: Mode, router: ActorId, origin: SimTime) -> RankCore {
+        let mut scheduler = self.scheduler(plan, mode);
+        scheduler.set_token_origin(origin);
         RankCore::new(index, plan.role, router, scheduler, plan.spec.max_model_len)
     }
 
@@ -417,6 +420,13 @@ impl Built<'_> {
         self.sim.actor_mut::<Router>(self.router).expect("router").records.set_sink(Box::new(sink));
     }
 
+    /// The percentiles of the summary's `bench` statistics (default
+    /// [`crate::bench::DEFAULT_PERCENTILES`]; each within 0..=100, see
+    /// [`crate::bench::check_percentiles`]).
+    pub fn set_percentiles(&mut self, ps: &[f64]) {
+        self.sim.actor_mut::<Router>(self.router).expect("router").records.set_percentiles(ps);
+    }
+
     /// Hands the timelines' samples to `sink` as the run goes, in slices,
     /// ordered by time, then entity (the ranks in report order, then the
     /// links), then the order the entity took them; the reports' timelines
@@ -563,6 +573,8 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
     let mut router = Router::new(first_policy, decode_policy, input.source, input.arrivals, input.max_requests);
     router.records.set_slo(input.slo);
     let first_arrival = router.prime()?;
+    // Output tokens are counted in 1 s windows from the first arrival.
+    let origin = first_arrival.unwrap_or(SimTime::ZERO);
     // Every timeline made from here on keeps its samples or not.
     let log: Option<SampleLog> = dep.keep_timelines.then(SampleLog::default);
     let _sampling = metrics::sampling(match &log {
@@ -584,7 +596,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         let mut prefill = Vec::new();
         for i in 0..p.spec.count {
             metrics::next_entity(i);
-            let core = dep.rank_core(i, p, Mode::PrefillOnly, router);
+            let core = dep.rank_core(i, p, Mode::PrefillOnly, router, origin);
             let id =
                 sim.add_actor(&format!("prefill{i}"), PrefillRank::new(core, dep.model.clone(), hold)).expect("unique");
             prefill.push(id);
@@ -609,7 +621,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
                 .map(|i| shared.unwrap_or_else(|| add_link(&mut sim, format!("link-p{i}-d{j}"))))
                 .collect();
             metrics::next_entity(p.spec.count + j);
-            let core = dep.rank_core(j, d, Mode::Generate, router);
+            let core = dep.rank_core(j, d, Mode::Generate, router, origin);
             let abort = spec.faults.decode_abort_probability;
             // The decode rank renews what the prefill ranks hold under a lease.
             let lease = match hold {
@@ -641,7 +653,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         let mut all = Vec::new();
         for i in 0..a.spec.count {
             metrics::next_entity(i);
-            let core = dep.rank_core(i, a, Mode::Generate, router);
+            let core = dep.rank_core(i, a, Mode::Generate, router, origin);
             let id = sim.add_actor(&format!("aggregated{i}"), AggregatedRank::new(core)).expect("unique");
             all.push(id);
             ranks.push(RankId::Aggregated(id));
@@ -682,6 +694,7 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
     let mut stream = std::mem::replace(&mut r.records, RecordStream::new());
     let mut violations = Vec::new();
     let mut itl = Histogram::default();
+    let mut tokens: Vec<TokenWindows> = Vec::new();
     let mut reports = Vec::new();
     let mut unfinished: Vec<Box<Request>> = Vec::new();
     let group_names = |p: &RolePlan| p.groups.iter().map(|g| g.name().to_string()).collect::<Vec<_>>();
@@ -711,6 +724,7 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
             }
         };
         itl.merge(core.itl());
+        tokens.push(core.take_token_windows());
         let parts = core.take_parts();
         let name = format!("{}{}", name_role.as_str(), parts.index);
         unfinished.extend(parts.unfinished);
@@ -750,7 +764,9 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
         let timeline = with_logged(std::mem::take(&mut l.timeline), logged.next());
         link_reports.push(LinkReport { name, stats: l.stats, timeline });
     }
-    let Totals { records, summary, digest, count, priced, out_of_order } = stream.finish(&itl);
+    let peak_tokens = TokenWindows::peak(&tokens.iter().collect::<Vec<_>>());
+    drop(tokens);
+    let Totals { records, summary, digest, count, priced, out_of_order } = stream.finish(&itl, peak_tokens);
     if count != issued {
         violations.push(format!("{issued} requests entered, {count} accounted for"));
     } else if out_of_order > 0 {

@@ -114,6 +114,32 @@ pub fn count_at_least_one(s: &str) -> Result<u64, String> {
     }
 }
 
+/// The percentiles of `--percentiles` (the default: vLLM's
+/// `--metric-percentiles` default, 50,90,95,99).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Percentiles(pub Vec<f64>);
+
+impl Default for Percentiles {
+    fn default() -> Self {
+        Percentiles(actors::bench::DEFAULT_PERCENTILES.to_vec())
+    }
+}
+
+/// Parses `--percentiles`: comma-separated numbers, each within 0..=100,
+/// no two with the same name (`99` and `99.0` are one).
+pub fn percentiles_arg(s: &str) -> Result<Percentiles, String> {
+    let mut ps = Vec::new();
+    for part in s.split(',') {
+        let t = part.trim();
+        match t.parse::<f64>() {
+            Ok(p) if p.is_finite() => ps.push(p),
+            _ => return Err(format!("expected comma-separated percentiles in 0..=100 (e.g. 50,90,99.9), got {t:?}")),
+        }
+    }
+    actors::bench::check_percentiles(&ps)?;
+    Ok(Percentiles(ps))
+}
+
 /// Creates `dir` and its parents. A folder that cannot be made is the
 /// user's `--out` (or the current folder) at fault: bad input, exit 2.
 pub fn create_dir(dir: &Path) -> Result<(), CmdError> {

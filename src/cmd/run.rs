@@ -48,6 +48,10 @@ pub struct Args {
     /// Do not write timeline.csv (nothing else changes).
     #[arg(long)]
     pub no_timeline: bool,
+    /// The percentiles of report.json's `bench` statistics (and of
+    /// replicas.csv's columns), as vLLM's `--metric-percentiles`.
+    #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
+    pub percentiles: super::Percentiles,
 }
 
 /// The files of one run, in the order they are written.
@@ -109,6 +113,7 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
         timelines: want_timeline || want_trace,
         record_sink: Some(live.record_sink()),
         sample_sink: live.sample_sink(),
+        percentiles: args.percentiles.0.clone(),
     };
     let mut progress = ProgressGate::new(args.quiet, total, "requests");
     let result = runner::simulate_with(
@@ -255,6 +260,32 @@ fn setup_line(scenario: &Scenario) -> Option<String> {
     (!parts.is_empty()).then(|| format!("setup        {}", parts.join(", ")))
 }
 
+/// The summary's line for an overloaded run (see [`report::Overload`]):
+/// offered and served rates, the backlog, and the busiest role.
+pub fn overload_line(o: &report::Overload) -> Option<String> {
+    if !o.overloaded {
+        return None;
+    }
+    let others: Vec<String> = o
+        .busy_share
+        .iter()
+        .filter(|(k, _)| Some(**k) != o.bottleneck)
+        .map(|(k, b)| format!("{k} {:.1}%", 100.0 * b))
+        .collect();
+    let bottleneck = o.bottleneck.map_or_else(String::new, |b| {
+        let share = o.busy_share.get(b).copied().unwrap_or(0.0);
+        let rest = if others.is_empty() { String::new() } else { format!("; {}", others.join(", ")) };
+        format!("; bottleneck {b} (busy {:.1}%{rest})", 100.0 * share)
+    });
+    Some(format!(
+        "overload     offered {:.2} req/s > served {:.2} req/s: {} requests in the system at the last arrival, growing {:.2}/s{bottleneck}",
+        o.arrival_rate_per_s.unwrap_or(0.0),
+        o.completion_rate_per_s,
+        o.backlog_at_last_arrival,
+        o.backlog_growth_per_s,
+    ))
+}
+
 /// The printed summary of one run.
 pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files: &[&str]) -> String {
     let s: &Summary = &run.output.summary;
@@ -274,6 +305,9 @@ pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path, fi
         "throughput   {:.2} req/s, {:.1} output tok/s, {:.1} total tok/s over {:.1} s",
         s.request_throughput, s.output_token_throughput, s.total_token_throughput, s.duration_s
     );
+    if let Some(line) = overload_line(&report::overload(scenario, run)) {
+        let _ = writeln!(t, "{line}");
+    }
     let slo = scenario.slo();
     if slo.ttft_ms.is_some() || slo.tpot_ms.is_some() || slo.e2e_ms.is_some() {
         let _ = writeln!(t, "goodput      {:.2} req/s, SLO attainment {:.1}%", s.goodput, 100.0 * s.slo_attainment);
@@ -329,7 +363,7 @@ pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path, fi
 }
 
 /// One row of `replicas.csv` (no newline): the replica and its seed, then
-/// the same metric columns as a sweep row ([`super::sweep::METRIC_COLUMNS`]).
+/// the same metric columns as a sweep row ([`super::sweep::metric_header`]).
 fn replica_row(k: u64, run: &Run) -> String {
     format!("{k},{},{}", run.seed, super::sweep::metrics_cells(&run.output.summary, run.output.digest))
 }
@@ -347,7 +381,7 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
         .ok_or_else(|| CmdError::BadInput(format!("--seed {seed} --replicas {count}: the seeds pass 2^64 - 1")))?;
     let csv_path = dir.join("replicas.csv");
     let mut csv = CsvFile::create(&csv_path)?;
-    csv.line(&format!("replica,seed,{}", super::sweep::METRIC_COLUMNS.join(",")))?;
+    csv.line(&format!("replica,seed,{}", super::sweep::metric_header(&args.percentiles.0)))?;
     let mut lines = Vec::new();
     let mut progress = ProgressGate::new(args.quiet, Some(count), "replicas");
     let result = ordered_parallel(
@@ -361,7 +395,8 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
             }
             let mut scenario = scenario.clone();
             scenario.set_seed(seeds[k]);
-            let run = runner::simulate(&scenario, seeds[k], args.requests, |_| {}, &INTERRUPTED)?;
+            let keep = runner::Keep { percentiles: args.percentiles.0.clone(), ..runner::Keep::default() };
+            let run = runner::simulate_with(&scenario, seeds[k], args.requests, |_| {}, &INTERRUPTED, keep)?;
             if run.interrupted {
                 return Err(interrupted(format_args!(
                     "replica {k} was stopped and not written; replicas.csv lists the replicas before it"

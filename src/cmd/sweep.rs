@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use actors::bench::{Bench, Value};
 use actors::metrics::Summary;
 use pdsim::report::{csv_field, digest_hex};
 use pdsim::runner::{self, default_jobs, ordered_parallel};
@@ -39,9 +40,14 @@ pub struct Args {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub quiet: bool,
+    /// The percentiles of the `bench` columns, as vLLM's
+    /// `--metric-percentiles`.
+    #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
+    pub percentiles: super::Percentiles,
 }
 
-/// The metric columns of `sweep.csv`, after `point`, the axes and `seed`.
+/// The first metric columns of `sweep.csv`, after `point`, the axes and
+/// `seed`; the `bench` ones follow ([`metric_header`]).
 pub const METRIC_COLUMNS: &[&str] = &[
     "requests",
     "completed",
@@ -83,7 +89,38 @@ fn f6(x: f64) -> String {
     format!("{x:.6}")
 }
 
+/// Whether a `bench` field is a column of its own (`completed`, `failed`
+/// and `request_throughput` are already [`METRIC_COLUMNS`], with the same
+/// values).
+fn own_column(name: &str) -> bool {
+    !METRIC_COLUMNS.contains(&name)
+}
+
+/// Every metric column: [`METRIC_COLUMNS`], then the `bench` fields under
+/// their report.json names, for these percentiles.
+pub fn metric_header(percentiles: &[f64]) -> String {
+    let mut cols: Vec<String> = METRIC_COLUMNS.iter().map(|c| (*c).to_owned()).collect();
+    cols.extend(Bench::keys(percentiles).into_iter().filter(|k| own_column(k)));
+    cols.join(",")
+}
+
+/// The cells of [`metric_header`]'s columns (no newline).
 pub(crate) fn metrics_cells(s: &Summary, digest: u64) -> String {
+    let mut cells = first_cells(s, digest);
+    for (k, v) in s.bench.entries() {
+        if own_column(&k) {
+            cells.push(',');
+            match v {
+                Value::Int(i) => cells.push_str(&i.to_string()),
+                Value::Float(x) => cells.push_str(&f6(x)),
+                Value::Null => {}
+            }
+        }
+    }
+    cells
+}
+
+fn first_cells(s: &Summary, digest: u64) -> String {
     let cells = [
         s.requests.to_string(),
         s.completed.to_string(),
@@ -130,7 +167,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         let mut header = vec!["point".to_owned()];
         header.extend(sweep.axes.iter().map(|a| csv_field(&a.path)));
         header.push("seed".to_owned());
-        header.extend(METRIC_COLUMNS.iter().map(|c| (*c).to_owned()));
+        header.push(metric_header(&args.percentiles.0));
         csv.line(&header.join(","))?;
     }
     let jobs = args.jobs.map_or_else(default_jobs, |j| usize::try_from(j).unwrap_or(usize::MAX));
@@ -145,7 +182,8 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             if INTERRUPTED.load(Ordering::Relaxed) {
                 return Err(interrupted(written()));
             }
-            let run = runner::simulate(&p.scenario, p.seed, requests, |_| {}, &INTERRUPTED)?;
+            let keep = runner::Keep { percentiles: args.percentiles.0.clone(), ..runner::Keep::default() };
+            let run = runner::simulate_with(&p.scenario, p.seed, requests, |_| {}, &INTERRUPTED, keep)?;
             if run.interrupted {
                 return Err(interrupted(written()));
             }

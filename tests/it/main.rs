@@ -17,4 +17,5 @@ mod scenario;
 mod steptime_fidelity;
 mod timeline;
 mod traces;
+mod vllm_bench;
 mod workload;

@@ -18,17 +18,17 @@ use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 11] = [
-    ("default.toml", 0xd6c6_e0a2_66aa_e536, 0x21f6_8370_4d3c_25a9, 0x1904_a727_cc40_dcb6),
-    ("glm-5.3-flash-1p1d.toml", 0xca21_69de_98e1_5de7, 0x17be_0ffd_61ee_0bbc, 0xd2f3_cfff_4cd8_7978),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0xc3b9_c708_ba05_68f6, 0x38ad_f5bb_71e5_1e11, 0x7ab2_bc38_166d_723c),
-    ("glm-5.3-flash-2p2d.toml", 0xb6c3_e6da_2fbf_c67b, 0x6808_499a_7236_30cf, 0x0a9b_8447_90dc_4104),
-    ("glm-5.3-flash-p4d8.toml", 0xd206_42f6_fdd4_98ba, 0xcbac_954e_2772_3d69, 0xc867_5d40_94ee_d606),
-    ("gpt-oss-1p1d.toml", 0x765d_7a0f_1d6f_5921, 0x5c74_d7c6_8f01_617a, 0x08f4_946c_fa33_2a04),
-    ("llama-3.1-8b-1p1d.toml", 0x03b7_7c69_c044_4f28, 0x1d29_5e94_fcc3_1516, 0x4170_63c5_f7bd_29f2),
-    ("llama-3.1-8b-aggregated.toml", 0x4133_dd07_b72c_fc20, 0x82da_4816_8d2f_a3fa, 0xf9f4_d3ef_1744_e53a),
-    ("llama-3.1-8b-h200-tp1.toml", 0x5ebb_7cc3_2af3_9755, 0xe143_0827_41a4_55e9, 0x065d_6b26_b971_587d),
-    ("llama-3.1-8b-h200-tp4.toml", 0xcf37_dab1_6493_fa80, 0xdf38_2258_9bbf_62db, 0x64f3_925c_f36a_573d),
-    ("mamba2-hybrid-1p1d.toml", 0x8b59_09bf_36cd_8fa8, 0x9fbe_6291_5b58_bb32, 0x080a_1905_7daf_9810),
+    ("default.toml", 0xba10_d6ff_e0e2_ccc3, 0x21f6_8370_4d3c_25a9, 0x1904_a727_cc40_dcb6),
+    ("glm-5.3-flash-1p1d.toml", 0x0238_023f_8c38_f079, 0x17be_0ffd_61ee_0bbc, 0xd2f3_cfff_4cd8_7978),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0x4a8e_cefb_0d79_ecd5, 0x38ad_f5bb_71e5_1e11, 0x7ab2_bc38_166d_723c),
+    ("glm-5.3-flash-2p2d.toml", 0x33dc_ad12_18a7_39dc, 0x6808_499a_7236_30cf, 0x0a9b_8447_90dc_4104),
+    ("glm-5.3-flash-p4d8.toml", 0xb87e_1175_a87a_2e5a, 0xcbac_954e_2772_3d69, 0xc867_5d40_94ee_d606),
+    ("gpt-oss-1p1d.toml", 0xd8ce_204b_b827_f340, 0x5c74_d7c6_8f01_617a, 0x08f4_946c_fa33_2a04),
+    ("llama-3.1-8b-1p1d.toml", 0xb961_1808_a07a_61bd, 0x1d29_5e94_fcc3_1516, 0x4170_63c5_f7bd_29f2),
+    ("llama-3.1-8b-aggregated.toml", 0xe431_a399_49b1_fcd5, 0x82da_4816_8d2f_a3fa, 0xf9f4_d3ef_1744_e53a),
+    ("llama-3.1-8b-h200-tp1.toml", 0x2fb0_ebf9_7e20_2a49, 0xe143_0827_41a4_55e9, 0x065d_6b26_b971_587d),
+    ("llama-3.1-8b-h200-tp4.toml", 0xa1f8_a1f4_c6c3_f854, 0xdf38_2258_9bbf_62db, 0x64f3_925c_f36a_573d),
+    ("mamba2-hybrid-1p1d.toml", 0xd032_3318_aa7a_aaaf, 0x9fbe_6291_5b58_bb32, 0x080a_1905_7daf_9810),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -78,6 +78,7 @@ fn streamed_runs_without_timelines_give_the_pinned_report_and_requests() {
             timelines: false,
             record_sink: Some(Box::new(move |r| sink.borrow_mut().extend_from_slice(rows.row(r)))),
             sample_sink: None,
+            ..runner::Keep::default()
         };
         let run = runner::simulate_with(&s, s.seed(), None, |_| {}, &AtomicBool::new(false), keep).unwrap();
         assert_eq!(run.output.violations, Vec::<String>::new(), "{file}");
@@ -118,6 +119,7 @@ fn streamed_timelines_give_the_pinned_timeline() {
                     }
                 })
             })),
+            ..runner::Keep::default()
         };
         let run = runner::simulate_with(&s, s.seed(), None, |_| {}, &AtomicBool::new(false), keep).unwrap();
         assert_eq!(run.output.violations, Vec::<String>::new(), "{file}");

@@ -33,6 +33,10 @@ pub(crate) struct Member {
     /// inter-token gaps: the step after joining, or the one after that when
     /// it joined before its first token.
     first_gap: u64,
+    /// [`DecodingSet::sq`] through step `first_gap − 1`: its squared gaps
+    /// are what the sum has gained since (set at its first token when it
+    /// joined before it).
+    sq_base: u128,
 }
 
 impl Member {
@@ -69,6 +73,11 @@ pub(super) struct DecodingSet {
     /// (step, gap before it) with gaps strictly decreasing: the longest gap
     /// of any suffix of steps is the first entry inside it.
     gaps: Vec<(u64, SimDuration)>,
+    /// Σ of every step's squared gap (ns²) so far, wrapping: a member's
+    /// sum of squared gaps is a difference of two of its values.
+    sq: u128,
+    /// `sq` through the first step of the run in flight.
+    sq_first: u128,
 }
 
 impl DecodingSet {
@@ -77,12 +86,18 @@ impl DecodingSet {
         u64::try_from(self.ctx + i128::from(self.count) * i128::from(n)).expect("context is positive")
     }
 
-    /// Notes the gap before step `n`, for the longest gaps of members.
-    pub(super) fn note_gap(&mut self, n: u64, gap: SimDuration) {
+    /// Notes the gap before step `n` (the first of its run: `first`), for
+    /// the longest gaps and the sums of squared gaps of members.
+    pub(super) fn note_gap(&mut self, n: u64, gap: SimDuration, first: bool) {
         while self.gaps.last().is_some_and(|&(_, g)| g <= gap) {
             self.gaps.pop();
         }
         self.gaps.push((n, gap));
+        let g = u128::from(gap.as_nanos());
+        self.sq = self.sq.wrapping_add(g.wrapping_mul(g));
+        if first {
+            self.sq_first = self.sq;
+        }
     }
 }
 
@@ -94,7 +109,9 @@ impl Core {
         let step = self.log.step;
         let seq = self.seqs.get_mut(key);
         let first_gap = if has_token { step + 1 } else { step + 2 };
-        let m = Member { join: step, computed: seq.computed, generated: seq.req.generated, first_gap };
+        // (Before its first token, the base is set with the token.)
+        let sq_base = self.dec.sq;
+        let m = Member { join: step, computed: seq.computed, generated: seq.req.generated, first_gap, sq_base };
         if !has_token {
             self.dec.fresh.push(key);
         }
@@ -126,6 +143,9 @@ impl Core {
             let i = gaps.partition_point(|&(n, _)| n < m.first_gap);
             if let Some(&(_, longest)) = gaps.get(i) {
                 seq.req.max_itl = seq.req.max_itl.max(longest);
+            }
+            if step >= m.first_gap {
+                seq.req.itl_sq_sum = seq.req.itl_sq_sum.saturating_add(self.dec.sq.wrapping_sub(m.sq_base));
             }
         }
         self.dec.count -= 1;
@@ -165,8 +185,13 @@ impl Core {
     /// members that joined before theirs.
     pub(super) fn first_tokens_of_fresh(&mut self, before: u64) {
         let first_end = self.log.end(before + 1);
+        let sq_first = self.dec.sq_first;
         for key in std::mem::take(&mut self.dec.fresh) {
-            self.seqs.get_mut(key).req.t.first_token.get_or_insert(first_end);
+            let seq = self.seqs.get_mut(key);
+            seq.req.t.first_token.get_or_insert(first_end);
+            if let Some(m) = seq.member.as_mut() {
+                m.sq_base = sq_first;
+            }
         }
     }
 

@@ -555,6 +555,18 @@ impl Scheduler {
         &self.core.stats.itl
     }
 
+    /// Counts output tokens in 1 s windows from `origin` (default: time
+    /// zero); set before the first step.
+    pub(crate) fn set_token_origin(&mut self, origin: SimTime) {
+        self.core.stats.tokens = crate::metrics::TokenWindows::new(origin);
+    }
+
+    /// The output tokens of each 1 s window (left empty).
+    pub(crate) fn take_token_windows(&mut self) -> crate::metrics::TokenWindows {
+        let origin = self.core.stats.tokens.origin();
+        std::mem::replace(&mut self.core.stats.tokens, crate::metrics::TokenWindows::new(origin))
+    }
+
     /// The pool's budget, peak and evictions.
     pub(crate) fn pool_report(&self) -> PoolReport {
         let pool = &self.core.pool;
@@ -619,7 +631,8 @@ impl Core {
             // the run's first step.
             let fresh = if n == before + 1 { self.dec.fresh.len() as u64 } else { 0 };
             self.stats.gaps(gap, self.dec.count - fresh);
-            self.dec.note_gap(n, gap);
+            self.stats.tokens_at(self.log.end(n), self.dec.count);
+            self.dec.note_gap(n, gap, n == before + 1);
         }
         self.stats.decoded(self.dec.count, k);
         if !std::mem::take(&mut self.ahead.cut_short) {
@@ -654,10 +667,13 @@ impl Core {
                         Some(prev) => {
                             let gap = now - prev;
                             seq.req.max_itl = seq.req.max_itl.max(gap);
+                            let g = u128::from(gap.as_nanos());
+                            seq.req.itl_sq_sum = seq.req.itl_sq_sum.saturating_add(g * g);
                             Some(gap)
                         }
                     };
                     self.stats.output_token(gap);
+                    self.stats.tokens_at(now, 1);
                     seq.last_token = Some(now);
                     seq.req.t.last_token = Some(now);
                     seq.req.generated >= seq.req.output

@@ -1,9 +1,10 @@
-//! Step statistics of one rank: steps, busy time, tokens, preemptions, and
-//! the histogram of gaps between consecutive output tokens.
+//! Step statistics of one rank: steps, busy time, tokens, preemptions, the
+//! histogram of gaps between consecutive output tokens, and the output
+//! tokens of each 1 s window.
 
-use sim_core::SimDuration;
+use sim_core::{SimDuration, SimTime};
 
-use crate::metrics::Histogram;
+use crate::metrics::{Histogram, TokenWindows};
 
 /// Step-level counters of one rank.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -22,11 +23,12 @@ pub struct StepStats {
     pub runs: u64,
 }
 
-/// The counters and the inter-token gaps.
+/// The counters, the inter-token gaps and the output tokens per window.
 #[derive(Default)]
 pub(super) struct Stats {
     pub(super) counters: StepStats,
     pub(super) itl: Histogram,
+    pub(super) tokens: TokenWindows,
 }
 
 impl Stats {
@@ -40,6 +42,12 @@ impl Stats {
     /// A step in flight stopped unfinished after `busy` (a crash).
     pub(super) fn cut_off(&mut self, busy: SimDuration) {
         self.counters.busy += busy;
+    }
+
+    /// `n` output tokens came out at `at` (a step's end).
+    #[inline]
+    pub(super) fn tokens_at(&mut self, at: SimTime, n: u64) {
+        self.tokens.add(at, n);
     }
 
     /// `n` decoding sequences each computed and produced a token `steps` times.

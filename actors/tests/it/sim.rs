@@ -576,6 +576,10 @@ fn the_decoding_set_matches_stepping_every_sequence() {
             if keep {
                 assert_exact_timelines(&fast);
             }
+            // The vLLM-bench statistics too: each request's squared gaps and
+            // the output tokens per 1 s window, from runs of steps as from
+            // single steps.
+            assert_eq!(fast.summary.bench, slow.summary.bench, "case {case}");
             let runs = |o: &SimOutput| o.ranks.iter().map(|r| (r.stats.steps, r.stats.runs)).collect::<Vec<_>>();
             // Steps alike, fewer events for them.
             let (f, s) = (runs(&fast), runs(&slow));
@@ -977,6 +981,7 @@ fn window_models_match_stepping_under_pressure() {
                     }
                     assert_eq!(fast.records.len(), slow.records.len());
                     assert_eq!(fast.summary.itl_ms, slow.summary.itl_ms, "{case:?}");
+                    assert_eq!(fast.summary.bench, slow.summary.bench, "{case:?}");
                     assert_eq!(fast.violations, Vec::<String>::new(), "{case:?}");
                     // Some prompts exceed the 450-block pools; most fit.
                     assert!(fast.summary.completed >= 150, "{case:?}: {:?}", fast.summary.failure_reasons);
