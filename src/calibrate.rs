@@ -483,14 +483,7 @@ pub fn fit_roofline(points: &[Point], rank: RankInputs<'_>) -> RooflineParams {
 
 /// The spec of a roofline with factors `p`.
 pub fn roofline_spec(p: &RooflineParams) -> StepTimeSpec {
-    StepTimeSpec::Roofline {
-        gemm_efficiency: p.gemm_efficiency,
-        attention_efficiency: p.attention_efficiency,
-        memory_efficiency: p.memory_efficiency,
-        network_efficiency: p.network_efficiency,
-        allreduce_latency_us: p.allreduce_latency_us,
-        overhead_us: p.overhead_us,
-    }
+    StepTimeSpec::Roofline(*p)
 }
 
 /// The regressors of the linear model at `b`: fixed, tokens, sequences,
@@ -813,22 +806,15 @@ pub fn step_time_toml(spec: &StepTimeSpec) -> String {
                 num(*per_context_token_us)
             )
         }
-        StepTimeSpec::Roofline {
-            gemm_efficiency,
-            attention_efficiency,
-            memory_efficiency,
-            network_efficiency,
-            allreduce_latency_us,
-            overhead_us,
-        } => format!(
+        StepTimeSpec::Roofline(p) => format!(
             "kind = \"roofline\", gemm_efficiency = {}, attention_efficiency = {}, memory_efficiency = {}, \
              network_efficiency = {}, allreduce_latency_us = {}, overhead_us = {}",
-            num(*gemm_efficiency),
-            num(*attention_efficiency),
-            num(*memory_efficiency),
-            num(*network_efficiency),
-            num(*allreduce_latency_us),
-            num(*overhead_us)
+            num(p.gemm_efficiency),
+            num(p.attention_efficiency),
+            num(p.memory_efficiency),
+            num(p.network_efficiency),
+            num(p.allreduce_latency_us),
+            num(p.overhead_us)
         ),
         StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode } => {
             let points: Vec<String> = prefill.iter().map(|p| format!("[{}]", list(p))).collect();

@@ -187,26 +187,7 @@ pub enum StepTimeSpec {
     /// Priced from the batch's work on the deployment's `[hardware]`,
     /// with the model's `arch` ([`crate::steptime::roofline`] has the
     /// formula); every factor has a default.
-    Roofline {
-        /// Share of the tensor-core peak dense GEMMs reach.
-        #[serde(default = "roofline::gemm")]
-        gemm_efficiency: f64,
-        /// Share of the bf16 peak attention reaches.
-        #[serde(default = "roofline::attention")]
-        attention_efficiency: f64,
-        /// Share of HBM bandwidth reads reach.
-        #[serde(default = "roofline::memory")]
-        memory_efficiency: f64,
-        /// Share of NVLink bandwidth an all-reduce reaches.
-        #[serde(default = "roofline::network")]
-        network_efficiency: f64,
-        /// Latency of one all-reduce, µs.
-        #[serde(default = "roofline::allreduce")]
-        allreduce_latency_us: f64,
-        /// Fixed cost of a step, µs.
-        #[serde(default = "roofline::overhead")]
-        overhead_us: f64,
-    },
+    Roofline(crate::steptime::roofline::RooflineParams),
 }
 
 /// A decode step's time on a grid of (sequences, context per sequence),
@@ -221,29 +202,6 @@ pub struct DecodeGrid {
     pub context: Vec<u64>,
     /// µs, one row per `seqs` value, one column per `context` value.
     pub us: Vec<Vec<f64>>,
-}
-
-/// The roofline's defaults ([`crate::steptime::roofline::RooflineParams`]).
-mod roofline {
-    use crate::steptime::roofline::RooflineParams;
-    pub(super) fn gemm() -> f64 {
-        RooflineParams::default().gemm_efficiency
-    }
-    pub(super) fn attention() -> f64 {
-        RooflineParams::default().attention_efficiency
-    }
-    pub(super) fn memory() -> f64 {
-        RooflineParams::default().memory_efficiency
-    }
-    pub(super) fn network() -> f64 {
-        RooflineParams::default().network_efficiency
-    }
-    pub(super) fn allreduce() -> f64 {
-        RooflineParams::default().allreduce_latency_us
-    }
-    pub(super) fn overhead() -> f64 {
-        RooflineParams::default().overhead_us
-    }
 }
 
 /// The KV link between prefill and decode ranks.

@@ -147,7 +147,7 @@ pub(crate) struct Checked {
 /// A role whose step time is a roofline needs the model's `arch` and the
 /// deployment's `[hardware]`.
 fn roofline_inputs(model: &ModelSpec, spec: &DeploymentSpec, roles: &[CheckedRole]) -> Result<(), FieldError> {
-    let Some(r) = roles.iter().find(|r| matches!(r.spec.step_time, StepTimeSpec::Roofline { .. })) else {
+    let Some(r) = roles.iter().find(|r| matches!(r.spec.step_time, StepTimeSpec::Roofline(_))) else {
         return Ok(());
     };
     let at = format!("{}.step_time.kind", r.role.as_str());
@@ -415,27 +415,7 @@ pub(crate) fn step_time(s: &StepTimeSpec) -> Result<(), FieldError> {
             micros("per_seq_us", *per_seq_us)?;
             micros("per_context_token_us", *per_context_token_us)?;
         }
-        StepTimeSpec::Roofline {
-            gemm_efficiency,
-            attention_efficiency,
-            memory_efficiency,
-            network_efficiency,
-            allreduce_latency_us,
-            overhead_us,
-        } => {
-            for (field, v) in [
-                ("gemm_efficiency", gemm_efficiency),
-                ("attention_efficiency", attention_efficiency),
-                ("memory_efficiency", memory_efficiency),
-                ("network_efficiency", network_efficiency),
-            ] {
-                if !(v.is_finite() && *v > 0.0 && *v <= 1.0) {
-                    return Err(FieldError::new(field, format!("must be a share in (0, 1], got {v}")));
-                }
-            }
-            micros("allreduce_latency_us", *allreduce_latency_us)?;
-            micros("overhead_us", *overhead_us)?;
-        }
+        StepTimeSpec::Roofline(p) => p.check()?,
         StepTimeSpec::Table { points, per_context_token_us } => {
             self::points("points", points)?;
             micros("per_context_token_us", *per_context_token_us)?;

@@ -303,7 +303,8 @@ fn a_roofline_fit_tunes_the_factors_of_a_scenario_s_rank() {
     assert!(mean < 7.91 && worst < 21.69, "{stdout}");
     let line = stdout.lines().find(|l| l.starts_with("step_time = ")).unwrap();
     let spec = calibrate::read_step_time_toml(line).unwrap();
-    let StepTimeSpec::Roofline { gemm_efficiency, overhead_us, .. } = spec else { panic!("{line}") };
+    let StepTimeSpec::Roofline(p) = spec else { panic!("{line}") };
+    let (gemm_efficiency, overhead_us) = (p.gemm_efficiency, p.overhead_us);
     assert!((0.05..=1.0).contains(&gemm_efficiency) && (0.0..=20_000.0).contains(&overhead_us), "{line}");
     // The same points give the same factors.
     assert_eq!(outcome(&pdsim(&args)).1, stdout);

@@ -11,7 +11,7 @@ use sim_core::SimDuration;
 
 pub mod roofline;
 
-use roofline::{RankInputs, RooflineParams, RooflineStepTime};
+use roofline::{RankInputs, RooflineStepTime};
 
 use crate::config::StepTimeSpec;
 use crate::validate::{self, FieldError};
@@ -289,26 +289,11 @@ pub fn build(spec: &StepTimeSpec, rank: Option<RankInputs<'_>>) -> Result<Box<dy
                 .map(|t| Box::new(t) as Box<dyn StepTimeModel>)
                 .ok_or_else(|| FieldError::new("step_time", "refused by the table2d model"))
         }
-        StepTimeSpec::Roofline {
-            gemm_efficiency,
-            attention_efficiency,
-            memory_efficiency,
-            network_efficiency,
-            allreduce_latency_us,
-            overhead_us,
-        } => {
+        StepTimeSpec::Roofline(params) => {
             let rank = rank.ok_or_else(|| {
                 FieldError::new("step_time.kind", "a roofline needs the model's `arch` and the `[hardware]`")
             })?;
-            let params = RooflineParams {
-                gemm_efficiency: *gemm_efficiency,
-                attention_efficiency: *attention_efficiency,
-                memory_efficiency: *memory_efficiency,
-                network_efficiency: *network_efficiency,
-                allreduce_latency_us: *allreduce_latency_us,
-                overhead_us: *overhead_us,
-            };
-            Ok(Box::new(RooflineStepTime::new(rank, params)))
+            Ok(Box::new(RooflineStepTime::new(rank, *params)))
         }
     }
 }

@@ -48,16 +48,20 @@
 //! - step = 1 + 3.678754 + 2.107432 = 6.786186 ms (AIConfigurator's
 //!   measured-kernel model: 7.5688 ms, so −10 %).
 
+use serde::{Deserialize, Serialize};
 use sim_core::SimDuration;
 
 use crate::arch::ModelArch;
 use crate::hardware::Gpu;
 use crate::model::{CacheGroup, CacheGroupKind};
 use crate::steptime::{BatchShape, StepTimeModel};
+use crate::validate::FieldError;
 
 /// The roofline's named factors: what share of a peak each kind of work
-/// reaches, and the fixed costs.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// reaches, and the fixed costs. A scenario's `step_time = { kind =
+/// "roofline", … }` is this (each factor absent takes its default).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RooflineParams {
     /// Share of the tensor-core peak dense GEMMs reach.
     pub gemm_efficiency: f64,
@@ -83,6 +87,30 @@ impl Default for RooflineParams {
             allreduce_latency_us: 10.0,
             overhead_us: 1000.0,
         }
+    }
+}
+
+impl RooflineParams {
+    /// The factors' checks: each efficiency a share in (0, 1], each time a
+    /// finite number of µs ≥ 0 (no more than 10⁹). The field is relative to
+    /// `step_time`.
+    pub fn check(&self) -> Result<(), FieldError> {
+        for (field, v) in [
+            ("gemm_efficiency", self.gemm_efficiency),
+            ("attention_efficiency", self.attention_efficiency),
+            ("memory_efficiency", self.memory_efficiency),
+            ("network_efficiency", self.network_efficiency),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+                return Err(FieldError::new(field, format!("must be a share in (0, 1], got {v}")));
+            }
+        }
+        for (field, v) in [("allreduce_latency_us", self.allreduce_latency_us), ("overhead_us", self.overhead_us)] {
+            if !(v.is_finite() && (0.0..=1e9).contains(&v)) {
+                return Err(FieldError::new(field, format!("must be from 0 to 1e9 µs, got {v}")));
+            }
+        }
+        Ok(())
     }
 }
 
