@@ -284,6 +284,20 @@ fn replicas_are_written_in_seed_order() {
         assert_eq!(report["digest"].as_str().unwrap(), row[csv.col("digest")]);
         assert_eq!(report["summary"]["completed"].to_string(), row[csv.col("completed")]);
     }
+    // replicas_summary.csv: mean, sample std and the 95 % interval of the
+    // mean over the 4 replicas, per column (t(0.975, 3) = 3.182).
+    let sum = Csv::read(&dir.join("replicas_summary.csv"));
+    assert_eq!(sum.column("statistic"), ["mean", "std", "ci95_low", "ci95_high"]);
+    assert_eq!(sum.column("replicas"), ["4", "4", "4", "4"]);
+    assert_eq!(sum.column("digest"), ["", "", "", ""]);
+    let ttft: Vec<f64> = csv.column("ttft_mean_ms").iter().map(|v| v.parse().unwrap()).collect();
+    let mean = ttft.iter().sum::<f64>() / 4.0;
+    let std = (ttft.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / 3.0).sqrt();
+    let got: Vec<f64> = sum.column("ttft_mean_ms").iter().map(|v| v.parse().unwrap()).collect();
+    assert!((got[0] - mean).abs() < 1e-5 && (got[1] - std).abs() < 1e-5, "{got:?} vs {mean} {std}");
+    assert!((got[2] - (mean - 3.182 * std / 2.0)).abs() < 1e-5, "{got:?}");
+    assert!((got[3] - (mean + 3.182 * std / 2.0)).abs() < 1e-5, "{got:?}");
+    assert!(std > 0.0, "the seeds differ");
     // A replica is the plain run of its seed.
     let single = scratch_dir("run-replica-single");
     run_into("glm-5.3-flash-1p1d.toml", &single, &["--requests", "15", "--seed", "9", "--quiet"]);
