@@ -481,11 +481,6 @@ pub fn fit_roofline(points: &[Point], rank: RankInputs<'_>) -> RooflineParams {
     best
 }
 
-/// The spec of a roofline with factors `p`.
-pub fn roofline_spec(p: &RooflineParams) -> StepTimeSpec {
-    StepTimeSpec::Roofline(*p)
-}
-
 /// The regressors of the linear model at `b`: fixed, tokens, sequences,
 /// context tokens.
 fn linear_terms(b: &BatchShape) -> [f64; 4] {

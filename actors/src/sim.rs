@@ -231,7 +231,10 @@ impl Deployment {
     /// `arch` and a `[hardware]`: for fitting a roofline's factors to
     /// measured steps (`pdsim calibrate --kind roofline`).
     pub fn rank_inputs(&self, role: Role) -> Option<RankInputs<'_>> {
-        let plan = self.plan(role)?;
+        self.plan(role).and_then(|plan| self.inputs(plan))
+    }
+
+    fn inputs<'a>(&'a self, plan: &'a RolePlan) -> Option<RankInputs<'a>> {
         match (&self.arch, &self.gpu) {
             (Some(arch), Some(gpu)) => Some(RankInputs { arch, gpu, tp: plan.tp, groups: &plan.groups }),
             _ => None,
@@ -242,11 +245,7 @@ impl Deployment {
         if let Some((_, make)) = self.plugins.step_time.iter().find(|(r, _)| *r == plan.role) {
             return make();
         }
-        let rank = match (&self.arch, &self.gpu) {
-            (Some(arch), Some(gpu)) => Some(RankInputs { arch, gpu, tp: plan.tp, groups: &plan.groups }),
-            _ => None,
-        };
-        steptime::build(&plan.spec.step_time, rank).expect("checked in build")
+        steptime::build(&plan.spec.step_time, self.inputs(plan)).expect("checked in build")
     }
 
     fn scheduler(&self, plan: &RolePlan, mode: Mode) -> Scheduler {

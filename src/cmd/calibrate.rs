@@ -6,6 +6,7 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 
+use actors::config::StepTimeSpec;
 use actors::model::Role;
 use actors::sim::Deployment;
 use pdsim::calibrate::{self, Kind};
@@ -87,7 +88,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
                     s.source()
                 ))
             })?;
-            (Ok(calibrate::roofline_spec(&calibrate::fit_roofline(&points, rank))), "roofline")
+            (Ok(StepTimeSpec::Roofline(calibrate::fit_roofline(&points, rank))), "roofline")
         }
         (KindArg::Roofline, None) => unreachable!("checked above"),
     };
