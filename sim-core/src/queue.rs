@@ -1,18 +1,25 @@
 //! The pending-event queue.
 //!
 //! Events leave in (time, insertion sequence) order. The engine's queue is a
-//! monotone radix heap ([`RadixQueue`]): virtual time never moves backwards,
-//! so every key pushed is at or after the last key popped, and keys can be
-//! bucketed by the highest bit in which they differ from it. A push is O(1);
-//! a pop is amortised O(log of the time span), touches contiguous memory,
-//! and does not slow down as the number of pending events grows the way a
-//! binary heap's sift does. Keys with equal times always share a bucket and
-//! keep their push order (pushes append; redistribution walks a bucket front
-//! to back), so ties leave in insertion order without a sequence number in
-//! the key. A plain binary heap over (time, seq) is the reference the radix
-//! heap is tested against.
+//! monotone radix heap ([`RadixQueue`]) with 64-way digits: virtual time
+//! never moves backwards, so every key pushed is at or after the last key
+//! popped, `last`. A key is filed by the highest 6-bit digit in which its
+//! time differs from `last` (its level) and by its own value of that digit
+//! (its slot): 11 levels of 64 buckets, one occupancy word per level. Keys
+//! of a lower level, or of a lower slot of the same level, are all earlier,
+//! so the earliest keys sit in the lowest occupied slot of the lowest
+//! occupied level, found with two `trailing_zeros`. Popping from an empty
+//! `now` bucket advances `last` to the earliest time in that bucket and
+//! refiles its keys, each into a strictly lower level (the earliest into
+//! `now`): a key moves at most once per digit (at most twice for delays
+//! below 2^12 ns) where a binary radix heap moves it once per bit. A push is
+//! O(1); nothing is sifted.
+//!
+//! Keys with equal times always share a bucket and keep their push order
+//! (pushes append; refiling walks a bucket front to back), so ties leave in
+//! insertion order without a sequence number in the key. A plain binary heap
+//! over (time, seq) is the reference the radix heap is tested against.
 
-/// One queued event: when, and where its body lives (slot and generation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Key {
     pub time: u64,
@@ -20,31 +27,36 @@ pub(crate) struct Key {
     pub generation: u32,
 }
 
-/// A queue of [`Key`]s that pops in (time, push order) order.
+/// What the engine needs of its pending-event queue.
 pub(crate) trait EventQueue: Default {
-    /// Adds a key. Its time must not be before the time of the last key popped.
+    /// Adds a key; its time must be at or after the last key popped (any
+    /// time if the queue is empty).
     fn push(&mut self, key: Key);
-    /// Pops the earliest key (the first pushed among equal times) if its
-    /// time is not after `limit`.
+    /// Removes and returns the earliest key (the first pushed among equal
+    /// times) if its time is at or before `limit`.
     fn pop_if_not_after(&mut self, limit: u64) -> Option<Key>;
-    /// The earliest queued key's time (a cancelled event's included), if
-    /// any key is queued.
+    /// The earliest key's time.
     fn next_time(&self) -> Option<u64>;
 }
 
-/// The monotone radix heap; see the module docs.
+/// Bits per digit, and slots per level.
+const DIGIT_BITS: u32 = 6;
+const SLOTS: usize = 1 << DIGIT_BITS;
+/// Levels: 64 bits in 6-bit digits (the last holds 4).
+const LEVELS: usize = 64usize.div_ceil(DIGIT_BITS as usize);
+
 pub(crate) struct RadixQueue {
-    /// The time of the last key popped; every queued key is at or after it.
+    /// At or before every key queued: the time of the last key popped.
     last: u64,
-    /// Keys at `last`, in push order; `head` of them have been popped.
+    /// Keys at exactly `last`, in push order, from `head` on.
     now: Vec<Key>,
     head: usize,
-    /// Bucket i (1..=64) holds keys whose time differs from `last` first in
-    /// bit i − 1, in push order. Index 0 is unused.
-    buckets: [Vec<Key>; 65],
-    /// Bit i − 1 set ⇔ bucket i is non-empty.
-    occupied: u64,
-    /// Keys queued.
+    /// `LEVELS × SLOTS` buckets, level-major.
+    buckets: Box<[Vec<Key>]>,
+    /// Per level, the slots holding keys.
+    occupied: [u64; LEVELS],
+    /// The levels with an occupied slot.
+    levels: u32,
     len: usize,
 }
 
@@ -54,23 +66,38 @@ impl Default for RadixQueue {
             last: 0,
             now: Vec::new(),
             head: 0,
-            buckets: std::array::from_fn(|_| Vec::new()),
-            occupied: 0,
+            buckets: (0..LEVELS * SLOTS).map(|_| Vec::new()).collect(),
+            occupied: [0; LEVELS],
+            levels: 0,
             len: 0,
         }
     }
 }
 
 impl RadixQueue {
+    /// Files `key` relative to `last`.
     #[inline]
     fn place(&mut self, key: Key) {
-        let b = (u64::BITS - (key.time ^ self.last).leading_zeros()) as usize;
-        if b == 0 {
+        let differ = key.time ^ self.last;
+        if differ == 0 {
             self.now.push(key);
-        } else {
-            self.occupied |= 1 << (b - 1);
-            self.buckets[b].push(key);
+            return;
         }
+        let level = (u64::BITS - 1 - differ.leading_zeros()) / DIGIT_BITS;
+        let slot = (key.time >> (level * DIGIT_BITS)) as usize & (SLOTS - 1);
+        self.occupied[level as usize] |= 1 << slot;
+        self.levels |= 1 << level;
+        self.buckets[level as usize * SLOTS + slot].push(key);
+    }
+
+    /// The lowest occupied bucket's index, if any.
+    #[inline]
+    fn first_bucket(&self) -> Option<usize> {
+        if self.levels == 0 {
+            return None;
+        }
+        let level = self.levels.trailing_zeros() as usize;
+        Some(level * SLOTS + self.occupied[level].trailing_zeros() as usize)
     }
 }
 
@@ -90,25 +117,28 @@ impl EventQueue for RadixQueue {
 
     #[inline]
     fn pop_if_not_after(&mut self, limit: u64) -> Option<Key> {
-        if self.now.is_empty() {
-            if self.occupied == 0 {
-                return None;
-            }
-            let b = self.occupied.trailing_zeros() as usize + 1;
-            let min = self.buckets[b].iter().map(|k| k.time).min().expect("occupied bucket");
+        if self.head == self.now.len() {
+            let i = self.first_bucket()?;
+            let min = self.buckets[i].iter().map(|k| k.time).min().expect("an occupied bucket");
             if min > limit {
                 return None;
             }
-            // Every key in bucket b is below any key in a higher bucket, and
-            // lower buckets are empty: redistribute it around the new minimum.
+            // Every key of the bucket agrees with `min` above the level's
+            // digit and in it (the slot), and every other key queued is
+            // later: with `last` at `min`, each moves to a strictly lower
+            // level, and the earliest to `now`.
+            let (level, slot) = (i / SLOTS, i % SLOTS);
+            self.occupied[level] &= !(1 << slot);
+            if self.occupied[level] == 0 {
+                self.levels &= !(1 << level);
+            }
             self.last = min;
-            self.occupied &= !(1 << (b - 1));
-            let mut drained = std::mem::take(&mut self.buckets[b]);
+            let mut drained = std::mem::take(&mut self.buckets[i]);
             for &key in &drained {
                 self.place(key);
             }
             drained.clear();
-            self.buckets[b] = drained; // keep its capacity
+            self.buckets[i] = drained; // keep its capacity
         } else if self.last > limit {
             return None;
         }
@@ -126,11 +156,7 @@ impl EventQueue for RadixQueue {
         if self.head < self.now.len() {
             return Some(self.last);
         }
-        if self.occupied == 0 {
-            return None;
-        }
-        let b = self.occupied.trailing_zeros() as usize + 1;
-        self.buckets[b].iter().map(|k| k.time).min()
+        self.buckets[self.first_bucket()?].iter().map(|k| k.time).min()
     }
 }
 
@@ -182,14 +208,17 @@ mod tests {
             for _ in 0..2_000 {
                 assert_eq!(radix.next_time(), reference.next_time(), "seed {seed}");
                 if rng.random_bool(0.55) {
-                    let spread = [0, 1, 7, 1_000, 1 << 40][rng.random_range(0..5)];
-                    let time = now + if spread == 0 { 0 } else { rng.random_range(0..spread) };
+                    // Up to the top level (4 bits), and to u64::MAX, where
+                    // saturating pushes make ties.
+                    let spread = [0, 1, 7, 1_000, 1 << 40, 1 << 63][rng.random_range(0..6)];
+                    let time = now.saturating_add(if spread == 0 { 0 } else { rng.random_range(0..spread) });
                     slot += 1;
                     let key = Key { time, slot, generation: 0 };
                     radix.push(key);
                     reference.push(key);
                 } else {
-                    let limit = if rng.random_bool(0.8) { u64::MAX } else { now + rng.random_range(0..2_000) };
+                    let limit =
+                        if rng.random_bool(0.8) { u64::MAX } else { now.saturating_add(rng.random_range(0..2_000)) };
                     let popped = radix.pop_if_not_after(limit);
                     assert_eq!(popped, reference.pop_if_not_after(limit), "seed {seed}");
                     if let Some(k) = popped {
