@@ -167,6 +167,8 @@ struct Core {
     log: StepLog,
     dec: decoding::DecodingSet,
     ahead: Ahead,
+    /// The step times a cut run computed and did not run.
+    spare: plan::Spare,
     /// The pool's counts after each step of the run in flight, for the
     /// rank's timeline.
     step_kv: StepKv,
@@ -231,6 +233,7 @@ impl Scheduler {
             log: StepLog::default(),
             dec: decoding::DecodingSet::default(),
             ahead: Ahead::default(),
+            spare: plan::Spare::default(),
             step_kv: StepKv::default(),
             group_now: Vec::new(),
             calls: 0,

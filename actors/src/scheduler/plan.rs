@@ -232,6 +232,30 @@ pub(super) struct Ahead {
     pub(super) planning: bool,
 }
 
+/// The step times a cut run of decode steps computed for the steps it
+/// dropped, with the shape of the first of them. A plan whose steps go on
+/// with the same batch (a decode rank's run cut by a message that changes
+/// nothing in it, such as a reservation) takes them instead of asking the
+/// model again: a step's time is a pure function of its shape
+/// ([`crate::steptime::StepTimeModel`]), so a match on the first shape is
+/// the whole check, and a run's later shapes follow from its first.
+#[derive(Default)]
+pub(super) struct Spare {
+    /// The first shape of the run in flight, then (after a cut) of the
+    /// first step dropped.
+    shape: BatchShape,
+    times: Vec<SimDuration>,
+}
+
+impl Spare {
+    /// The spare times for a run starting at `first` (none if it starts
+    /// elsewhere).
+    #[inline]
+    fn for_run(&self, first: &BatchShape) -> usize {
+        if !self.times.is_empty() && self.shape == *first { self.times.len() } else { 0 }
+    }
+}
+
 impl Core {
     /// Plans the next step with `policy`, or a run of steps of pure decoding
     /// ending at the latest at `horizon`. Returns the time until the event
@@ -281,7 +305,12 @@ impl Core {
         self.pool.note_peak();
         self.stepping = true;
         self.step_started = now;
-        let mut end = now + self.step_time.step_time(&shape);
+        let first = shape;
+        let spare = self.spare.for_run(&first) as u64;
+        let time = |core: &Self, i: u64, shape: &BatchShape| {
+            if i < spare { core.spare.times[i as usize] } else { core.step_time.step_time(shape) }
+        };
+        let mut end = now + time(self, 0, &shape);
         self.log.push(end);
         let mut k = 1u64;
         if self.batch.is_empty() {
@@ -293,7 +322,7 @@ impl Core {
             }
             while k < most && end < horizon {
                 shape.next_decode_step();
-                end += self.step_time.step_time(&shape);
+                end += time(self, k, &shape);
                 self.log.push(end);
                 k += 1;
             }
@@ -310,6 +339,8 @@ impl Core {
                 self.log.drop_last(n);
             }
         }
+        self.spare.times.clear();
+        self.spare.shape = first;
         self.log.planned = k as usize;
         if k == 1 {
             self.step_kv.clear();
@@ -491,6 +522,13 @@ impl Core {
         let keep = log.ends.range(first..).take_while(|&&e| e < now).count() + 1;
         if keep >= log.planned {
             return None;
+        }
+        // The dropped steps' times, for a plan that goes on with this batch.
+        self.spare.times.clear();
+        let dropped = log.ends.range(first + keep - 1..);
+        self.spare.times.extend(dropped.clone().zip(dropped.skip(1)).map(|(&a, &b)| b - a));
+        for _ in 0..keep {
+            self.spare.shape.next_decode_step();
         }
         log.ends.truncate(first + keep);
         log.planned = keep;

@@ -122,7 +122,9 @@ impl BatchShape {
 
 /// How long a step of a given shape takes.
 pub trait StepTimeModel {
-    /// The step's duration.
+    /// The step's duration: a pure function of the shape (the scheduler
+    /// reuses a time it computed for a step that did not run when a later
+    /// step has the same shape).
     fn step_time(&self, batch: &BatchShape) -> SimDuration;
 
     /// The step time broken into the model's terms, in µs, for a person
