@@ -182,7 +182,16 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             if INTERRUPTED.load(Ordering::Relaxed) {
                 return Err(interrupted(written()));
             }
-            let keep = runner::Keep { percentiles: args.percentiles.0.clone(), ..runner::Keep::default() };
+            // A point's row and report need only the summary and the rank
+            // and link reports: no record or timeline sample is kept
+            // (neither changes another number), so a point holds only what
+            // is in flight.
+            let keep = runner::Keep {
+                timelines: false,
+                record_sink: Some(Box::new(|_| {})),
+                sample_sink: None,
+                percentiles: args.percentiles.0.clone(),
+            };
             let run = runner::simulate_with(&p.scenario, p.seed, requests, |_| {}, &INTERRUPTED, keep)?;
             if run.interrupted {
                 return Err(interrupted(written()));
