@@ -427,8 +427,8 @@ fn write_replica_summary(path: &Path, header: &str, rows: &[String]) -> Result<(
 
 /// One row of `replicas.csv` (no newline): the replica and its seed, then
 /// the same metric columns as a sweep row ([`super::sweep::metric_header`]).
-fn replica_row(k: u64, run: &Run) -> String {
-    format!("{k},{},{}", run.seed, super::sweep::metrics_cells(&run.output.summary, run.output.digest))
+fn replica_row(k: u64, scenario: &Scenario, label: &str, run: &Run) -> String {
+    format!("{k},{},{}", run.seed, super::sweep::metrics_cells(&report::report(scenario, label, run)))
 }
 
 fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u64) -> Result<(), CmdError> {
@@ -481,7 +481,7 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
                 s.tpot_ms.p99,
                 digest_hex(run.output.digest)
             );
-            Ok((replica_row(k as u64, &run), line))
+            Ok((replica_row(k as u64, &scenario, label, &run), line))
         },
         |k, (row, line)| {
             csv.line(&row)?;

@@ -8,8 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use actors::bench::{Bench, Value};
-use actors::metrics::Summary;
-use pdsim::report::{csv_field, digest_hex};
+use pdsim::report::{self, Report, csv_field};
 use pdsim::runner::{self, default_jobs, ordered_parallel};
 use pdsim::sweep::{Shard, Sweep, value_text};
 
@@ -68,8 +67,22 @@ pub const METRIC_COLUMNS: &[&str] = &[
     "transfer_wait_mean_ms",
     "transfer_time_mean_ms",
     "preemptions",
+    "transfer_bytes",
+    "prefill_hit_tokens",
+    "decode_hit_tokens",
+    "prefill_busy_share",
+    "decode_busy_share",
+    "aggregated_busy_share",
+    "link_busy_share",
+    "prefill_peak_kv_used_fraction",
+    "decode_peak_kv_used_fraction",
+    "aggregated_peak_kv_used_fraction",
     "digest",
 ];
+
+/// The roles of the `<role>_busy_share` and `<role>_peak_kv_used_fraction`
+/// columns, in column order.
+const ROLES: [&str; 3] = ["prefill", "decode", "aggregated"];
 
 /// The CSV file name: `sweep.csv`, or `sweep.shard-K-of-N.csv` with K
 /// zero-padded to the width of N (so the files sort in shard order).
@@ -104,10 +117,12 @@ pub fn metric_header(percentiles: &[f64]) -> String {
     cols.join(",")
 }
 
-/// The cells of [`metric_header`]'s columns (no newline).
-pub(crate) fn metrics_cells(s: &Summary, digest: u64) -> String {
-    let mut cells = first_cells(s, digest);
-    for (k, v) in s.bench.entries() {
+/// The cells of [`metric_header`]'s columns (no newline), taken from the
+/// run's report (so that every cell is the number report.json holds, to
+/// six decimals).
+pub(crate) fn metrics_cells(rep: &Report<'_>) -> String {
+    let mut cells = first_cells(rep);
+    for (k, v) in rep.bench.entries() {
         if own_column(&k) {
             cells.push(',');
             match v {
@@ -120,8 +135,9 @@ pub(crate) fn metrics_cells(s: &Summary, digest: u64) -> String {
     cells
 }
 
-fn first_cells(s: &Summary, digest: u64) -> String {
-    let cells = [
+fn first_cells(rep: &Report<'_>) -> String {
+    let s = rep.summary;
+    let mut cells = vec![
         s.requests.to_string(),
         s.completed.to_string(),
         s.failed.to_string(),
@@ -141,8 +157,22 @@ fn first_cells(s: &Summary, digest: u64) -> String {
         f6(s.transfer_wait_ms.mean),
         f6(s.transfer_time_ms.mean),
         s.preemptions.to_string(),
-        digest_hex(digest),
+        s.transfer_bytes.to_string(),
+        s.prefill_hit_tokens.to_string(),
+        s.decode_hit_tokens.to_string(),
     ];
+    // A role the deployment does not have leaves its cells empty.
+    let busy = |role: &str| rep.overload.busy_share.get(role).map_or_else(String::new, |b| f6(*b));
+    cells.extend(ROLES.iter().chain(&["link"]).map(|r| busy(r)));
+    cells.extend(ROLES.iter().map(|&role| {
+        rep.ranks
+            .iter()
+            .filter(|r| r.role.as_str() == role)
+            .map(|r| r.peak_used_fraction)
+            .reduce(f64::max)
+            .map_or_else(String::new, f6)
+    }));
+    cells.push(rep.digest.clone());
     cells.join(",")
 }
 
@@ -170,6 +200,8 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         header.push(metric_header(&args.percentiles.0));
         csv.line(&header.join(","))?;
     }
+    // A point's report names the base scenario as the sweep file reaches it.
+    let label = sweep.scenario_path.display().to_string();
     let jobs = args.jobs.map_or_else(default_jobs, |j| usize::try_from(j).unwrap_or(usize::MAX));
     let mut progress = ProgressGate::new(args.quiet, Some(mine.len() as u64), "points");
     let mut done = 0u64;
@@ -209,7 +241,8 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
                 row.push(',');
                 row.push_str(&csv_field(&value_text(v)));
             }
-            let _ = write!(row, ",{},{}", p.seed, metrics_cells(&run.output.summary, run.output.digest));
+            let rep = report::report(&p.scenario, &label, &run);
+            let _ = write!(row, ",{},{}", p.seed, metrics_cells(&rep));
             Ok(row)
         },
         |_, row| {
