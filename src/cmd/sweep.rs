@@ -3,6 +3,7 @@
 //! point order whatever the number of threads.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -12,7 +13,7 @@ use pdsim::report::{self, Report, csv_field};
 use pdsim::runner::{self, default_jobs, ordered_parallel};
 use pdsim::sweep::{Shard, Sweep, value_text};
 
-use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted};
+use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, write_file};
 
 /// Arguments of `pdsim sweep`.
 #[derive(Debug, clap::Args)]
@@ -43,6 +44,25 @@ pub struct Args {
     /// `--metric-percentiles`.
     #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
     pub percentiles: super::Percentiles,
+    /// Also write each point's report.json, as `pdsim run` of the point's
+    /// scenario would write it, into DIR/points/<point>/report.json.
+    #[arg(long)]
+    pub reports: bool,
+}
+
+/// What a point hands to the writer.
+struct PointOut {
+    /// Its sweep.csv row (no newline).
+    row: String,
+    /// Its report.json, with `--reports`.
+    report: Option<Vec<u8>>,
+}
+
+/// The folder of point `index`'s files under the output folder `dir`
+/// (`--reports`): `DIR/points/<index>/`, the index as in sweep.csv's
+/// `point` column.
+pub fn point_dir(dir: &Path, index: usize) -> PathBuf {
+    dir.join("points").join(index.to_string())
 }
 
 /// The first metric columns of `sweep.csv`, after `point`, the axes and
@@ -208,7 +228,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     let result = ordered_parallel(
         mine.len(),
         jobs,
-        |i| -> Result<String, CmdError> {
+        |i| -> Result<(usize, PointOut), CmdError> {
             let p = &points[mine[i]];
             let written = || format!("{} holds the rows of the points before point {}", path.display(), p.index);
             if INTERRUPTED.load(Ordering::Relaxed) {
@@ -243,10 +263,25 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             }
             let rep = report::report(&p.scenario, &label, &run);
             let _ = write!(row, ",{},{}", p.seed, metrics_cells(&rep));
-            Ok(row)
+            let report = if args.reports {
+                let mut bytes = Vec::new();
+                report::write_report(&mut bytes, &rep)
+                    .map_err(|e| CmdError::Internal(format!("point {}: cannot format report.json: {e}", p.index)))?;
+                Some(bytes)
+            } else {
+                None
+            };
+            Ok((p.index, PointOut { row, report }))
         },
-        |_, row| {
-            csv.line(&row)?;
+        |_, (index, out)| {
+            // A point's report is whole before its row is written, so
+            // that every row of sweep.csv has its report.
+            if let Some(bytes) = out.report {
+                let sub = point_dir(&dir, index);
+                create_dir(&sub)?;
+                write_file(&sub.join("report.json"), |w| w.write_all(&bytes))?;
+            }
+            csv.line(&out.row)?;
             done += 1;
             progress.update(done, String::new);
             Ok(())
@@ -270,6 +305,9 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         );
         let _ = writeln!(t, "wall time    {:.2} s", start.elapsed().as_secs_f64());
         let _ = writeln!(t, "wrote        {}", path.display());
+        if args.reports {
+            let _ = writeln!(t, "wrote        {}/<point>/report.json", dir.join("points").display());
+        }
         emit(&t)?;
     }
     Ok(())
