@@ -291,10 +291,15 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     result?;
     if !args.quiet {
         let mut t = String::new();
+        let zipped = if sweep.dims.iter().any(|d| d.zip.is_some()) {
+            format!(" in {} dimensions (zips advance together)", sweep.dims.len())
+        } else {
+            String::new()
+        };
         let shard = args.shard.map(|s| format!(" (shard {s}: {} of them)", mine.len())).unwrap_or_default();
         let _ = writeln!(
             t,
-            "pdsim {}: sweep {} of {}: {} points{shard}, {} axes x {} seed(s), {} jobs",
+            "pdsim {}: sweep {} of {}: {} points{shard}, {} axes{zipped} x {} seed(s), {} jobs",
             pdsim::report::PDSIM_VERSION,
             sweep.file,
             sweep.scenario_path.display(),

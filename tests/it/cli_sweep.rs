@@ -17,6 +17,23 @@ fn sweep(file: &Path, out: &Path, extra: &[&str]) -> String {
     stdout
 }
 
+/// The sweep file `text`, written as `sweep-{name}`, is refused: exit 2,
+/// one line on stderr naming the file and holding each of `wants`, and
+/// nothing written.
+fn assert_refused(name: &str, text: &str, wants: &[&str]) {
+    let file = scratch(&format!("sweep-{name}"), text);
+    let out = scratch_dir(&format!("sweep-bad-{name}"));
+    let (code, stdout, stderr) = outcome(&pdsim(&["sweep", file.to_str().unwrap(), "--out", out.to_str().unwrap()]));
+    assert_eq!(code, 2, "{name}: {stderr}");
+    assert!(stdout.is_empty(), "{name}");
+    assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
+    assert!(stderr.contains(&format!("sweep-{name}:")), "{name}: {stderr}");
+    for want in wants {
+        assert!(stderr.contains(want), "{name}: {want:?} missing from {stderr}");
+    }
+    assert!(!out.join("sweep.csv").exists(), "{name}: nothing runs");
+}
+
 #[test]
 fn shipped_sweep_is_the_same_for_any_jobs() {
     let (one, two) = (scratch_dir("sweep-jobs-1"), scratch_dir("sweep-jobs-2"));
@@ -152,23 +169,172 @@ fn bad_sweeps_exit_2_naming_the_file_and_axis() {
         ("zero-requests.toml", format!("scenario = {base:?}\nrequests = 0\n"), vec![":2:", "requests", "must be >= 1"]),
     ];
     for (name, text, wants) in cases {
-        let file = scratch(&format!("sweep-{name}"), &text);
-        let out = scratch_dir(&format!("sweep-bad-{name}"));
-        let (code, stdout, stderr) =
-            outcome(&pdsim(&["sweep", file.to_str().unwrap(), "--out", out.to_str().unwrap()]));
-        assert_eq!(code, 2, "{name}: {stderr}");
-        assert!(stdout.is_empty(), "{name}");
-        assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
-        assert!(stderr.contains(&format!("sweep-{name}")), "{name}: {stderr}");
-        for want in wants {
-            assert!(stderr.contains(want), "{name}: {want:?} missing from {stderr}");
-        }
-        assert!(!out.join("sweep.csv").exists(), "{name}: nothing runs");
+        assert_refused(name, &text, &wants);
     }
     let file = scenario_file(SHIPPED);
     for shard in ["0/2", "3/2", "2", "a/b"] {
         let (code, _, stderr) = outcome(&pdsim(&["sweep", file.to_str().unwrap(), "--shard", shard]));
         assert_eq!(code, 2, "{shard}: {stderr}");
         assert!(stderr.contains("--shard") && stderr.contains("K/N"), "{shard}: {stderr}");
+    }
+}
+
+/// `[[zip]]` tables: each is one dimension of the grid whose lists advance
+/// together, placed at its first key among the axes; each zipped path is a
+/// column. Here zip 0 (2 coordinates) comes first, then the axis (2
+/// values), then zip 1 (3 coordinates): 2 × 2 × 3 = 12 grid points × 2
+/// seeds = 24 points, zip 0 varying slowest and the seed fastest.
+#[test]
+fn zips_advance_together_in_a_grid() {
+    let base = scenario_file("glm-5.3-flash-1p1d.toml");
+    let file = scratch(
+        "sweep-zip.toml",
+        &format!(
+            r#"scenario = {base:?}
+seeds = [3, 4]
+requests = 6
+
+[[zip]]
+"prefill.count" = [1, 2]
+"decode.count" = [3, 2]
+
+[axes]
+"link.bandwidth_gb_s" = [10, 100]
+
+[[zip]]
+"workload.arrival.rate_per_s" = [2.0, 4.0, 6.0]
+"link.sharing" = ["fifo", "processor_sharing", "fifo"]
+"#
+        ),
+    );
+    let out = scratch_dir("sweep-zip");
+    let stdout = sweep(&file, &out, &["--jobs", "2"]);
+    assert!(stdout.contains("24 points, 5 axes in 3 dimensions"), "{stdout}");
+    let csv = Csv::read(&out.join("sweep.csv"));
+    assert_eq!(
+        csv.header[..7],
+        [
+            "point",
+            "prefill.count",
+            "decode.count",
+            "link.bandwidth_gb_s",
+            "workload.arrival.rate_per_s",
+            "link.sharing",
+            "seed"
+        ]
+    );
+    assert_eq!(csv.rows.len(), 24);
+    // Point i: seed = seeds[i % 2], then i / 2 = g, the grid point:
+    // zip 1's coordinate g % 3, the axis (g / 3) % 2, zip 0's g / 6.
+    let zip0 = [("1", "3"), ("2", "2")];
+    let bandwidth = ["10", "100"];
+    let zip1 = [("2.0", "fifo"), ("4.0", "processor_sharing"), ("6.0", "fifo")];
+    for (i, row) in csv.rows.iter().enumerate() {
+        let g = i / 2;
+        let (p, d) = zip0[g / 6];
+        let (rate, sharing) = zip1[g % 3];
+        let want = [i.to_string(), p.into(), d.into(), bandwidth[(g / 3) % 2].into(), rate.into(), sharing.into()];
+        assert_eq!(row[..6], want, "point {i}");
+        assert_eq!(row[6], ["3", "4"][i % 2], "point {i}");
+    }
+    // Never a split the zip does not list (1P2D, 2P3D): the pairs advance
+    // together.
+    let pairs: std::collections::BTreeSet<(&str, &str)> =
+        csv.column("prefill.count").into_iter().zip(csv.column("decode.count")).collect();
+    assert_eq!(pairs.into_iter().collect::<Vec<_>>(), [("1", "3"), ("2", "2")]);
+
+    // A zipped point is the scenario with those values: the same digest
+    // as a sweep that sets them as plain one-value axes (point 15: grid
+    // point 7 = zip 0's coordinate 1, 10 GB/s, zip 1's coordinate 1;
+    // seed 4).
+    let plain = scratch(
+        "sweep-zip-plain.toml",
+        &format!(
+            r#"scenario = {base:?}
+seeds = [4]
+requests = 6
+[axes]
+"prefill.count" = [2]
+"decode.count" = [2]
+"link.bandwidth_gb_s" = [10]
+"workload.arrival.rate_per_s" = [4.0]
+"link.sharing" = ["processor_sharing"]
+"#
+        ),
+    );
+    let out_plain = scratch_dir("sweep-zip-plain");
+    sweep(&plain, &out_plain, &["-q"]);
+    let one = Csv::read(&out_plain.join("sweep.csv"));
+    assert_eq!(csv.rows[15][1..6], one.rows[0][1..6]);
+    assert_eq!((csv.rows[15][6].as_str(), one.rows[0][6].as_str()), ("4", "4"));
+    assert_eq!(csv.column("digest")[15], one.column("digest")[0]);
+    // The two seeds differ, and so do the splits.
+    assert_ne!(csv.column("digest")[14], csv.column("digest")[15]);
+    assert_ne!(csv.column("digest")[3], csv.column("digest")[15]);
+}
+
+/// The shipped zip example runs: 3 splits × 2 rates × 3 seeds.
+#[test]
+fn shipped_zip_sweep_runs() {
+    let out = scratch_dir("sweep-zip-shipped");
+    let stdout = sweep(&scenario_file("sweeps/glm-split-4-ranks.toml"), &out, &["--requests", "5"]);
+    assert!(stdout.contains("18 points"), "{stdout}");
+    let csv = Csv::read(&out.join("sweep.csv"));
+    for row in &csv.rows {
+        let (p, d): (u32, u32) =
+            (row[csv.col("prefill.count")].parse().unwrap(), row[csv.col("decode.count")].parse().unwrap());
+        assert_eq!(p + d, 4, "{row:?}");
+    }
+}
+
+#[test]
+fn bad_zips_exit_2_naming_the_file_line_and_key() {
+    let base = scenario_file("glm-5.3-flash-1p1d.toml");
+    let head = format!("scenario = {base:?}\nrequests = 5\n");
+    let cases = [
+        (
+            "zip-lengths.toml",
+            format!("{head}[[zip]]\n\"prefill.count\" = [1, 2]\n\"decode.count\" = [3, 2, 1]\n"),
+            vec![":5:", "zip[0].\"decode.count\"", "lists 3 value(s)", "zip[0].\"prefill.count\" (line 4) lists 2"],
+        ),
+        (
+            "zip-empty.toml",
+            format!("{head}[[zip]]\n\"decode.count\" = [1]\n[[zip]]\n[axes]\n\"link.sharing\" = [\"fifo\"]\n"),
+            vec![":5:", "zip[1]", "is empty"],
+        ),
+        (
+            "zip-twice-axis.toml",
+            format!(
+                "{head}[axes]\n\"decode.count\" = [1, 2]\n[[zip]]\n\"prefill.count\" = [1, 2]\n\"decode.count\" = [3, 2]\n"
+            ),
+            vec![":7:", "zip[0].\"decode.count\"", "axes.\"decode.count\" (line 4)", "one place only"],
+        ),
+        (
+            "zip-twice-zip.toml",
+            format!(
+                "{head}[[zip]]\n\"decode.count\" = [1, 2]\n\"link.sharing\" = [\"fifo\", \"fifo\"]\n[[zip]]\n\"prefill.count\" = [1, 2]\n\"decode.count\" = [3, 2]\n"
+            ),
+            vec![":8:", "zip[1].\"decode.count\"", "zip[0].\"decode.count\" (line 4)", "one place only"],
+        ),
+        (
+            "zip-bad-coordinate.toml",
+            format!("{head}[[zip]]\n\"prefill.count\" = [1, 2]\n\"decode.count\" = [3, 0]\n"),
+            vec![
+                ":5:",
+                "zip[0].\"decode.count\"",
+                "coordinate 1 (\"prefill.count\" = 2, \"decode.count\" = 0)",
+                "decode.count: must be",
+            ],
+        ),
+        ("zip-not-tables.toml", format!("{head}zip = 3\n"), vec![":3:", "zip:", "array of tables"]),
+        ("zip-seed.toml", format!("{head}[[zip]]\n\"seed\" = [1, 2]\n"), vec![":4:", "zip[0].\"seed\"", "`seeds`"]),
+        (
+            "zip-requests.toml",
+            format!("{head}[[zip]]\n\"workload.requests\" = [5]\n"),
+            vec![":4:", "zip[0].\"workload.requests\"", "top-level `requests`"],
+        ),
+    ];
+    for (name, text, wants) in cases {
+        assert_refused(name, &text, &wants);
     }
 }
