@@ -13,7 +13,7 @@ use pdsim::report::{self, Report, csv_field};
 use pdsim::runner::{self, default_jobs, ordered_parallel};
 use pdsim::sweep::{Shard, Sweep, value_text};
 
-use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, write_file};
+use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, write_error, write_file};
 
 /// Arguments of `pdsim sweep`.
 #[derive(Debug, clap::Args)]
@@ -50,10 +50,17 @@ pub struct Args {
     pub reports: bool,
 }
 
+/// The file of each grid point's statistics over its seeds.
+pub const SUMMARY_FILE: &str = "sweep_summary.csv";
+
 /// What a point hands to the writer.
 struct PointOut {
     /// Its sweep.csv row (no newline).
     row: String,
+    /// Its axis cells, each followed by a comma.
+    axes: String,
+    /// Its metric cells ([`metric_header`]'s columns).
+    metrics: String,
     /// Its report.json, with `--reports`.
     report: Option<Vec<u8>>,
 }
@@ -196,6 +203,88 @@ fn first_cells(rep: &Report<'_>) -> String {
     cells.join(",")
 }
 
+/// Student's t at 0.975 for `df` degrees of freedom (1 to 30 exactly as
+/// tabled, then the 40, 60, 120 rows, then the normal 1.96).
+fn t_975(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=30 => T[df - 1],
+        31..=40 => 2.021,
+        41..=60 => 2.000,
+        61..=120 => 1.980,
+        _ => 1.960,
+    }
+}
+
+/// The statistics of a summary file, one row each, in this order.
+pub const STATISTICS: [&str; 4] = ["mean", "std", "ci95_low", "ci95_high"];
+
+/// A summary across seeds of rows of metric cells ([`metric_header`]'s
+/// columns): `replicas_summary.csv` (one group, the replicas) and
+/// `sweep_summary.csv` (one group per grid point, its seeds). For each
+/// group, one row per [`STATISTICS`]: per column, the mean over the
+/// group's rows, the sample standard deviation, and the 95 % confidence
+/// interval of the mean (mean ± t(0.975, n − 1) × std / √n). A column
+/// that is not a number in every row (a null goodput, a role the
+/// deployment lacks), and the digest, are left empty; with one row, std
+/// and the interval are too. Written a group at a time, flushed.
+pub(crate) struct SummaryCsv {
+    csv: CsvFile,
+    header: String,
+}
+
+impl SummaryCsv {
+    /// Creates `path` with its header: the `lead` columns (each followed
+    /// by a comma, or empty), `statistic`, `count` (the column of each
+    /// group's number of rows: `replicas`, `seeds`), then `header`.
+    pub(crate) fn create(path: &Path, lead: &str, count: &str, header: &str) -> Result<Self, CmdError> {
+        let mut csv = CsvFile::create(path)?;
+        csv.line(&format!("{lead}statistic,{count},{header}"))?;
+        Ok(SummaryCsv { csv, header: header.to_owned() })
+    }
+
+    /// Writes the rows of one group: `lead` (its leading cells, each
+    /// followed by a comma) and its rows' cells, one `Vec` per row.
+    pub(crate) fn group(&mut self, lead: &str, rows: &[Vec<&str>]) -> Result<(), CmdError> {
+        let mut out: [Vec<String>; 4] = Default::default();
+        for (c, name) in self.header.split(',').enumerate() {
+            // The digest is hex: a number only by accident.
+            let values: Option<Vec<f64>> = if name == "digest" {
+                None
+            } else {
+                rows.iter().map(|r| r.get(c).and_then(|v| v.parse::<f64>().ok())).collect()
+            };
+            let (mean, std, lo, hi) = match values {
+                Some(v) if !v.is_empty() && v.iter().all(|x| x.is_finite()) => {
+                    let n = v.len() as f64;
+                    let mean = v.iter().sum::<f64>() / n;
+                    if v.len() < 2 {
+                        (Some(mean), None, None, None)
+                    } else {
+                        let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
+                        let std = var.sqrt();
+                        let half = t_975(v.len() - 1) * std / n.sqrt();
+                        (Some(mean), Some(std), Some(mean - half), Some(mean + half))
+                    }
+                }
+                _ => (None, None, None, None),
+            };
+            for (cells, x) in out.iter_mut().zip([mean, std, lo, hi]) {
+                cells.push(x.map_or_else(String::new, f6));
+            }
+        }
+        let n = rows.len();
+        for (name, cells) in STATISTICS.iter().zip(&out) {
+            self.csv.line(&format!("{lead}{name},{n},{}", cells.join(",")))?;
+        }
+        Ok(())
+    }
+}
+
 /// Loads the sweep, checks every point, runs this shard's points and
 /// writes their rows.
 pub fn run(args: &Args) -> Result<(), CmdError> {
@@ -213,13 +302,30 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     create_dir(&dir)?;
     let path = dir.join(file_name(args.shard));
     let mut csv = CsvFile::create(&path)?;
+    // The axis columns, each followed by a comma.
+    let axes_header: String = sweep.axes.iter().map(|a| csv_field(&a.path) + ",").collect();
+    let metrics_header = metric_header(&args.percentiles.0);
     if args.shard.is_none_or(|s| s.k == 1) {
-        let mut header = vec!["point".to_owned()];
-        header.extend(sweep.axes.iter().map(|a| csv_field(&a.path)));
-        header.push("seed".to_owned());
-        header.push(metric_header(&args.percentiles.0));
-        csv.line(&header.join(","))?;
+        csv.line(&format!("point,{axes_header}seed,{metrics_header}"))?;
     }
+    // With several seeds, each grid point's statistics over its seeds (a
+    // shard may hold only some seeds of a grid point: none there).
+    let summary_path = dir.join(SUMMARY_FILE);
+    let seeds = sweep.seeds.len();
+    let mut summary = None;
+    if args.shard.is_none() {
+        if seeds > 1 {
+            summary = Some(SummaryCsv::create(&summary_path, &axes_header, "seeds", &metrics_header)?);
+        } else {
+            // One an earlier sweep left would not be this sweep's.
+            match std::fs::remove_file(&summary_path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(write_error(&summary_path, &e)),
+                _ => {}
+            }
+        }
+    }
+    // The metric cells of the current grid point's seeds so far.
+    let mut group: Vec<String> = Vec::with_capacity(seeds);
     // A point's report names the base scenario as the sweep file reaches it.
     let label = sweep.scenario_path.display().to_string();
     let jobs = args.jobs.map_or_else(default_jobs, |j| usize::try_from(j).unwrap_or(usize::MAX));
@@ -256,13 +362,10 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
                     run.output.violations.join("; ")
                 )));
             }
-            let mut row = p.index.to_string();
-            for v in &p.values {
-                row.push(',');
-                row.push_str(&csv_field(&value_text(v)));
-            }
+            let axes: String = p.values.iter().map(|v| csv_field(&value_text(v)) + ",").collect();
             let rep = report::report(&p.scenario, &label, &run);
-            let _ = write!(row, ",{},{}", p.seed, metrics_cells(&rep));
+            let metrics = metrics_cells(&rep);
+            let row = format!("{},{axes}{},{metrics}", p.index, p.seed);
             let report = if args.reports {
                 let mut bytes = Vec::new();
                 report::write_report(&mut bytes, &rep)
@@ -271,7 +374,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             } else {
                 None
             };
-            Ok((p.index, PointOut { row, report }))
+            Ok((p.index, PointOut { row, axes, metrics, report }))
         },
         |_, (index, out)| {
             // A point's report is whole before its row is written, so
@@ -282,6 +385,15 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
                 write_file(&sub.join("report.json"), |w| w.write_all(&bytes))?;
             }
             csv.line(&out.row)?;
+            if let Some(summary) = &mut summary {
+                // Seeds vary fastest: a grid point's rows come together.
+                group.push(out.metrics);
+                if group.len() == seeds {
+                    let cells: Vec<Vec<&str>> = group.iter().map(|m| m.split(',').collect()).collect();
+                    summary.group(&out.axes, &cells)?;
+                    group.clear();
+                }
+            }
             done += 1;
             progress.update(done, String::new);
             Ok(())
@@ -310,6 +422,9 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         );
         let _ = writeln!(t, "wall time    {:.2} s", start.elapsed().as_secs_f64());
         let _ = writeln!(t, "wrote        {}", path.display());
+        if summary.is_some() {
+            let _ = writeln!(t, "wrote        {}", summary_path.display());
+        }
         if args.reports {
             let _ = writeln!(t, "wrote        {}/<point>/report.json", dir.join("points").display());
         }
