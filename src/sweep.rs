@@ -5,20 +5,28 @@
 //! seeds = [1, 2]                           # default: [the scenario's seed]
 //! requests = 500                           # default: the scenario's count
 //! [axes]                                   # dotted scenario paths, in this order
-//! "decode.count" = [1, 2, 3, 4]
 //! "link.bandwidth_gb_s" = [25, 50, 100]
 //! "workload.arrival.rate_per_s" = [2.0, 4.0]
+//! [[zip]]                                  # lists that advance together: 1P3D, 2P2D
+//! "prefill.count" = [1, 2]
+//! "decode.count" = [3, 2]
 //! ```
 //!
-//! The points are the cartesian product of the axes, in the order the file
-//! gives them (the first axis varies slowest), times the seeds (varying
-//! fastest): point `i` of `A₁ × … × Aₙ × seeds`. Each point is the base
-//! scenario with [`Scenario::with_overrides`] of its axis values, checked as
-//! a whole. An axis path is any dotted path of scenario keys (the resolved
-//! form `pdsim validate` prints); the seed is not an axis (use `seeds`).
+//! The grid's dimensions are the axes of `[axes]`, each one dimension, and
+//! the `[[zip]]` tables, each one dimension whose lists (of one length)
+//! advance together: coordinate `j` of a zip sets each of its paths to the
+//! `j`-th value of its list. The points are the cartesian product of the
+//! dimensions, in the order the file gives them (an axis at its key, a zip
+//! at its first key; the first varies slowest), times the seeds (varying
+//! fastest): point `i` of `D₁ × … × Dₙ × seeds`. Each point is the base
+//! scenario with [`Scenario::with_overrides`] of its values, checked as a
+//! whole. A path is any dotted path of scenario keys (the resolved form
+//! `pdsim validate` prints), in one place only (one axis or one zip); the
+//! seed is not one (use `seeds`).
 //!
-//! Errors name the sweep file, the line and the key (for an axis value that
-//! makes a bad scenario, the axis and the value).
+//! Errors name the sweep file, the line and the key (`axes."decode.count"`,
+//! or `zip[0]."decode.count"` for a key of the first `[[zip]]`; for a value
+//! that makes a bad scenario, the axis or the zip coordinate and the value).
 
 use std::fmt;
 use std::ops::Range;
@@ -31,7 +39,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 use crate::scenario::{self, Scenario, ScenarioError};
 
 /// The keys a sweep file may have.
-pub const SWEEP_KEYS: &[&str] = &["scenario", "seeds", "requests", "axes"];
+pub const SWEEP_KEYS: &[&str] = &["scenario", "seeds", "requests", "axes", "zip"];
 
 /// A sweep file refused: one line with the file, the line and the key.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -43,7 +51,8 @@ impl fmt::Display for SweepError {
     }
 }
 
-/// One axis: a dotted scenario path and its values.
+/// One axis: a dotted scenario path and its values (one column of
+/// `sweep.csv`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Axis {
     /// The dotted path (`decode.count`).
@@ -52,6 +61,28 @@ pub struct Axis {
     pub values: Vec<toml::Value>,
     /// The line of the axis in the sweep file.
     pub line: usize,
+    /// The `[[zip]]` it belongs to (its index in the file), if any.
+    pub zip: Option<usize>,
+}
+
+impl Axis {
+    /// The key as errors name it: `axes."decode.count"`, or
+    /// `zip[0]."decode.count"`.
+    pub fn key(&self) -> String {
+        axis_key(self.zip, &self.path)
+    }
+}
+
+/// One dimension of the grid: a plain axis, or the axes of one `[[zip]]`,
+/// whose values advance together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dimension {
+    /// Its axes, a range of [`Sweep::axes`].
+    pub axes: Range<usize>,
+    /// Its number of coordinates (the length of each of its axes' lists).
+    pub len: usize,
+    /// The `[[zip]]` (its index in the file), or `None` for a plain axis.
+    pub zip: Option<usize>,
 }
 
 /// A checked sweep file.
@@ -67,8 +98,11 @@ pub struct Sweep {
     pub seeds: Vec<u64>,
     /// The request count replacing the scenario's, if given.
     pub requests: Option<u64>,
-    /// The axes, in file order.
+    /// Every axis, plain or of a zip, in file order: the axis columns of
+    /// `sweep.csv`.
     pub axes: Vec<Axis>,
+    /// The grid's dimensions, in file order (the first varies slowest).
+    pub dims: Vec<Dimension>,
 }
 
 /// One point of a sweep.
@@ -76,7 +110,7 @@ pub struct Sweep {
 pub struct Point {
     /// Its index in the sweep's order.
     pub index: usize,
-    /// Its value on each axis, in axis order.
+    /// Its value on each axis, in axis order ([`Sweep::axes`]).
     pub values: Vec<toml::Value>,
     /// Its seed.
     pub seed: u64,
@@ -104,18 +138,7 @@ impl Doc<'_> {
         self.text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
     }
     fn err(&self, span: Option<&Range<usize>>, key: Option<&str>, message: impl fmt::Display) -> SweepError {
-        let mut s = self.file.to_owned();
-        if let Some(span) = span {
-            s.push_str(&format!(":{}", self.line(span)));
-        }
-        s.push_str(": ");
-        if let Some(k) = key {
-            s.push_str(k);
-            s.push_str(": ");
-        }
-        let message = message.to_string();
-        s.push_str(&message.split_whitespace().collect::<Vec<_>>().join(" "));
-        SweepError(s)
+        at_line(self.file, span.map(|s| self.line(s)), key, message)
     }
     fn get<T: for<'de> Deserialize<'de>>(&self, key: &str, v: &Spanned<DeValue<'_>>) -> Result<T, SweepError> {
         T::deserialize(ValueDeserializer::from(v.clone())).map_err(|e| {
@@ -123,16 +146,61 @@ impl Doc<'_> {
             self.err(Some(&span), Some(key), e.message())
         })
     }
+    /// The axes of a table of dotted paths to lists of values (`[axes]`,
+    /// or the `[[zip]]` of index `zip`), each with where its key starts.
+    fn axes(&self, table: &DeTable<'_>, zip: Option<usize>) -> Result<Vec<(usize, Axis)>, SweepError> {
+        let mut axes = Vec::new();
+        for (k, v) in table.iter() {
+            let path: &str = k.get_ref();
+            let key = axis_key(zip, path);
+            if path == "seed" {
+                return Err(self.err(
+                    Some(&k.span()),
+                    Some(&key),
+                    "the seed is not an axis; list seeds in the top-level `seeds`",
+                ));
+            }
+            let values: Vec<toml::Value> = self.get(&key, v)?;
+            if values.is_empty() {
+                return Err(self.err(Some(&k.span()), Some(&key), "must list at least one value"));
+            }
+            axes.push((k.span().start, Axis { path: path.to_owned(), values, line: self.line(&k.span()), zip }));
+        }
+        // The file's order (the parsed table's own order need not be it).
+        axes.sort_by_key(|(start, _)| *start);
+        Ok(axes)
+    }
 }
 
-/// Quotes an axis path for messages as the file writes it: `axes."decode.count"`.
-fn axis_key(path: &str) -> String {
-    format!("axes.{path:?}")
+/// One line: `file:line: key: message`, the message's white space folded.
+fn at_line(file: &str, line: Option<usize>, key: Option<&str>, message: impl fmt::Display) -> SweepError {
+    let mut s = file.to_owned();
+    if let Some(line) = line {
+        s.push_str(&format!(":{line}"));
+    }
+    s.push_str(": ");
+    if let Some(k) = key {
+        s.push_str(k);
+        s.push_str(": ");
+    }
+    let message = message.to_string();
+    s.push_str(&message.split_whitespace().collect::<Vec<_>>().join(" "));
+    SweepError(s)
+}
+
+/// A path's key as the file writes it: `axes."decode.count"`, or
+/// `zip[0]."decode.count"` in the first `[[zip]]`.
+fn axis_key(zip: Option<usize>, path: &str) -> String {
+    match zip {
+        None => format!("axes.{path:?}"),
+        Some(z) => format!("zip[{z}].{path:?}"),
+    }
 }
 
 impl Sweep {
     /// Reads and checks the sweep file at `path` and the scenario it names;
-    /// every value of every axis is tried on the base scenario alone.
+    /// every value of every axis (every coordinate of every zip) is tried
+    /// on the base scenario alone.
     ///
     /// # Errors
     /// The first problem, naming the file, line and key.
@@ -146,7 +214,9 @@ impl Sweep {
         let mut scenario_rel: Option<(String, Range<usize>)> = None;
         let mut seeds: Option<(Vec<u64>, Range<usize>)> = None;
         let mut requests = None;
-        let mut axes = Vec::new();
+        // Each dimension with where it starts in the file: a plain axis,
+        // or the axes of one zip.
+        let mut dims: Vec<(usize, Vec<Axis>)> = Vec::new();
         for (key, value) in table.get_ref().iter() {
             let name: &str = key.get_ref();
             match name {
@@ -173,21 +243,52 @@ impl Sweep {
                             "must be a table of dotted scenario paths to arrays of values",
                         ));
                     };
-                    for (k, v) in t.iter() {
-                        let p: &str = k.get_ref();
-                        let akey = axis_key(p);
-                        if p == "seed" {
+                    dims.extend(doc.axes(t, None)?.into_iter().map(|(start, a)| (start, vec![a])));
+                }
+                "zip" => {
+                    let DeValue::Array(list) = value.get_ref() else {
+                        return Err(doc.err(
+                            Some(&value.span()),
+                            Some("zip"),
+                            "must be an array of tables: one [[zip]] per group of lists that advance together",
+                        ));
+                    };
+                    for (z, entry) in list.iter().enumerate() {
+                        let zkey = format!("zip[{z}]");
+                        let DeValue::Table(t) = entry.get_ref() else {
                             return Err(doc.err(
-                                Some(&k.span()),
-                                Some(&akey),
-                                "the seed is not an axis; list seeds in the top-level `seeds`",
+                                Some(&entry.span()),
+                                Some(&zkey),
+                                "must be a table of dotted scenario paths to arrays of values",
                             ));
+                        };
+                        let axes = doc.axes(t, Some(z))?;
+                        let Some((start, first)) = axes.first() else {
+                            return Err(doc.err(
+                                Some(&entry.span()),
+                                Some(&zkey),
+                                "is empty; give it the dotted scenario paths whose lists advance together",
+                            ));
+                        };
+                        for (_, a) in &axes[1..] {
+                            if a.values.len() != first.values.len() {
+                                return Err(at_line(
+                                    &file,
+                                    Some(a.line),
+                                    Some(&a.key()),
+                                    format!(
+                                        "lists {} value(s), but {} (line {}) lists {}; the lists of one [[zip]] \
+                                         advance together, so they must have the same length",
+                                        a.values.len(),
+                                        first.key(),
+                                        first.line,
+                                        first.values.len()
+                                    ),
+                                ));
+                            }
                         }
-                        let values: Vec<toml::Value> = doc.get(&akey, v)?;
-                        if values.is_empty() {
-                            return Err(doc.err(Some(&k.span()), Some(&akey), "must list at least one value"));
-                        }
-                        axes.push((k.span().start, Axis { path: p.to_owned(), values, line: doc.line(&k.span()) }));
+                        let start = *start;
+                        dims.push((start, axes.into_iter().map(|(_, a)| a).collect()));
                     }
                 }
                 other => {
@@ -203,8 +304,31 @@ impl Sweep {
             }
         }
         // The file's order (the parsed table's own order need not be it).
-        axes.sort_by_key(|(start, _)| *start);
-        let axes: Vec<Axis> = axes.into_iter().map(|(_, a)| a).collect();
+        dims.sort_by_key(|(start, _)| *start);
+        let mut axes: Vec<Axis> = Vec::new();
+        let mut grid = Vec::new();
+        for (_, group) in dims {
+            let zip = group[0].zip;
+            let len = group[0].values.len();
+            let from = axes.len();
+            axes.extend(group);
+            grid.push(Dimension { axes: from..axes.len(), len, zip });
+        }
+        // A path varies in one place only.
+        for (i, a) in axes.iter().enumerate() {
+            if let Some(b) = axes[..i].iter().find(|b| b.path == a.path) {
+                return Err(at_line(
+                    &file,
+                    Some(a.line),
+                    Some(&a.key()),
+                    format!(
+                        "{} (line {}) already varies this path; a path may vary in one place only",
+                        b.key(),
+                        b.line
+                    ),
+                ));
+            }
+        }
         let Some((rel, rel_span)) = scenario_rel else {
             return Err(doc.err(None, Some("scenario"), "missing key (the base scenario file, relative to this file)"));
         };
@@ -215,40 +339,61 @@ impl Sweep {
         if requests.is_some()
             && let Some(a) = axes.iter().find(|a| a.path == "workload.requests")
         {
-            return Err(SweepError(format!(
-                "{file}:{}: {}: conflicts with the top-level `requests`; give one of them",
-                a.line,
-                axis_key(&a.path)
-            )));
+            return Err(at_line(
+                &file,
+                Some(a.line),
+                Some(&a.key()),
+                "conflicts with the top-level `requests`; give one of them",
+            ));
         }
         let seeds = seeds.map_or_else(|| vec![base.seed()], |(s, _)| s);
-        let sweep = Sweep { file, scenario_path, base, seeds, requests, axes };
-        // Each value alone, so that an error names its axis and value.
-        for axis in &sweep.axes {
-            for v in &axis.values {
-                sweep
-                    .base
-                    .with_overrides(&[(axis.path.as_str(), v.clone())])
-                    .map_err(|e| sweep.axis_error(axis, v, &e))?;
+        let sweep = Sweep { file, scenario_path, base, seeds, requests, axes, dims: grid };
+        // Each value of an axis alone, each coordinate of a zip as a
+        // whole, so that an error names its key and value.
+        for dim in &sweep.dims {
+            for j in 0..dim.len {
+                let axes = &sweep.axes[dim.axes.clone()];
+                let overrides: Vec<(&str, toml::Value)> =
+                    axes.iter().map(|a| (a.path.as_str(), a.values[j].clone())).collect();
+                sweep.base.with_overrides(&overrides).map_err(|e| sweep.value_error(axes, j, &e))?;
             }
         }
         Ok(sweep)
     }
 
-    fn axis_error(&self, axis: &Axis, v: &toml::Value, e: &ScenarioError) -> SweepError {
+    /// Coordinate `j` of the dimension of `axes` (one plain axis, or a
+    /// zip's) makes a bad scenario: the error names the axis whose path
+    /// the scenario's field lies in (else the first), and the value(s).
+    fn value_error(&self, axes: &[Axis], j: usize, e: &ScenarioError) -> SweepError {
+        let within = |a: &&Axis| {
+            e.field()
+                .is_some_and(|f| f == a.path || f.strip_prefix(a.path.as_str()).is_some_and(|r| r.starts_with('.')))
+        };
+        let axis = axes.iter().find(within).unwrap_or(&axes[0]);
+        let value = if axes.len() == 1 {
+            format!("value {}", axis.values[j])
+        } else {
+            let described: Vec<String> = axes.iter().map(|a| format!("{:?} = {}", a.path, a.values[j])).collect();
+            format!("coordinate {j} ({})", described.join(", "))
+        };
         let field = e.field().map(|f| format!("{f}: ")).unwrap_or_default();
-        SweepError(format!(
-            "{}:{}: {}: value {v} does not make a valid scenario: {field}{}",
-            self.file,
-            axis.line,
-            axis_key(&axis.path),
-            e.message()
-        ))
+        at_line(
+            &self.file,
+            Some(axis.line),
+            Some(&axis.key()),
+            format!("{value} does not make a valid scenario: {field}{}", e.message()),
+        )
     }
 
-    /// The number of axis combinations times the number of seeds.
+    /// The number of grid points (the product of the dimensions' lengths)
+    /// times the number of seeds.
     pub fn len(&self) -> usize {
-        self.axes.iter().map(|a| a.values.len()).product::<usize>() * self.seeds.len()
+        self.grid_len() * self.seeds.len()
+    }
+
+    /// The number of grid points, each run once per seed.
+    pub fn grid_len(&self) -> usize {
+        self.dims.iter().map(|d| d.len).product::<usize>()
     }
 
     /// Whether the sweep has no point (never, for a loaded sweep).
@@ -256,15 +401,19 @@ impl Sweep {
         self.len() == 0
     }
 
-    /// The axis values and seed of point `index` (below [`Sweep::len`]).
+    /// The axis values (one per [`Sweep::axes`]) and seed of point `index`
+    /// (below [`Sweep::len`]). Points `g·S .. (g + 1)·S` (S seeds) are
+    /// grid point `g` with each seed.
     pub fn coordinates(&self, index: usize) -> (Vec<toml::Value>, u64) {
         let seed = self.seeds[index % self.seeds.len()];
         let mut rest = index / self.seeds.len();
         let mut values = vec![toml::Value::Boolean(false); self.axes.len()];
-        for (i, axis) in self.axes.iter().enumerate().rev() {
-            let n = axis.values.len();
-            values[i] = axis.values[rest % n].clone();
-            rest /= n;
+        for dim in self.dims.iter().rev() {
+            let j = rest % dim.len;
+            for a in dim.axes.clone() {
+                values[a] = self.axes[a].values[j].clone();
+            }
+            rest /= dim.len;
         }
         (values, seed)
     }
@@ -282,7 +431,8 @@ impl Sweep {
             self.base.clone()
         } else {
             self.base.with_overrides(&overrides).map_err(|e| {
-                let described: Vec<String> = overrides.iter().map(|(k, v)| format!("{} = {v}", axis_key(k))).collect();
+                let described: Vec<String> =
+                    self.axes.iter().zip(&values).map(|(a, v)| format!("{} = {v}", a.key())).collect();
                 let field = e.field().map(|f| format!("{f}: ")).unwrap_or_default();
                 SweepError(format!(
                     "{}: point {index} ({}) does not make a valid scenario: {field}{}",

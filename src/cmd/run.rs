@@ -12,6 +12,7 @@ use pdsim::runner::{self, Run, default_jobs, ordered_parallel};
 use pdsim::scenario::{self, DEFAULT_SCENARIO_LABEL, Scenario};
 
 use super::live::{Live, TRACE_SPILLS};
+use super::sweep::SummaryCsv;
 use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, write_error, write_file};
 
 /// Arguments of `pdsim run`.
@@ -362,73 +363,10 @@ pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path, fi
     t
 }
 
-/// Student's t at 0.975 for `df` degrees of freedom (1 to 30 exactly as
-/// tabled, then the 40, 60, 120 rows, then the normal 1.96).
-fn t_975(df: usize) -> f64 {
-    const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-    ];
-    match df {
-        0 => f64::NAN,
-        1..=30 => T[df - 1],
-        31..=40 => 2.021,
-        41..=60 => 2.000,
-        61..=120 => 1.980,
-        _ => 1.960,
-    }
-}
-
-/// `replicas_summary.csv`: for each numeric column of replicas.csv (its
-/// `header` and `rows`, without the replica and seed), the mean over the
-/// replicas, the sample standard deviation, and the 95 % confidence
-/// interval of the mean (mean ± t(0.975, n − 1) × std / √n). A column
-/// that is not a number in every row (a null goodput), and the digest,
-/// are left empty. With one replica, std and the interval are empty.
-fn write_replica_summary(path: &Path, header: &str, rows: &[String]) -> Result<(), CmdError> {
-    let cells: Vec<Vec<&str>> = rows.iter().map(|r| r.split(',').skip(2).collect()).collect();
-    let mut out: [Vec<String>; 5] = Default::default();
-    for (c, name) in header.split(',').enumerate() {
-        // The digest is hex: a number only by accident.
-        let values: Option<Vec<f64>> = if name == "digest" {
-            None
-        } else {
-            cells.iter().map(|r| r.get(c).and_then(|v| v.parse::<f64>().ok())).collect()
-        };
-        let (mean, std, lo, hi) = match values {
-            Some(v) if !v.is_empty() && v.iter().all(|x| x.is_finite()) => {
-                let n = v.len() as f64;
-                let mean = v.iter().sum::<f64>() / n;
-                if v.len() < 2 {
-                    (Some(mean), None, None, None)
-                } else {
-                    let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
-                    let std = var.sqrt();
-                    let half = t_975(v.len() - 1) * std / n.sqrt();
-                    (Some(mean), Some(std), Some(mean - half), Some(mean + half))
-                }
-            }
-            _ => (None, None, None, None),
-        };
-        let cell = |x: Option<f64>| x.map_or_else(String::new, |x| format!("{x:.6}"));
-        out[0].push(cell(mean));
-        out[1].push(cell(std));
-        out[2].push(cell(lo));
-        out[3].push(cell(hi));
-    }
-    let mut csv = CsvFile::create(path)?;
-    csv.line(&format!("statistic,replicas,{header}"))?;
-    let n = rows.len();
-    for (name, cells) in ["mean", "std", "ci95_low", "ci95_high"].iter().zip(&out) {
-        csv.line(&format!("{name},{n},{}", cells.join(",")))?;
-    }
-    Ok(())
-}
-
 /// One row of `replicas.csv` (no newline): the replica and its seed, then
 /// the same metric columns as a sweep row ([`super::sweep::metric_header`]).
-fn replica_row(k: u64, run: &Run) -> String {
-    format!("{k},{},{}", run.seed, super::sweep::metrics_cells(&run.output.summary, run.output.digest))
+fn replica_row(k: u64, scenario: &Scenario, label: &str, run: &Run) -> String {
+    format!("{k},{},{}", run.seed, super::sweep::metrics_cells(&report::report(scenario, label, run)))
 }
 
 fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u64) -> Result<(), CmdError> {
@@ -481,7 +419,7 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
                 s.tpot_ms.p99,
                 digest_hex(run.output.digest)
             );
-            Ok((replica_row(k as u64, &run), line))
+            Ok((replica_row(k as u64, &scenario, label, &run), line))
         },
         |k, (row, line)| {
             csv.line(&row)?;
@@ -494,7 +432,9 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
     progress.finish();
     result?;
     let header = super::sweep::metric_header(&args.percentiles.0);
-    write_replica_summary(&dir.join("replicas_summary.csv"), &header, &rows)?;
+    let mut summary = SummaryCsv::create(&dir.join("replicas_summary.csv"), "", "replicas", &header)?;
+    let cells: Vec<Vec<&str>> = rows.iter().map(|r| r.split(',').skip(2).collect()).collect();
+    summary.group("", &cells)?;
     if !args.quiet {
         let mut t = String::new();
         let name = scenario.name().unwrap_or("unnamed");

@@ -3,17 +3,17 @@
 //! point order whatever the number of threads.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use actors::bench::{Bench, Value};
-use actors::metrics::Summary;
-use pdsim::report::{csv_field, digest_hex};
+use pdsim::report::{self, Report, csv_field};
 use pdsim::runner::{self, default_jobs, ordered_parallel};
 use pdsim::sweep::{Shard, Sweep, value_text};
 
-use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted};
+use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, write_error, write_file};
 
 /// Arguments of `pdsim sweep`.
 #[derive(Debug, clap::Args)]
@@ -44,6 +44,32 @@ pub struct Args {
     /// `--metric-percentiles`.
     #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
     pub percentiles: super::Percentiles,
+    /// Also write each point's report.json, as `pdsim run` of the point's
+    /// scenario would write it, into DIR/points/<point>/report.json.
+    #[arg(long)]
+    pub reports: bool,
+}
+
+/// The file of each grid point's statistics over its seeds.
+pub const SUMMARY_FILE: &str = "sweep_summary.csv";
+
+/// What a point hands to the writer.
+struct PointOut {
+    /// Its sweep.csv row (no newline).
+    row: String,
+    /// Its axis cells, each followed by a comma.
+    axes: String,
+    /// Its metric cells ([`metric_header`]'s columns).
+    metrics: String,
+    /// Its report.json, with `--reports`.
+    report: Option<Vec<u8>>,
+}
+
+/// The folder of point `index`'s files under the output folder `dir`
+/// (`--reports`): `DIR/points/<index>/`, the index as in sweep.csv's
+/// `point` column.
+pub fn point_dir(dir: &Path, index: usize) -> PathBuf {
+    dir.join("points").join(index.to_string())
 }
 
 /// The first metric columns of `sweep.csv`, after `point`, the axes and
@@ -68,8 +94,22 @@ pub const METRIC_COLUMNS: &[&str] = &[
     "transfer_wait_mean_ms",
     "transfer_time_mean_ms",
     "preemptions",
+    "transfer_bytes",
+    "prefill_hit_tokens",
+    "decode_hit_tokens",
+    "prefill_busy_share",
+    "decode_busy_share",
+    "aggregated_busy_share",
+    "link_busy_share",
+    "prefill_peak_kv_used_fraction",
+    "decode_peak_kv_used_fraction",
+    "aggregated_peak_kv_used_fraction",
     "digest",
 ];
+
+/// The roles of the `<role>_busy_share` and `<role>_peak_kv_used_fraction`
+/// columns, in column order.
+const ROLES: [&str; 3] = ["prefill", "decode", "aggregated"];
 
 /// The CSV file name: `sweep.csv`, or `sweep.shard-K-of-N.csv` with K
 /// zero-padded to the width of N (so the files sort in shard order).
@@ -104,10 +144,12 @@ pub fn metric_header(percentiles: &[f64]) -> String {
     cols.join(",")
 }
 
-/// The cells of [`metric_header`]'s columns (no newline).
-pub(crate) fn metrics_cells(s: &Summary, digest: u64) -> String {
-    let mut cells = first_cells(s, digest);
-    for (k, v) in s.bench.entries() {
+/// The cells of [`metric_header`]'s columns (no newline), taken from the
+/// run's report (so that every cell is the number report.json holds, to
+/// six decimals).
+pub(crate) fn metrics_cells(rep: &Report<'_>) -> String {
+    let mut cells = first_cells(rep);
+    for (k, v) in rep.bench.entries() {
         if own_column(&k) {
             cells.push(',');
             match v {
@@ -120,8 +162,9 @@ pub(crate) fn metrics_cells(s: &Summary, digest: u64) -> String {
     cells
 }
 
-fn first_cells(s: &Summary, digest: u64) -> String {
-    let cells = [
+fn first_cells(rep: &Report<'_>) -> String {
+    let s = rep.summary;
+    let mut cells = vec![
         s.requests.to_string(),
         s.completed.to_string(),
         s.failed.to_string(),
@@ -141,9 +184,105 @@ fn first_cells(s: &Summary, digest: u64) -> String {
         f6(s.transfer_wait_ms.mean),
         f6(s.transfer_time_ms.mean),
         s.preemptions.to_string(),
-        digest_hex(digest),
+        s.transfer_bytes.to_string(),
+        s.prefill_hit_tokens.to_string(),
+        s.decode_hit_tokens.to_string(),
     ];
+    // A role the deployment does not have leaves its cells empty.
+    let busy = |role: &str| rep.overload.busy_share.get(role).map_or_else(String::new, |b| f6(*b));
+    cells.extend(ROLES.iter().chain(&["link"]).map(|r| busy(r)));
+    cells.extend(ROLES.iter().map(|&role| {
+        rep.ranks
+            .iter()
+            .filter(|r| r.role.as_str() == role)
+            .map(|r| r.peak_used_fraction)
+            .reduce(f64::max)
+            .map_or_else(String::new, f6)
+    }));
+    cells.push(rep.digest.clone());
     cells.join(",")
+}
+
+/// Student's t at 0.975 for `df` degrees of freedom (1 to 30 exactly as
+/// tabled, then the 40, 60, 120 rows, then the normal 1.96).
+fn t_975(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=30 => T[df - 1],
+        31..=40 => 2.021,
+        41..=60 => 2.000,
+        61..=120 => 1.980,
+        _ => 1.960,
+    }
+}
+
+/// The statistics of a summary file, one row each, in this order.
+pub const STATISTICS: [&str; 4] = ["mean", "std", "ci95_low", "ci95_high"];
+
+/// A summary across seeds of rows of metric cells ([`metric_header`]'s
+/// columns): `replicas_summary.csv` (one group, the replicas) and
+/// `sweep_summary.csv` (one group per grid point, its seeds). For each
+/// group, one row per [`STATISTICS`]: per column, the mean over the
+/// group's rows, the sample standard deviation, and the 95 % confidence
+/// interval of the mean (mean ± t(0.975, n − 1) × std / √n). A column
+/// that is not a number in every row (a null goodput, a role the
+/// deployment lacks), and the digest, are left empty; with one row, std
+/// and the interval are too. Written a group at a time, flushed.
+pub(crate) struct SummaryCsv {
+    csv: CsvFile,
+    header: String,
+}
+
+impl SummaryCsv {
+    /// Creates `path` with its header: the `lead` columns (each followed
+    /// by a comma, or empty), `statistic`, `count` (the column of each
+    /// group's number of rows: `replicas`, `seeds`), then `header`.
+    pub(crate) fn create(path: &Path, lead: &str, count: &str, header: &str) -> Result<Self, CmdError> {
+        let mut csv = CsvFile::create(path)?;
+        csv.line(&format!("{lead}statistic,{count},{header}"))?;
+        Ok(SummaryCsv { csv, header: header.to_owned() })
+    }
+
+    /// Writes the rows of one group: `lead` (its leading cells, each
+    /// followed by a comma) and its rows' cells, one `Vec` per row.
+    pub(crate) fn group(&mut self, lead: &str, rows: &[Vec<&str>]) -> Result<(), CmdError> {
+        let mut out: [Vec<String>; 4] = Default::default();
+        for (c, name) in self.header.split(',').enumerate() {
+            // The digest is hex: a number only by accident.
+            let values: Option<Vec<f64>> = if name == "digest" {
+                None
+            } else {
+                rows.iter().map(|r| r.get(c).and_then(|v| v.parse::<f64>().ok())).collect()
+            };
+            let (mean, std, lo, hi) = match values {
+                Some(v) if !v.is_empty() && v.iter().all(|x| x.is_finite()) => {
+                    let n = v.len() as f64;
+                    let mean = v.iter().sum::<f64>() / n;
+                    if v.len() < 2 {
+                        (Some(mean), None, None, None)
+                    } else {
+                        let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
+                        let std = var.sqrt();
+                        let half = t_975(v.len() - 1) * std / n.sqrt();
+                        (Some(mean), Some(std), Some(mean - half), Some(mean + half))
+                    }
+                }
+                _ => (None, None, None, None),
+            };
+            for (cells, x) in out.iter_mut().zip([mean, std, lo, hi]) {
+                cells.push(x.map_or_else(String::new, f6));
+            }
+        }
+        let n = rows.len();
+        for (name, cells) in STATISTICS.iter().zip(&out) {
+            self.csv.line(&format!("{lead}{name},{n},{}", cells.join(",")))?;
+        }
+        Ok(())
+    }
 }
 
 /// Loads the sweep, checks every point, runs this shard's points and
@@ -163,26 +302,54 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     create_dir(&dir)?;
     let path = dir.join(file_name(args.shard));
     let mut csv = CsvFile::create(&path)?;
+    // The axis columns, each followed by a comma.
+    let axes_header: String = sweep.axes.iter().map(|a| csv_field(&a.path) + ",").collect();
+    let metrics_header = metric_header(&args.percentiles.0);
     if args.shard.is_none_or(|s| s.k == 1) {
-        let mut header = vec!["point".to_owned()];
-        header.extend(sweep.axes.iter().map(|a| csv_field(&a.path)));
-        header.push("seed".to_owned());
-        header.push(metric_header(&args.percentiles.0));
-        csv.line(&header.join(","))?;
+        csv.line(&format!("point,{axes_header}seed,{metrics_header}"))?;
     }
+    // With several seeds, each grid point's statistics over its seeds (a
+    // shard may hold only some seeds of a grid point: none there).
+    let summary_path = dir.join(SUMMARY_FILE);
+    let seeds = sweep.seeds.len();
+    let mut summary = None;
+    if args.shard.is_none() {
+        if seeds > 1 {
+            summary = Some(SummaryCsv::create(&summary_path, &axes_header, "seeds", &metrics_header)?);
+        } else {
+            // One an earlier sweep left would not be this sweep's.
+            match std::fs::remove_file(&summary_path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(write_error(&summary_path, &e)),
+                _ => {}
+            }
+        }
+    }
+    // The metric cells of the current grid point's seeds so far.
+    let mut group: Vec<String> = Vec::with_capacity(seeds);
+    // A point's report names the base scenario as the sweep file reaches it.
+    let label = sweep.scenario_path.display().to_string();
     let jobs = args.jobs.map_or_else(default_jobs, |j| usize::try_from(j).unwrap_or(usize::MAX));
     let mut progress = ProgressGate::new(args.quiet, Some(mine.len() as u64), "points");
     let mut done = 0u64;
     let result = ordered_parallel(
         mine.len(),
         jobs,
-        |i| -> Result<String, CmdError> {
+        |i| -> Result<(usize, PointOut), CmdError> {
             let p = &points[mine[i]];
             let written = || format!("{} holds the rows of the points before point {}", path.display(), p.index);
             if INTERRUPTED.load(Ordering::Relaxed) {
                 return Err(interrupted(written()));
             }
-            let keep = runner::Keep { percentiles: args.percentiles.0.clone(), ..runner::Keep::default() };
+            // A point's row and report need only the summary and the rank
+            // and link reports: no record or timeline sample is kept
+            // (neither changes another number), so a point holds only what
+            // is in flight.
+            let keep = runner::Keep {
+                timelines: false,
+                record_sink: Some(Box::new(|_| {})),
+                sample_sink: None,
+                percentiles: args.percentiles.0.clone(),
+            };
             let run = runner::simulate_with(&p.scenario, p.seed, requests, |_| {}, &INTERRUPTED, keep)?;
             if run.interrupted {
                 return Err(interrupted(written()));
@@ -195,16 +362,38 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
                     run.output.violations.join("; ")
                 )));
             }
-            let mut row = p.index.to_string();
-            for v in &p.values {
-                row.push(',');
-                row.push_str(&csv_field(&value_text(v)));
-            }
-            let _ = write!(row, ",{},{}", p.seed, metrics_cells(&run.output.summary, run.output.digest));
-            Ok(row)
+            let axes: String = p.values.iter().map(|v| csv_field(&value_text(v)) + ",").collect();
+            let rep = report::report(&p.scenario, &label, &run);
+            let metrics = metrics_cells(&rep);
+            let row = format!("{},{axes}{},{metrics}", p.index, p.seed);
+            let report = if args.reports {
+                let mut bytes = Vec::new();
+                report::write_report(&mut bytes, &rep)
+                    .map_err(|e| CmdError::Internal(format!("point {}: cannot format report.json: {e}", p.index)))?;
+                Some(bytes)
+            } else {
+                None
+            };
+            Ok((p.index, PointOut { row, axes, metrics, report }))
         },
-        |_, row| {
-            csv.line(&row)?;
+        |_, (index, out)| {
+            // A point's report is whole before its row is written, so
+            // that every row of sweep.csv has its report.
+            if let Some(bytes) = out.report {
+                let sub = point_dir(&dir, index);
+                create_dir(&sub)?;
+                write_file(&sub.join("report.json"), |w| w.write_all(&bytes))?;
+            }
+            csv.line(&out.row)?;
+            if let Some(summary) = &mut summary {
+                // Seeds vary fastest: a grid point's rows come together.
+                group.push(out.metrics);
+                if group.len() == seeds {
+                    let cells: Vec<Vec<&str>> = group.iter().map(|m| m.split(',').collect()).collect();
+                    summary.group(&out.axes, &cells)?;
+                    group.clear();
+                }
+            }
             done += 1;
             progress.update(done, String::new);
             Ok(())
@@ -214,10 +403,15 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     result?;
     if !args.quiet {
         let mut t = String::new();
+        let zipped = if sweep.dims.iter().any(|d| d.zip.is_some()) {
+            format!(" in {} dimensions (zips advance together)", sweep.dims.len())
+        } else {
+            String::new()
+        };
         let shard = args.shard.map(|s| format!(" (shard {s}: {} of them)", mine.len())).unwrap_or_default();
         let _ = writeln!(
             t,
-            "pdsim {}: sweep {} of {}: {} points{shard}, {} axes x {} seed(s), {} jobs",
+            "pdsim {}: sweep {} of {}: {} points{shard}, {} axes{zipped} x {} seed(s), {} jobs",
             pdsim::report::PDSIM_VERSION,
             sweep.file,
             sweep.scenario_path.display(),
@@ -228,6 +422,12 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         );
         let _ = writeln!(t, "wall time    {:.2} s", start.elapsed().as_secs_f64());
         let _ = writeln!(t, "wrote        {}", path.display());
+        if summary.is_some() {
+            let _ = writeln!(t, "wrote        {}", summary_path.display());
+        }
+        if args.reports {
+            let _ = writeln!(t, "wrote        {}/<point>/report.json", dir.join("points").display());
+        }
         emit(&t)?;
     }
     Ok(())
