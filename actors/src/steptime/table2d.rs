@@ -50,6 +50,8 @@ pub struct Table2dStepTime {
     context: Vec<u64>,
     /// ps at (seqs[i], context[j]), at `i × context.len() + j`.
     grid: Vec<u64>,
+    /// The axes and the grid are within [`small_bilinear`]'s bounds.
+    small: bool,
 }
 
 /// The four terms of a step, fs.
@@ -126,6 +128,7 @@ impl Table2dStepTime {
             cached_pair_fs: rate(cached_pair_ns)?,
             seqs: decode.seqs.clone(),
             context: decode.context.clone(),
+            small: small_axes(&decode.seqs, &decode.context, &grid),
             grid,
         })
     }
@@ -158,6 +161,9 @@ impl Table2dStepTime {
         let v = |i: usize, j: usize| self.grid[i * n + j];
         let corners = [v(i0, j0), v(i0, j1), v(i1, j0), v(i1, j1)];
         let axes = ([self.seqs[i0], self.seqs[i1]], [self.context[j0], self.context[j1]]);
+        if self.small && d < SMALL_SEQS && x < SMALL_CONTEXT {
+            return small_bilinear(d, x, axes, corners);
+        }
         exact_bilinear(d, x, axes, corners).unwrap_or_else(|| approx_bilinear(d, x, axes, corners))
     }
 }
@@ -185,6 +191,37 @@ fn exact_bilinear(d: u64, x: u64, ([s0, s1], [c0, c1]): ([u64; 2], [u64; 2]), v:
     Some(num.checked_mul(FS_PER_PS)?.div_euclid(den))
 }
 
+/// Bounds under which [`small_bilinear`] cannot overflow: sequences (on
+/// the axis and in the step) below 2^20, contexts on the axis below 2^32
+/// and a step's total context below 2^52 tokens, grid values below 2^40 ps
+/// (1.1 s).
+const SMALL_SEQS: u64 = 1 << 20;
+const SMALL_CONTEXT: u64 = 1 << 52;
+const SMALL_AXIS_CONTEXT: u64 = 1 << 32;
+const SMALL_PS: u64 = 1 << 40;
+
+fn small_axes(seqs: &[u64], context: &[u64], grid: &[u64]) -> bool {
+    seqs.iter().all(|&s| s < SMALL_SEQS)
+        && context.iter().all(|&c| c < SMALL_AXIS_CONTEXT)
+        && grid.iter().all(|&v| v < SMALL_PS)
+}
+
+/// [`exact_bilinear`]'s operations, in the same order, without overflow
+/// checks: within the bounds above, every weight is below 2^52 in size
+/// (c·d < 2^32 · 2^20, X < 2^52), a row below 2^93, the numerator below
+/// 2^114 and times 1,000 fs/ps below 2^124, so no operation overflows and
+/// the result is the checked one's (the step time model's hot path: a
+/// checked i128 multiply costs several times a plain one).
+fn small_bilinear(d: u64, x: u64, ([s0, s1], [c0, c1]): ([u64; 2], [u64; 2]), v: [u64; 4]) -> i128 {
+    let (d, x) = (i128::from(d), i128::from(x));
+    let (s0, s1, c0, c1) = (i128::from(s0), i128::from(s1), i128::from(c0), i128::from(c1));
+    let (ws0, ws1, ds) = if s0 == s1 { (1, 0, 1) } else { (s1 - d, d - s0, s1 - s0) };
+    let (wc0, wc1, dc) = if c0 == c1 { (1, 0, 1) } else { (c1 * d - x, x - c0 * d, (c1 - c0) * d) };
+    let [v00, v01, v10, v11] = v.map(i128::from);
+    let num = ws0 * (wc0 * v00 + wc1 * v01) + ws1 * (wc0 * v10 + wc1 * v11);
+    (num * FS_PER_PS).div_euclid(ds * dc)
+}
+
 /// [`exact_bilinear`] in `f64`, for the far extrapolations that overflow
 /// it (still deterministic: the same IEEE operations in the same order).
 fn approx_bilinear(d: u64, x: u64, ([s0, s1], [c0, c1]): ([u64; 2], [u64; 2]), v: [u64; 4]) -> i128 {
@@ -202,6 +239,10 @@ fn approx_bilinear(d: u64, x: u64, ([s0, s1], [c0, c1]): ([u64; 2], [u64; 2]), v
 impl StepTimeModel for Table2dStepTime {
     fn step_time(&self, b: &BatchShape) -> SimDuration {
         let fs = self.terms_fs(b).total();
+        if let Ok(fs) = u64::try_from(fs) {
+            // The usual case, in u64: the same ceiling, without i128 divisions.
+            return SimDuration::from_nanos(fs.div_ceil(FS_PER_NS as u64));
+        }
         let ns = fs.div_euclid(FS_PER_NS) + i128::from(fs.rem_euclid(FS_PER_NS) != 0);
         SimDuration::from_nanos(u64::try_from(ns.max(0)).unwrap_or(u64::MAX))
     }
@@ -372,5 +413,20 @@ mod tests {
             Table2dStepTime::from_spec(&points, 0.0, 0.0, &grid(&[1, 3], &[100, 300], &[&[1.0, 1.0], &[1.0, -1.0]]))
                 .is_none()
         );
+    }
+
+    proptest::proptest! {
+        /// Within its bounds, the unchecked form is the checked one, bit
+        /// for bit, extrapolations (X past c1·d, d past s1) included.
+        #[test]
+        fn the_unchecked_bilinear_is_the_checked_one(
+            s0 in 1u64..SMALL_SEQS, ds in 0u64..4096, d in 1u64..SMALL_SEQS,
+            c0 in 0u64..SMALL_AXIS_CONTEXT, dc in 0u64..1 << 20, x in 0u64..SMALL_CONTEXT,
+            v in proptest::array::uniform4(0u64..SMALL_PS),
+        ) {
+            let (s1, c1) = ((s0 + ds).min(SMALL_SEQS - 1), (c0 + dc).min(SMALL_AXIS_CONTEXT - 1));
+            let axes = ([s0, s1], [c0, c1]);
+            proptest::prop_assert_eq!(Some(small_bilinear(d, x, axes, v)), exact_bilinear(d, x, axes, v));
+        }
     }
 }
