@@ -224,7 +224,7 @@ fn figure(name: &str, title: &str, sub: &str, svg: &str, legend: &str) -> String
     format!(
         "<figure class=\"chart\" data-chart=\"{}\" id=\"chart-{}\"><figcaption>{}{sub}</figcaption>{svg}{legend}</figure>\n",
         esc(name),
-        esc(name),
+        slug(name),
         esc(title)
     )
 }

@@ -170,7 +170,32 @@ pub struct CsvLines {
     reader: BufReader<std::io::Take<File>>,
     line: usize,
     buf: Vec<u8>,
-    fields: Vec<String>,
+    cells: String,
+    ranges: Vec<(usize, usize)>,
+}
+
+/// One line's fields, borrowed from the reader.
+#[derive(Clone, Copy, Debug)]
+pub struct Row<'a> {
+    cells: &'a str,
+    ranges: &'a [(usize, usize)],
+}
+
+impl<'a> Row<'a> {
+    /// Field `i` (empty past the last).
+    pub fn get(&self, i: usize) -> &'a str {
+        self.ranges.get(i).map_or("", |&(a, b)| &self.cells[a..b])
+    }
+
+    /// The number of fields.
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Every field, owned.
+    pub fn to_vec(&self) -> Vec<String> {
+        (0..self.len()).map(|i| self.get(i).to_owned()).collect()
+    }
 }
 
 impl CsvLines {
@@ -182,22 +207,19 @@ impl CsvLines {
             reader: BufReader::with_capacity(1 << 16, file.take(u64::MAX)),
             line: 0,
             buf: Vec::new(),
-            fields: Vec::new(),
+            cells: String::new(),
+            ranges: Vec::new(),
         })
     }
 
     /// An error at the current line.
-    pub fn err(&self, column: &str, what: impl std::fmt::Display) -> ReportError {
-        if column.is_empty() {
-            ReportError::new(format!("{}:{}: {what}", self.name, self.line))
-        } else {
-            ReportError::new(format!("{}:{}: column {column}: {what}", self.name, self.line))
-        }
+    fn err(&self, what: impl std::fmt::Display) -> ReportError {
+        ReportError::new(format!("{}:{}: {what}", self.name, self.line))
     }
 
     /// The next line's number and fields, or `None` at the end of the file
     /// (empty lines are skipped).
-    pub fn next_numbered(&mut self) -> Result<Option<(usize, &[String])>, ReportError> {
+    pub fn next_numbered(&mut self) -> Result<Option<(usize, Row<'_>)>, ReportError> {
         loop {
             self.buf.clear();
             let n = (&mut self.reader)
@@ -209,26 +231,28 @@ impl CsvLines {
             }
             self.line += 1;
             if self.buf.len() > MAX_LINE_BYTES {
-                return Err(self.err("", format_args!("a line over {MAX_LINE_BYTES} bytes")));
+                return Err(self.err(format_args!("a line over {MAX_LINE_BYTES} bytes")));
             }
             while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
                 self.buf.pop();
             }
             let text = match std::str::from_utf8(&self.buf) {
                 Ok(t) => t,
-                Err(e) => return Err(self.err("", format_args!("not valid UTF-8 ({e})"))),
+                Err(e) => return Err(self.err(format_args!("not valid UTF-8 ({e})"))),
             };
             let text = if self.line == 1 { text.strip_prefix(crate::files::BOM).unwrap_or(text) } else { text };
             if text.is_empty() {
                 continue;
             }
-            split_fields(text, &mut self.fields).map_err(|e| self.err("", e))?;
-            return Ok(Some((self.line, &self.fields)));
+            if let Err(e) = split_fields(text, &mut self.cells, &mut self.ranges) {
+                return Err(self.err(e));
+            }
+            return Ok(Some((self.line, Row { cells: &self.cells, ranges: &self.ranges })));
         }
     }
 
     /// The next line's fields (see [`CsvLines::next_numbered`]).
-    pub fn next_row(&mut self) -> Result<Option<&[String]>, ReportError> {
+    pub fn next_row(&mut self) -> Result<Option<Row<'_>>, ReportError> {
         Ok(self.next_numbered()?.map(|(_, f)| f))
     }
 
@@ -250,36 +274,49 @@ impl CsvLines {
     }
 }
 
-/// Splits one CSV line into `out`.
-fn split_fields(line: &str, out: &mut Vec<String>) -> Result<(), String> {
-    out.clear();
-    let mut field = String::new();
+/// Splits one CSV line into fields: their text (quotes undone) goes into
+/// `cells`, one after the other, and their places into `ranges`.
+fn split_fields(line: &str, cells: &mut String, ranges: &mut Vec<(usize, usize)>) -> Result<(), String> {
+    cells.clear();
+    ranges.clear();
+    if !line.contains('"') {
+        cells.push_str(line);
+        let mut start = 0;
+        for (i, b) in line.bytes().enumerate() {
+            if b == b',' {
+                ranges.push((start, i));
+                start = i + 1;
+            }
+        }
+        ranges.push((start, line.len()));
+        return Ok(());
+    }
     let mut chars = line.chars().peekable();
-    let mut quoted = false;
-    let mut was_quoted = false;
+    let (mut quoted, mut was_quoted, mut start) = (false, false, 0);
     while let Some(c) = chars.next() {
         match (quoted, c) {
             (true, '"') if chars.peek() == Some(&'"') => {
                 chars.next();
-                field.push('"');
+                cells.push('"');
             }
             (true, '"') => quoted = false,
-            (true, c) => field.push(c),
-            (false, '"') if field.is_empty() && !was_quoted => {
+            (true, c) => cells.push(c),
+            (false, '"') if cells.len() == start && !was_quoted => {
                 quoted = true;
                 was_quoted = true;
             }
             (false, ',') => {
-                out.push(std::mem::take(&mut field));
+                ranges.push((start, cells.len()));
+                start = cells.len();
                 was_quoted = false;
             }
-            (false, c) => field.push(c),
+            (false, c) => cells.push(c),
         }
     }
     if quoted {
         return Err("a quoted field is not closed".to_owned());
     }
-    out.push(field);
+    ranges.push((start, cells.len()));
     Ok(())
 }
 
@@ -384,8 +421,6 @@ pub struct Requests {
     pub completions: Vec<u64>,
     /// Failures per window (by end time).
     pub failures: Vec<u64>,
-    /// Whether any request had a transfer stage (a P/D run).
-    pub disaggregated: bool,
 }
 
 /// Reads `requests.csv`.
@@ -400,26 +435,28 @@ pub fn requests(path: &Path, name: &str, grid: &Grid) -> Result<Requests, Report
         failures: vec![0; grid.windows()],
         ..Requests::default()
     };
-    while let Some(row) = csv.next_row()? {
-        let row = row.to_vec();
-        let cell = |k: usize| row.get(idx[k]).map_or("", String::as_str);
+    let widest = idx.iter().copied().max().unwrap_or(0);
+    while let Some((line, row)) = csv.next_numbered()? {
+        let err = |col: &str, what: String| ReportError::new(format!("{name}:{line}: column {col}: {what}"));
+        let cell = |k: usize| row.get(idx[k]);
         let time = |k: usize| -> Result<Option<u64>, ReportError> {
             let s = cell(k);
             if s.is_empty() {
                 return Ok(None);
             }
-            ms_to_ns(s).map(Some).ok_or_else(|| csv.err(cols[k], format_args!("expected milliseconds >= 0, got {s:?}")))
+            ms_to_ns(s).map(Some).ok_or_else(|| err(cols[k], format!("expected milliseconds >= 0, got {s:?}")))
         };
-        if row.len() < idx.iter().copied().max().unwrap_or(0) + 1 {
-            return Err(csv.err("", format_args!("{} fields, fewer than the header's", row.len())));
+        if row.len() <= widest {
+            let n = row.len();
+            return Err(ReportError::new(format!("{name}:{line}: {n} fields, fewer than the header's")));
         }
         out.rows += 1;
-        let arrival = time(1)?.ok_or_else(|| csv.err("arrival_ms", "empty"))?;
+        let arrival = time(1)?.ok_or_else(|| err("arrival_ms", "empty".to_owned()))?;
         out.arrivals[grid.window_of(arrival)] += 1;
         let end = time(5 + STAGES.len() - 1)?;
         match cell(0) {
             "completed" => {
-                let need = |k: usize| time(k)?.ok_or_else(|| csv.err(cols[k], "empty for a completed request"));
+                let need = |k: usize| time(k)?.ok_or_else(|| err(cols[k], "empty for a completed request".to_owned()));
                 let (ttft, e2e) = (need(2)?, need(4)?);
                 let tpot = time(3)?;
                 let mut stages_ms = [0.0; 7];
@@ -430,9 +467,6 @@ pub fn requests(path: &Path, name: &str, grid: &Grid) -> Result<Requests, Report
                         *slot = (t - prev) as f64 / 1e6;
                         prev = t;
                     }
-                }
-                if time(5 + 2)?.is_some() {
-                    out.disaggregated = true;
                 }
                 out.done.push(Done {
                     ttft_ms: ttft as f64 / 1e6,
@@ -451,9 +485,7 @@ pub fn requests(path: &Path, name: &str, grid: &Grid) -> Result<Requests, Report
                 }
             }
             "in_flight" => {}
-            other => {
-                return Err(csv.err("outcome", format_args!("expected completed, failed or in_flight, got {other:?}")));
-            }
+            other => return Err(err("outcome", format!("expected completed, failed or in_flight, got {other:?}"))),
         }
     }
     Ok(out)
@@ -633,7 +665,7 @@ pub fn timeline(path: &Path, name: &str, grid: &Grid) -> Result<Timeline, Report
     let mut key = String::new();
     let mut last_t = 0u64;
     while let Some((line, row)) = csv.next_numbered()? {
-        let get = |k: usize| row.get(idx[k]).map_or("", String::as_str);
+        let get = |k: usize| row.get(idx[k]);
         let (t, entity, metric, value) = (get(0), get(1), get(2), get(3));
         let t_ns = ms_to_ns(t);
         let v = value.trim().parse::<u64>();
@@ -711,14 +743,17 @@ pub fn sweep_table(path: &Path, name: &str) -> Result<SweepTable, ReportError> {
     let axes = header[1..seed].to_vec();
     let metrics = header[seed + 1..].to_vec();
     let mut rows = Vec::new();
-    while let Some(row) = csv.next_row()? {
+    while let Some((line, row)) = csv.next_numbered()? {
         if row.len() != header.len() {
             let n = row.len();
-            return Err(csv.err("", format_args!("{n} fields, but the header has {}", header.len())));
+            return Err(ReportError::new(format!("{name}:{line}: {n} fields, but the header has {}", header.len())));
         }
         let row = row.to_vec();
         let Ok(point) = row[0].trim().parse::<u64>() else {
-            return Err(csv.err("point", format_args!("expected a whole number, got {:?}", row[0])));
+            return Err(ReportError::new(format!(
+                "{name}:{line}: column point: expected a whole number, got {:?}",
+                row[0]
+            )));
         };
         rows.push(SweepRow {
             point,
@@ -736,10 +771,13 @@ mod tests {
 
     #[test]
     fn fields_split_with_quotes() {
-        let mut f = Vec::new();
-        split_fields(r#"1,"a, ""b""",,x"#, &mut f).unwrap();
-        assert_eq!(f, vec!["1", "a, \"b\"", "", "x"]);
-        assert!(split_fields(r#"1,"open"#, &mut f).is_err());
+        let (mut cells, mut ranges) = (String::new(), Vec::new());
+        let fields = |line: &str, cells: &mut String, ranges: &mut Vec<(usize, usize)>| {
+            split_fields(line, cells, ranges).map(|()| Row { cells, ranges }.to_vec())
+        };
+        assert_eq!(fields(r#"1,"a, ""b""",,x"#, &mut cells, &mut ranges).unwrap(), vec!["1", "a, \"b\"", "", "x"]);
+        assert_eq!(fields("1,,x,", &mut cells, &mut ranges).unwrap(), vec!["1", "", "x", ""]);
+        assert!(split_fields(r#"1,"open"#, &mut cells, &mut ranges).is_err());
     }
 
     #[test]

@@ -380,7 +380,7 @@ fn cdf_chart(b: &mut Body, name: &str, title: &str, mut values: Vec<f64>, what: 
     let pts = cdf_points(&mut values);
     let (min, med, max) = (values[0], quantile(&values, 0.5), values[n - 1]);
     let log = min > 0.0 && med > 0.0 && max / med > 20.0;
-    let x = if log { Axis::log("ms (log scale)") } else { Axis::linear("ms").from_zero() };
+    let x = if log { Axis::log("ms (log scale)") } else { Axis::linear("ms") };
     let mut c = XyChart::new(x, Axis::linear(format!("{what} (%)")).range(0.0, 100.0).suffix("%"), W, H);
     c.push(Series::new(title, 0, Style::Line, pts));
     let sub = format!(

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::read::{self, SweepTable};
 use super::svg::{self, Axis, Series, Style, XyChart, esc};
-use super::{Kind, Page, ReportError, document, figure, int, num, slug};
+use super::{Kind, Page, ReportError, document, figure, int, num};
 
 /// A sweep chart's size (viewBox units).
 const W: f64 = 380.0;
@@ -277,7 +277,7 @@ fn axis_section(
             c.push(Series::new(name, li, Style::LineDots, pts).titles(titles));
         }
         let id = format!("{metric}@{}", a.name);
-        body.push_str(&figure(&slug(&id), metric, "", &c.svg(), ""));
+        body.push_str(&figure(&id, metric, "", &c.svg(), ""));
         n += 1;
     }
     body.push_str("</div></section>\n");
