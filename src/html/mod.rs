@@ -196,6 +196,7 @@ line.ref{stroke:#8c959f;stroke-dasharray:4 3}
 text.ref{fill:#57606a}
 .legend{list-style:none;padding:0;margin:6px 0 0;display:flex;flex-wrap:wrap;gap:3px 14px;font-size:12px}
 .sw{display:inline-block;width:16px;height:3px;background:var(--c);vertical-align:middle;margin-right:5px}
+.sw.block{width:11px;height:11px;border-radius:2px;vertical-align:-1px}
 .sw.dashed{background:repeating-linear-gradient(90deg,var(--c) 0 5px,transparent 5px 8px)}
 .missing{color:#6b5200;background:#fff8db;border:1px solid #f0d98c;padding:8px 12px;border-radius:6px}
 details{margin:8px 0}

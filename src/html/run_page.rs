@@ -467,14 +467,12 @@ fn stage_breakdown(b: &mut Body, q: &Requests) {
             values: used.iter().map(|&s| m[s]).collect(),
         });
     }
-    let legend: Vec<(usize, String, bool)> =
-        chart.segments().iter().enumerate().map(|(i, s)| (i, s.clone(), false)).collect();
     b.chart(
         "stage_breakdown",
         "Where the time goes: E2E by stage",
         "completed requests, banded by E2E; each stage from the end of the one before it that the request reached",
         &chart.svg(),
-        &svg::legend(&legend),
+        &svg::block_legend(chart.segments()),
     );
 }
 
@@ -846,11 +844,7 @@ fn links(b: &mut Body, r: &RunReport, tl: Option<&Timeline>, grid: &Grid) {
     let total: u64 = r.links.iter().map(|l| l.bytes_completed).sum();
     let transfers: u64 = r.links.iter().map(|l| l.transfers).sum();
     let sub = format!("{} transfers, {} GB in all (10^9 bytes)", int(transfers), num(total as f64 / 1e9));
-    let legend = if open {
-        svg::legend(&[(0, "completed".into(), false), (1, "started, not completed".into(), false)])
-    } else {
-        String::new()
-    };
+    let legend = if open { svg::block_legend(bytes.segments()) } else { String::new() };
     b.chart("link_bytes", "Bytes moved by link", &sub, &bytes.svg(), &legend);
     match tl {
         None => {

@@ -76,12 +76,13 @@ pub struct Axis {
     range: Option<(f64, f64)>,
     from_zero: bool,
     suffix: &'static str,
+    ticks: Option<Vec<(f64, String)>>,
 }
 
 impl Axis {
     /// A linear axis whose range covers the data, extended to nice ticks.
     pub fn linear(label: impl Into<String>) -> Self {
-        Axis { label: label.into(), scale: Scale::Linear, range: None, from_zero: false, suffix: "" }
+        Axis { label: label.into(), scale: Scale::Linear, range: None, from_zero: false, suffix: "", ticks: None }
     }
 
     /// A logarithmic axis over the positive data.
@@ -106,6 +107,18 @@ impl Axis {
     pub fn range(mut self, lo: f64, hi: f64) -> Self {
         if lo.is_finite() && hi.is_finite() && hi > lo {
             self.range = Some((lo, hi));
+        }
+        self
+    }
+
+    /// Ticks at these values with these labels (a sweep axis's values), the
+    /// range spanning them with a margin; linear and log axes only.
+    #[must_use]
+    pub fn ticks_at(mut self, ticks: Vec<(f64, String)>) -> Self {
+        let ticks: Vec<(f64, String)> =
+            ticks.into_iter().filter(|t| t.0.is_finite() && (self.scale != Scale::Log || t.0 > 0.0)).collect();
+        if !ticks.is_empty() {
+            self.ticks = Some(ticks);
         }
         self
     }
@@ -266,6 +279,15 @@ struct Mapped {
 impl Mapped {
     fn new(axis: &Axis, values: &[f64], p0: f64, p1: f64, target: usize) -> Mapped {
         let finite = values.iter().copied().filter(|v| v.is_finite());
+        if let (Some(ticks), Scale::Linear | Scale::Log) = (&axis.ticks, &axis.scale) {
+            let log = axis.scale == Scale::Log;
+            let t = |v: f64| if log { v.log10() } else { v };
+            let lo = ticks.iter().map(|x| t(x.0)).fold(f64::INFINITY, f64::min);
+            let hi = ticks.iter().map(|x| t(x.0)).fold(f64::NEG_INFINITY, f64::max);
+            let pad = if hi > lo { (hi - lo) * 0.06 } else { lo.abs().max(1.0) * 0.5 };
+            let ticks = ticks.iter().map(|(v, l)| (*v, format!("{l}{}", axis.suffix))).collect();
+            return Mapped { scale: axis.scale.clone(), d0: lo - pad, d1: hi + pad, p0, p1, ticks };
+        }
         match &axis.scale {
             Scale::Categories(names) => {
                 let n = names.len().max(1) as f64;
@@ -429,10 +451,23 @@ impl XyChart {
         let probe = Mapped::new(&self.y, &ys, h - BOTTOM, TOP, 5);
         let widest = probe.ticks.iter().map(|t| t.1.chars().count()).max().unwrap_or(1) as f64;
         let left = (widest * CHAR_W + 26.0).max(40.0);
-        let ym = probe;
         let x_target = (((w - left - RIGHT) / 75.0).floor() as usize).max(2);
         let xm = Mapped::new(&self.x, &xs, left, w - RIGHT, x_target);
-        let (pl, pr, pt, pb) = (left, w - RIGHT, TOP, h - BOTTOM);
+        // x labels that would overlap go to a second row, or are left out.
+        let mut rows_end = [f64::NEG_INFINITY; 2];
+        let mut x_labels: Vec<(f64, usize, &str)> = Vec::new();
+        for (v, label) in &xm.ticks {
+            let Some(x) = xm.pos(*v) else { continue };
+            let half = label.chars().count() as f64 * CHAR_W / 2.0;
+            if let Some(row) = (0..2).find(|&r| x - half > rows_end[r] + 6.0) {
+                rows_end[row] = x + half;
+                x_labels.push((x, row, label));
+            }
+        }
+        let two_rows = x_labels.iter().any(|l| l.1 == 1);
+        let bottom = if two_rows { BOTTOM + 12.0 } else { BOTTOM };
+        let ym = Mapped::new(&self.y, &ys, h - bottom, TOP, 5);
+        let (pl, pr, pt, pb) = (left, w - RIGHT, TOP, h - bottom);
         let mut s = String::with_capacity(4096);
         let _ = write!(
             s,
@@ -474,27 +509,9 @@ impl XyChart {
                 );
             }
         }
-        // Category labels that do not fit are thinned to every k-th.
-        let slot = (pr - pl) / xm.ticks.len().max(1) as f64;
-        let widest_x = xm.ticks.iter().map(|t| t.1.chars().count()).max().unwrap_or(1) as f64 * CHAR_W;
-        let every = if matches!(self.x.scale, Scale::Categories(_)) {
-            ((widest_x + 6.0) / slot.max(1.0)).ceil().max(1.0) as usize
-        } else {
-            1
-        };
-        for (i, (v, label)) in xm.ticks.iter().enumerate() {
-            if i % every != 0 {
-                continue;
-            }
-            if let Some(x) = xm.pos(*v) {
-                let _ = write!(
-                    s,
-                    r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-                    px(x),
-                    px(pb + 14.0),
-                    esc(label)
-                );
-            }
+        for (x, row, label) in &x_labels {
+            let y = pb + 14.0 + 12.0 * *row as f64;
+            let _ = write!(s, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, px(*x), px(y), esc(label));
         }
         s.push_str("</g>");
         let _ = write!(
@@ -538,10 +555,15 @@ impl XyChart {
         let clamp = |(x, y): (f64, f64)| (x.clamp(pl - 1.0, pr + 1.0), y.clamp(pt - 1.0, pb + 1.0));
         let mut pts: Vec<(f64, f64)> = Vec::with_capacity(series.points.len());
         let mut keep_idx: Vec<usize> = Vec::with_capacity(series.points.len());
+        // Where a line breaks: before the kept point at each index here (a
+        // point that cannot be drawn, a missing value, is a gap).
+        let mut breaks: Vec<usize> = Vec::new();
         for (i, &(x, y)) in series.points.iter().enumerate() {
             if let (Some(xp), Some(yp)) = (xm.pos(x), ym.pos(y)) {
                 pts.push(clamp((xp, yp)));
                 keep_idx.push(i);
+            } else if breaks.last() != Some(&pts.len()) {
+                breaks.push(pts.len());
             }
         }
         if pts.is_empty() {
@@ -586,29 +608,34 @@ impl XyChart {
         }
         let line = matches!(series.style, Style::Line | Style::Step | Style::LineDots);
         if line {
-            let poly: Vec<(f64, f64)> = if series.style == Style::Step {
-                let mut v = Vec::with_capacity(pts.len() * 2);
-                for (i, p) in pts.iter().enumerate() {
-                    if i > 0 {
-                        v.push((p.0, pts[i - 1].1));
+            let mut d = String::with_capacity(pts.len() * 12);
+            let mut start = 0;
+            for end in breaks.iter().copied().filter(|&b| b > 0 && b < pts.len()).chain([pts.len()]) {
+                let piece = &pts[start..end];
+                start = end;
+                let poly: Vec<(f64, f64)> = if series.style == Style::Step {
+                    let mut v = Vec::with_capacity(piece.len() * 2);
+                    for (i, p) in piece.iter().enumerate() {
+                        if i > 0 {
+                            v.push((p.0, piece[i - 1].1));
+                        }
+                        v.push(*p);
                     }
-                    v.push(*p);
+                    v
+                } else {
+                    piece.to_vec()
+                };
+                let poly = thin(&poly);
+                for (i, (x, y)) in poly.iter().enumerate() {
+                    d.push(if i == 0 { 'M' } else { 'L' });
+                    d.push_str(&px(*x));
+                    d.push(' ');
+                    d.push_str(&px(*y));
                 }
-                v
-            } else {
-                pts.clone()
-            };
-            let poly = thin(&poly);
-            let mut d = String::with_capacity(poly.len() * 12);
-            for (i, (x, y)) in poly.iter().enumerate() {
-                d.push(if i == 0 { 'M' } else { 'L' });
-                d.push_str(&px(*x));
-                d.push(' ');
-                d.push_str(&px(*y));
-            }
-            // A single point still shows: a short tick.
-            if poly.len() == 1 {
-                let _ = write!(d, "h0.01");
+                // A single point still shows: a short tick.
+                if poly.len() == 1 {
+                    d.push_str("h0.01");
+                }
             }
             let dash = if series.dashed { r#" stroke-dasharray="5 3""# } else { "" };
             let _ = write!(
@@ -784,6 +811,17 @@ pub fn legend(entries: &[(usize, String, bool)]) -> String {
     for (c, name, dashed) in entries {
         let class = if *dashed { "sw dashed" } else { "sw" };
         let _ = write!(s, r#"<li><span class="{class}" style="--c:{}"></span>{}</li>"#, color(*c), esc(name));
+    }
+    s.push_str("</ul>");
+    s
+}
+
+/// An HTML legend of a [`BarChart`]'s segments: a square of each
+/// segment's colour and its name.
+pub fn block_legend(names: &[String]) -> String {
+    let mut s = String::from(r#"<ul class="legend">"#);
+    for (c, name) in names.iter().enumerate() {
+        let _ = write!(s, r#"<li><span class="sw block" style="--c:{}"></span>{}</li>"#, color(c), esc(name));
     }
     s.push_str("</ul>");
     s

@@ -34,14 +34,17 @@ impl AxisInfo {
         }
     }
 
+    /// The chart axis: ticks at the axis's values, as sweep.csv writes
+    /// them; logarithmic when they are positive and span two decades.
     fn chart_axis(&self) -> Axis {
         match &self.numbers {
             Some(n) => {
                 let (lo, hi) = n.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+                let ticks = n.iter().copied().zip(self.values.iter().cloned()).collect();
                 if n.len() >= 3 && lo > 0.0 && hi / lo >= 100.0 {
-                    Axis::log(format!("{} (log scale)", self.name))
+                    Axis::log(format!("{} (log scale)", self.name)).ticks_at(ticks)
                 } else {
-                    Axis::linear(self.name.clone())
+                    Axis::linear(self.name.clone()).ticks_at(ticks)
                 }
             }
             None => Axis::categories(self.name.clone(), self.values.clone()),
@@ -242,25 +245,32 @@ fn axis_section(
         let metric = &t.metrics[m];
         let mut c = XyChart::new(a.chart_axis(), Axis::linear(unit(metric)), W, H);
         for (li, key) in lines.iter().enumerate() {
-            // (x, values over seeds) in the axis's value order.
+            // (x, values over seeds) in the axis's value order; an x whose
+            // rows have no value (an empty cell) leaves a gap in the line.
             let mut at: Vec<(f64, String, Vec<f64>)> = Vec::new();
             for (r, row) in t.rows.iter().enumerate() {
                 if line_of[r] != li {
                     continue;
                 }
-                let Some(v) = columns[m][r] else { continue };
                 let x = a.position(&row.axes[ai]);
-                match at.iter_mut().find(|p| p.0 == x) {
-                    Some(p) => p.2.push(v),
-                    None => at.push((x, row.axes[ai].clone(), vec![v])),
+                let i = match at.iter().position(|p| p.0 == x) {
+                    Some(i) => i,
+                    None => {
+                        at.push((x, row.axes[ai].clone(), Vec::new()));
+                        at.len() - 1
+                    }
+                };
+                if let Some(v) = columns[m][r] {
+                    at[i].2.push(v);
                 }
             }
-            if at.is_empty() {
+            if at.iter().all(|p| p.2.is_empty()) {
                 continue;
             }
             at.sort_by(|p, q| p.0.total_cmp(&q.0));
             let name = line_name(key);
-            let pts: Vec<(f64, f64)> = at.iter().map(|p| (p.0, p.2.iter().sum::<f64>() / p.2.len() as f64)).collect();
+            let mean = |v: &[f64]| if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 };
+            let pts: Vec<(f64, f64)> = at.iter().map(|p| (p.0, mean(&p.2))).collect();
             let titles: Vec<String> = at
                 .iter()
                 .zip(&pts)
