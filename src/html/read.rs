@@ -193,7 +193,7 @@ impl<'a> Row<'a> {
     }
 
     /// Every field, owned.
-    pub fn to_vec(&self) -> Vec<String> {
+    pub fn to_vec(self) -> Vec<String> {
         (0..self.len()).map(|i| self.get(i).to_owned()).collect()
     }
 }

@@ -325,11 +325,11 @@ fn bench(b: &mut Body, r: &RunReport) {
 
 /// `ns` as a duration label: `2 s`, `500 ms`, `20 µs`.
 fn duration_label(ns: u64) -> String {
-    if ns >= 1_000_000_000 && ns % 1_000_000_000 == 0 {
+    if ns >= 1_000_000_000 && ns.is_multiple_of(1_000_000_000) {
         format!("{} s", ns / 1_000_000_000)
-    } else if ns >= 1_000_000 && ns % 1_000_000 == 0 {
+    } else if ns >= 1_000_000 && ns.is_multiple_of(1_000_000) {
         format!("{} ms", ns / 1_000_000)
-    } else if ns >= 1_000 && ns % 1_000 == 0 {
+    } else if ns >= 1_000 && ns.is_multiple_of(1_000) {
         format!("{} µs", ns / 1_000)
     } else {
         format!("{ns} ns")
@@ -353,7 +353,7 @@ fn cdf_points(values: &mut [f64]) -> Vec<(f64, f64)> {
     pts.push((values[0], 0.0));
     let mut last = usize::MAX;
     for k in 0..=m {
-        let i = if m == 0 { 0 } else { k * (n - 1) / m };
+        let i = (k * (n - 1)).checked_div(m).unwrap_or(0);
         if i != last {
             pts.push((values[i], 100.0 * (i + 1) as f64 / n as f64));
             last = i;
@@ -870,13 +870,12 @@ fn links(b: &mut Body, r: &RunReport, tl: Option<&Timeline>, grid: &Grid) {
                 b.chart("link_transfers", "Transfers in flight by link", &sub, &svg, &legend);
             }
             let queued = names.iter().any(|n| tl.get(n, "queued_transfers").is_some_and(|s| s.peak() > 0));
-            if queued {
-                if let Some((svg, legend, coarse)) =
+            if queued
+                && let Some((svg, legend, coarse)) =
                     step_chart(tl, grid, &ones, "queued_transfers", Axis::linear("transfers").from_zero())
-                {
-                    let sub = format!("transfers queued behind another{}", resolution(grid, coarse));
-                    b.chart("link_queued", "Transfers queued by link", &sub, &svg, &legend);
-                }
+            {
+                let sub = format!("transfers queued behind another{}", resolution(grid, coarse));
+                b.chart("link_queued", "Transfers queued by link", &sub, &svg, &legend);
             }
             let mb: Vec<(&str, f64)> = names.iter().map(|n| (*n, 1e-6)).collect();
             if let Some((svg, legend, coarse)) =

@@ -354,7 +354,7 @@ impl Mapped {
     fn pos(&self, v: f64) -> Option<f64> {
         let t = match self.scale {
             Scale::Log => {
-                if !(v > 0.0) {
+                if v.is_nan() || v <= 0.0 {
                     return None;
                 }
                 v.log10()
