@@ -17,12 +17,62 @@ const H: f64 = 240.0;
 /// Rows listed in the page's table at most.
 const TABLE_ROWS: usize = 2000;
 
-/// One axis: its distinct values in the order they first appear, and
-/// their numbers when every value is one.
+/// One dimension of the grid: an axis column, or the columns of a
+/// `[[zip]]` (whose values advance together: each determines the others);
+/// its distinct values (joined by " / " for a zip) in the order they first
+/// appear, and their numbers when it is one column of numbers.
 struct AxisInfo {
     name: String,
+    columns: Vec<usize>,
     values: Vec<String>,
     numbers: Option<Vec<f64>>,
+}
+
+/// The value of dimension `columns` in a row's axis cells.
+fn dim_value(cells: &[String], columns: &[usize]) -> String {
+    columns.iter().map(|&c| cells[c].as_str()).collect::<Vec<_>>().join(" / ")
+}
+
+/// Whether the axis columns `a` and `b` advance together: each has two
+/// values or more, and each one's value determines the other's in every
+/// row (a `[[zip]]`; independent axes of a grid never do).
+fn zipped(t: &SweepTable, a: usize, b: usize) -> bool {
+    let mut ab: Vec<(&str, &str)> = Vec::new();
+    for r in &t.rows {
+        let pair = (r.axes[a].as_str(), r.axes[b].as_str());
+        if !ab.contains(&pair) {
+            if ab.iter().any(|p| p.0 == pair.0 || p.1 == pair.1) {
+                return false;
+            }
+            ab.push(pair);
+        }
+    }
+    ab.len() >= 2
+}
+
+/// The grid's dimensions: axis columns, zipped ones joined.
+fn dimensions(t: &SweepTable) -> Vec<AxisInfo> {
+    let mut dims: Vec<Vec<usize>> = Vec::new();
+    for c in 0..t.axes.len() {
+        match dims.iter_mut().find(|d| zipped(t, d[0], c)) {
+            Some(d) => d.push(c),
+            None => dims.push(vec![c]),
+        }
+    }
+    dims.into_iter()
+        .map(|columns| {
+            let mut values: Vec<String> = Vec::new();
+            for r in &t.rows {
+                let v = dim_value(&r.axes, &columns);
+                if !values.contains(&v) {
+                    values.push(v);
+                }
+            }
+            let numbers = if columns.len() == 1 { values.iter().map(|v| number(v)).collect() } else { None };
+            let name = columns.iter().map(|&c| t.axes[c].as_str()).collect::<Vec<_>>().join(" / ");
+            AxisInfo { name, columns, values, numbers }
+        })
+        .collect()
 }
 
 impl AxisInfo {
@@ -81,18 +131,10 @@ fn unit(metric: &str) -> String {
 pub fn render(dir: &Path) -> Result<Page, ReportError> {
     let path = dir.join("sweep.csv");
     let t = read::sweep_table(&path, &path.display().to_string())?;
-    let axes: Vec<AxisInfo> = (0..t.axes.len())
-        .map(|a| {
-            let mut values: Vec<String> = Vec::new();
-            for r in &t.rows {
-                if !values.contains(&r.axes[a]) {
-                    values.push(r.axes[a].clone());
-                }
-            }
-            let numbers: Option<Vec<f64>> = values.iter().map(|v| number(v)).collect();
-            AxisInfo { name: t.axes[a].clone(), values, numbers }
-        })
-        .collect();
+    let axes = dimensions(&t);
+    // Each row's value on each dimension.
+    let keys: Vec<Vec<String>> =
+        t.rows.iter().map(|r| axes.iter().map(|a| dim_value(&r.axes, &a.columns)).collect()).collect();
     // Classify the metric columns.
     let columns: Vec<Vec<Option<f64>>> =
         (0..t.metrics.len()).map(|m| t.rows.iter().map(|r| number(&r.metrics[m])).collect()).collect();
@@ -135,7 +177,8 @@ pub fn render(dir: &Path) -> Result<Page, ReportError> {
     );
     body.push_str("<ul>");
     for a in &axes {
-        let _ = write!(body, "<li><code>{}</code>: {}</li>", esc(&a.name), esc(&a.values.join(", ")));
+        let zip = if a.columns.len() > 1 { " (zipped: they advance together)" } else { "" };
+        let _ = write!(body, "<li><code>{}</code>{zip}: {}</li>", esc(&a.name), esc(&a.values.join(", ")));
     }
     let _ = write!(body, "<li>seeds: {}</li>", esc(&seeds.join(", ")));
     body.push_str("</ul>\n");
@@ -154,7 +197,7 @@ pub fn render(dir: &Path) -> Result<Page, ReportError> {
     }
     if !t.rows.is_empty() {
         for ai in 0..axes.len() {
-            charts += axis_section(&mut body, &t, &axes, ai, &drawn, &columns, seeds.len());
+            charts += axis_section(&mut body, &t, &axes, &keys, ai, &drawn, &columns, seeds.len());
         }
     }
     if !skipped.is_empty() {
@@ -197,6 +240,7 @@ fn axis_section(
     body: &mut String,
     t: &SweepTable,
     axes: &[AxisInfo],
+    keys: &[Vec<String>],
     ai: usize,
     drawn: &[usize],
     columns: &[Vec<Option<f64>>],
@@ -206,11 +250,10 @@ fn axis_section(
     let others: Vec<usize> = (0..axes.len()).filter(|&o| o != ai).collect();
     // One line per combination of the other axes' values, in first-seen order.
     let mut lines: Vec<Vec<&str>> = Vec::new();
-    let line_of: Vec<usize> = t
-        .rows
+    let line_of: Vec<usize> = keys
         .iter()
         .map(|r| {
-            let key: Vec<&str> = others.iter().map(|&o| r.axes[o].as_str()).collect();
+            let key: Vec<&str> = others.iter().map(|&o| r[o].as_str()).collect();
             match lines.iter().position(|k| *k == key) {
                 Some(i) => i,
                 None => {
@@ -248,15 +291,15 @@ fn axis_section(
             // (x, values over seeds) in the axis's value order; an x whose
             // rows have no value (an empty cell) leaves a gap in the line.
             let mut at: Vec<(f64, String, Vec<f64>)> = Vec::new();
-            for (r, row) in t.rows.iter().enumerate() {
+            for (r, key) in keys.iter().enumerate() {
                 if line_of[r] != li {
                     continue;
                 }
-                let x = a.position(&row.axes[ai]);
+                let x = a.position(&key[ai]);
                 let i = match at.iter().position(|p| p.0 == x) {
                     Some(i) => i,
                     None => {
-                        at.push((x, row.axes[ai].clone(), Vec::new()));
+                        at.push((x, key[ai].clone(), Vec::new()));
                         at.len() - 1
                     }
                 };

@@ -242,6 +242,31 @@ fn sweep_page_has_one_chart_per_metric_and_axis() {
 }
 
 #[test]
+fn zipped_axes_are_one_dimension_of_the_sweep_page() {
+    let scenario = scratch("report-zip-scenario.toml", &crate::common::base_scenario());
+    let file = scratch(
+        "report-zip.toml",
+        &format!(
+            "scenario = {:?}\nrequests = 12\n[axes]\n\"workload.arrival.rate_per_s\" = [2.0, 50.0]\n[[zip]]\n\"prefill.count\" = [1, 2]\n\"decode.count\" = [2, 1]\n",
+            scenario.display().to_string()
+        ),
+    );
+    let dir = scratch_dir("report-zip");
+    ok(&["sweep", file.to_str().unwrap(), "--out", dir.to_str().unwrap(), "--quiet"]);
+    ok(&["report", dir.to_str().unwrap()]);
+    let html = read(&dir.join("report.html"));
+    let figs = figures(&html);
+    let zip = "prefill.count / decode.count";
+    assert!(figs.iter().any(|f| f.0 == format!("ttft_mean_ms@{zip}")), "no chart against the zip");
+    assert!(figs.iter().any(|f| f.0 == "ttft_mean_ms@workload.arrival.rate_per_s"));
+    assert!(!figs.iter().any(|f| f.0.ends_with("@prefill.count") || f.0.ends_with("@decode.count")));
+    assert!(html.contains("1 / 2, 2 / 1"), "the zip's values, paired");
+    // One line per value of the other dimension: two lines against the zip.
+    assert!(html.contains("workload.arrival.rate_per_s=2.0") && html.contains("workload.arrival.rate_per_s=50.0"));
+    assert!(!html.contains("prefill.count=1, decode.count=2"), "a zipped column is no line of its own");
+}
+
+#[test]
 fn bad_folders_and_files_exit_2_naming_them() {
     let fail = |args: &[&str]| {
         let (code, stdout, stderr) = outcome(&pdsim(args));
