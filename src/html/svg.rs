@@ -4,8 +4,9 @@
 //!
 //! Everything is a pure function of its inputs: coordinates are written
 //! with one decimal (a tenth of a pixel), labels with a fixed number of
-//! decimals chosen from the tick step, and no randomness or clock is
-//! involved, so the same data give the same bytes. Text is laid out with an
+//! decimals chosen from the tick step, logarithms and powers come from
+//! `libm` (not the platform's maths library), and no randomness or clock
+//! is involved, so the same data give the same bytes on every machine. Text is laid out with an
 //! estimated character width (no font files are read); the page's CSS
 //! picks the system's sans-serif font.
 //!
@@ -210,8 +211,8 @@ fn nice_step(raw: f64) -> f64 {
     if !(raw.is_finite() && raw > 0.0) {
         return 1.0;
     }
-    let e = raw.log10().floor();
-    let base = 10f64.powf(e);
+    let e = libm::log10(raw).floor();
+    let base = libm::pow(10.0, e);
     let f = raw / base;
     let m = if f <= 1.0 + 1e-9 {
         1.0
@@ -230,7 +231,7 @@ fn step_decimals(step: f64) -> usize {
     if !(step.is_finite() && step > 0.0) {
         return 0;
     }
-    let e = (step.log10() + 1e-9).floor();
+    let e = (libm::log10(step) + 1e-9).floor();
     if e >= 0.0 { 0 } else { (-e) as usize }
 }
 
@@ -281,7 +282,7 @@ impl Mapped {
         let finite = values.iter().copied().filter(|v| v.is_finite());
         if let (Some(ticks), Scale::Linear | Scale::Log) = (&axis.ticks, &axis.scale) {
             let log = axis.scale == Scale::Log;
-            let t = |v: f64| if log { v.log10() } else { v };
+            let t = |v: f64| if log { libm::log10(v) } else { v };
             let lo = ticks.iter().map(|x| t(x.0)).fold(f64::INFINITY, f64::min);
             let hi = ticks.iter().map(|x| t(x.0)).fold(f64::NEG_INFINITY, f64::max);
             let pad = if hi > lo { (hi - lo) * 0.06 } else { lo.abs().max(1.0) * 0.5 };
@@ -304,7 +305,7 @@ impl Mapped {
                         if lo.is_finite() { (lo, hi) } else { (1.0, 10.0) }
                     }
                 };
-                let (e0, e1) = (lo.log10().floor(), hi.log10().ceil().max(lo.log10().floor() + 1.0));
+                let (e0, e1) = (libm::log10(lo).floor(), libm::log10(hi).ceil().max(libm::log10(lo).floor() + 1.0));
                 let decades = (e1 - e0) as usize;
                 let mults: &[f64] = if decades <= 2 { &[1.0, 2.0, 5.0] } else { &[1.0] };
                 let every = decades.div_ceil(8).max(1);
@@ -314,8 +315,8 @@ impl Mapped {
                         continue;
                     }
                     for m in mults {
-                        let v = m * 10f64.powi(e);
-                        if v >= 10f64.powf(e0) * (1.0 - 1e-9) && v <= 10f64.powf(e1) * (1.0 + 1e-9) {
+                        let v = m * libm::pow(10.0, f64::from(e));
+                        if v >= libm::pow(10.0, e0) * (1.0 - 1e-9) && v <= libm::pow(10.0, e1) * (1.0 + 1e-9) {
                             ticks.push((v, format_tick(v, v, v) + axis.suffix));
                         }
                     }
@@ -357,7 +358,7 @@ impl Mapped {
                 if v.is_nan() || v <= 0.0 {
                     return None;
                 }
-                v.log10()
+                libm::log10(v)
             }
             _ => v,
         };
