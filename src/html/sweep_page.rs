@@ -197,7 +197,8 @@ pub fn render(dir: &Path) -> Result<Page, ReportError> {
     }
     if !t.rows.is_empty() {
         for ai in 0..axes.len() {
-            charts += axis_section(&mut body, &t, &axes, &keys, ai, &drawn, &columns, seeds.len());
+            let d = Drawn { t: &t, axes: &axes, keys: &keys, drawn: &drawn, columns: &columns, seeds: seeds.len() };
+            charts += axis_section(&mut body, &d, ai);
         }
     }
     if !skipped.is_empty() {
@@ -236,16 +237,22 @@ pub fn render(dir: &Path) -> Result<Page, ReportError> {
 }
 
 /// The charts of every drawn metric against axis `ai`; returns how many.
-fn axis_section(
-    body: &mut String,
-    t: &SweepTable,
-    axes: &[AxisInfo],
-    keys: &[Vec<String>],
-    ai: usize,
-    drawn: &[usize],
-    columns: &[Vec<Option<f64>>],
+/// What the charts of every axis draw from.
+struct Drawn<'a> {
+    t: &'a SweepTable,
+    axes: &'a [AxisInfo],
+    /// Each row's value on each dimension.
+    keys: &'a [Vec<String>],
+    /// The metric columns drawn.
+    drawn: &'a [usize],
+    /// Each metric column's numbers, row by row.
+    columns: &'a [Vec<Option<f64>>],
+    /// How many seeds.
     seeds: usize,
-) -> usize {
+}
+
+fn axis_section(body: &mut String, d: &Drawn<'_>, ai: usize) -> usize {
+    let Drawn { t, axes, keys, drawn, columns, seeds } = *d;
     let a = &axes[ai];
     let others: Vec<usize> = (0..axes.len()).filter(|&o| o != ai).collect();
     // One line per combination of the other axes' values, in first-seen order.
