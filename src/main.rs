@@ -31,7 +31,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Simulate a scenario (default: the embedded default scenario) and
-    /// write report.json, requests.csv, timeline.csv and trace.json.
+    /// write report.json, requests.csv, timeline.csv and trace.json (and
+    /// report.html with --html).
     Run(cmd::run::Args),
     /// Run every point of a sweep file (axes x seeds) in parallel and write
     /// one row per point to sweep.csv.
