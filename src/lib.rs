@@ -11,6 +11,8 @@
 //!   worker threads with their results in a fixed order.
 //! - [`report`]: the files of `pdsim run` (`report.json`, `requests.csv`,
 //!   `timeline.csv`, `trace.json`).
+//! - [`html`]: `report.html`, the page of tables and inline-SVG charts
+//!   made from a run folder's or a sweep folder's files.
 //! - [`sweep`]: sweep files (a base scenario, axes, seeds) and their points.
 //! - [`calibrate`]: measured steps from CSV files, the step-time models
 //!   fitted to them and their error point by point; the batch of a step of
@@ -28,6 +30,7 @@
 pub mod calibrate;
 pub mod check;
 pub mod files;
+pub mod html;
 pub mod presets;
 pub mod report;
 pub mod runner;

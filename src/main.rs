@@ -31,11 +31,16 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Simulate a scenario (default: the embedded default scenario) and
-    /// write report.json, requests.csv, timeline.csv and trace.json.
+    /// write report.json, requests.csv, timeline.csv and trace.json (and
+    /// report.html with --html).
     Run(cmd::run::Args),
     /// Run every point of a sweep file (axes x seeds) in parallel and write
     /// one row per point to sweep.csv.
     Sweep(cmd::sweep::Args),
+    /// Write report.html, a self-contained page of tables and charts, for a
+    /// run folder (report.json, requests.csv, timeline.csv) or a sweep
+    /// folder (sweep.csv).
+    Report(cmd::report::Args),
     /// Check a scenario file and print its resolved form (includes and
     /// defaults filled in) as TOML.
     Validate(cmd::validate::Args),
@@ -58,6 +63,7 @@ fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
     match command {
         Command::Run(args) => cmd::run::run(args),
         Command::Sweep(args) => cmd::sweep::run(args),
+        Command::Report(args) => cmd::report::run(args),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Transfer(args) => cmd::transfer::run(args),
         Command::Steps(args) => cmd::steps::run(args),

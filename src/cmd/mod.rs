@@ -16,6 +16,7 @@ use pdsim::sweep::SweepError;
 
 pub mod calibrate;
 mod live;
+pub mod report;
 pub mod run;
 pub mod steps;
 pub mod steptime;
@@ -75,6 +76,12 @@ impl From<RunError> for CmdError {
 impl From<SweepError> for CmdError {
     fn from(e: SweepError) -> Self {
         CmdError::BadInput(e.0)
+    }
+}
+
+impl From<pdsim::html::ReportError> for CmdError {
+    fn from(e: pdsim::html::ReportError) -> Self {
+        CmdError::BadInput(e.to_string())
     }
 }
 

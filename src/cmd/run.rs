@@ -53,10 +53,18 @@ pub struct Args {
     /// replicas.csv's columns), as vLLM's `--metric-percentiles`.
     #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
     pub percentiles: super::Percentiles,
+    /// Also write report.html (as `pdsim report DIR` does) once the other
+    /// files are whole; with --replicas, one in each replica's folder.
+    #[arg(long)]
+    pub html: bool,
 }
 
 /// The files of one run, in the order they are written.
 pub const FILES: &[&str] = &["report.json", "requests.csv", "timeline.csv", "trace.json"];
+
+/// Files made from a run's files (`--html`): removed with them before a
+/// run, so that none is left from an earlier one.
+pub const DERIVED: &[&str] = &[pdsim::html::FILE_NAME];
 
 impl Args {
     /// The files this run writes.
@@ -65,8 +73,17 @@ impl Args {
             .iter()
             .copied()
             .filter(|f| !(self.no_timeline && *f == "timeline.csv" || self.no_trace && *f == "trace.json"))
+            .chain(self.html.then_some(pdsim::html::FILE_NAME))
             .collect()
     }
+}
+
+/// Writes `dir/report.html` when `--html` asked for it.
+fn write_html(args: &Args, dir: &Path) -> Result<(), CmdError> {
+    if args.html {
+        pdsim::html::write(dir, None)?;
+    }
+    Ok(())
 }
 
 /// Loads the scenario (or the embedded default) with the label reports
@@ -135,6 +152,7 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
     };
     // The folder was cleared before the run.
     write_files(scenario, label, &run, dir, &files, Some(live))?;
+    write_html(args, dir)?;
     check_violations(&run)?;
     if !args.quiet {
         emit(&human_summary(scenario, label, &run, dir, &args.files()))?;
@@ -164,10 +182,10 @@ pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files:
 }
 
 /// Creates `dir` and removes every file an earlier run may have left there
-/// ([`FILES`] and their `.partial` siblings).
+/// ([`FILES`], [`DERIVED`] and their `.partial` siblings).
 fn clear_dir(dir: &Path) -> Result<(), CmdError> {
     create_dir(dir)?;
-    let names = FILES.iter().flat_map(|f| [f.to_string(), format!("{f}.partial")]);
+    let names = FILES.iter().chain(DERIVED).flat_map(|f| [f.to_string(), format!("{f}.partial")]);
     for name in names.chain(TRACE_SPILLS.iter().map(|s| s.to_string())) {
         let path = dir.join(name);
         match std::fs::remove_file(&path) {
@@ -405,6 +423,7 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
             }
             let sub = dir.join(format!("replica-{k}"));
             write_run(&scenario, label, &run, &sub, &args.files())?;
+            write_html(args, &sub)?;
             check_violations(&run)?;
             let s = &run.output.summary;
             let line = format!(

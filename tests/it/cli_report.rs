@@ -1,0 +1,332 @@
+//! `pdsim report DIR` and `pdsim run --html`: the page has every chart of
+//! a run (each an SVG with drawn marks) or one chart per metric and axis of
+//! a sweep, is self-contained and byte-identical for the same files, says
+//! which file is missing in place of its charts, and bad input exits 2
+//! naming the file and the place.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::{Csv, outcome, pdsim, scenario_file, scratch, scratch_dir};
+
+/// The charts of a disaggregated run with a multi-group model and a
+/// timeline, by `data-chart` name.
+pub const RUN_CHARTS: &[&str] = &[
+    "ttft_cdf",
+    "tpot_cdf",
+    "e2e_cdf",
+    "stage_breakdown",
+    "ttft_over_time",
+    "request_rates",
+    "outcomes",
+    "kv_used",
+    "kv_groups_prefill",
+    "kv_groups_decode",
+    "waiting",
+    "running",
+    "held_sources",
+    "rank_busy",
+    "link_bytes",
+    "link_busy",
+    "link_transfers",
+    "link_bytes_in_flight",
+];
+
+/// The charts that need timeline.csv.
+const TIMELINE_CHARTS: &[&str] = &[
+    "kv_used",
+    "kv_cached",
+    "kv_groups_prefill",
+    "kv_groups_decode",
+    "waiting",
+    "running",
+    "pending_reservations",
+    "held_sources",
+    "rank_busy",
+    "link_busy",
+    "link_transfers",
+    "link_queued",
+    "link_bytes_in_flight",
+];
+
+/// The charts that need requests.csv.
+const REQUEST_CHARTS: &[&str] =
+    &["ttft_cdf", "tpot_cdf", "e2e_cdf", "stage_breakdown", "ttft_over_time", "request_rates"];
+
+/// Runs `pdsim` with `args`, asserting exit 0; returns stdout.
+fn ok(args: &[&str]) -> String {
+    let (code, stdout, stderr) = outcome(&pdsim(args));
+    assert_eq!(code, 0, "{args:?}: {stderr}");
+    stdout
+}
+
+/// Runs a shipped scenario with `--requests 120 --html` (and `extra`) into
+/// a fresh folder `name`.
+pub fn run_with_html(scenario: &str, name: &str, extra: &[&str]) -> PathBuf {
+    let dir = scratch_dir(name);
+    let path = scenario_file(scenario);
+    let mut args = vec!["run", path.to_str().unwrap(), "--requests", "120", "--quiet", "--html", "--out"];
+    args.push(dir.to_str().unwrap());
+    args.extend_from_slice(extra);
+    ok(&args);
+    dir
+}
+
+/// A tiny sweep over the scratch scenario: 2 x 2 axis points x 2 seeds.
+pub fn tiny_sweep(name: &str) -> PathBuf {
+    let scenario = scratch(&format!("{name}-scenario.toml"), &crate::common::base_scenario());
+    let file = scratch(
+        &format!("{name}.toml"),
+        &format!(
+            "scenario = {:?}\nseeds = [1, 2]\nrequests = 12\n[axes]\n\"decode.count\" = [1, 2]\n\"workload.arrival.rate_per_s\" = [2.0, 50.0]\n",
+            scenario.display().to_string()
+        ),
+    );
+    let dir = scratch_dir(name);
+    ok(&["sweep", file.to_str().unwrap(), "--out", dir.to_str().unwrap(), "--quiet"]);
+    dir
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every `<figure class="chart" ...>...</figure>` of the page: (name, body).
+pub fn figures(html: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = html;
+    while let Some(i) = rest.find("<figure class=\"chart\" data-chart=\"") {
+        rest = &rest[i + "<figure class=\"chart\" data-chart=\"".len()..];
+        let name = rest[..rest.find('"').unwrap()].to_owned();
+        let end = rest.find("</figure>").expect("a figure is closed");
+        out.push((name, rest[..end].to_owned()));
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// The page refers to nothing outside itself and runs no script.
+fn self_contained(html: &str) {
+    let without_ns = html.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
+    for bad in ["http://", "https://", "<script", "<link", "<img", "url(", "@import", "<iframe"] {
+        assert!(!without_ns.contains(bad), "the page holds {bad:?}");
+    }
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.ends_with("</html>\n"));
+}
+
+#[test]
+fn run_html_has_every_chart_and_is_deterministic() {
+    let dir = run_with_html("glm-5.3-flash-1p1d.toml", "report-glm", &[]);
+    let html = read(&dir.join("report.html"));
+    self_contained(&html);
+    let figs = figures(&html);
+    let names: Vec<&str> = figs.iter().map(|f| f.0.as_str()).collect();
+    for want in RUN_CHARTS {
+        assert!(names.contains(want), "no chart {want} in {names:?}");
+    }
+    for (name, body) in &figs {
+        assert_eq!(body.matches("<svg").count(), 1, "{name}: one svg");
+        assert!(body.contains("class=\"mark"), "{name}: no data mark");
+        assert!(!body.contains("NaN") && !body.contains("inf"), "{name}: a number that is not one");
+    }
+    // Unique names (they are the ids).
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), names.len(), "{names:?}");
+    assert!(!html.contains("data-missing"), "nothing is missing");
+    // The summary tables.
+    for t in ["latency", "ranks", "links", "bench"] {
+        assert!(html.contains(&format!("data-table=\"{t}\"")), "no {t} table");
+    }
+    assert!(html.contains("glm-5.3-flash-1p1d"));
+
+    // The same files give the same bytes: `pdsim report` on the folder, and
+    // a second run into another folder (no path is written into the page).
+    let again = dir.join("again.html");
+    let stdout = ok(&["report", dir.to_str().unwrap(), "--out", again.to_str().unwrap()]);
+    assert!(stdout.contains("run report:") && stdout.contains("charts"), "{stdout}");
+    assert!(read(&again) == html, "pdsim report gives other bytes than run --html");
+    let other = run_with_html("glm-5.3-flash-1p1d.toml", "report-glm-again", &[]);
+    assert!(read(&other.join("report.html")) == html, "two runs give different pages");
+    // Bounded size: a 120-request run's page is well under a megabyte.
+    assert!(html.len() < 1 << 20, "{} bytes", html.len());
+}
+
+#[test]
+fn a_run_without_html_removes_a_stale_page() {
+    let dir = run_with_html("llama-3.1-8b-aggregated.toml", "report-stale", &[]);
+    assert!(dir.join("report.html").is_file());
+    let path = scenario_file("llama-3.1-8b-aggregated.toml");
+    ok(&["run", path.to_str().unwrap(), "--requests", "20", "--quiet", "--out", dir.to_str().unwrap()]);
+    assert!(!dir.join("report.html").exists(), "report.html of the earlier run is left");
+}
+
+#[test]
+fn aggregated_run_has_no_link_charts_and_says_so() {
+    let dir = run_with_html("llama-3.1-8b-aggregated.toml", "report-agg", &[]);
+    let html = read(&dir.join("report.html"));
+    let names: Vec<String> = figures(&html).into_iter().map(|f| f.0).collect();
+    for want in ["ttft_cdf", "e2e_cdf", "stage_breakdown", "kv_used", "waiting", "running", "rank_busy", "outcomes"] {
+        assert!(names.iter().any(|n| n == want), "no {want} in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.starts_with("link")), "{names:?}");
+    assert!(html.contains("No links: an aggregated deployment"));
+}
+
+#[test]
+fn missing_files_give_notes_in_place_of_their_charts() {
+    let dir = run_with_html("gpt-oss-1p1d.toml", "report-no-timeline", &["--no-timeline", "--no-trace"]);
+    assert!(!dir.join("timeline.csv").exists());
+    let html = read(&dir.join("report.html"));
+    assert!(html.contains("data-missing=\"timeline.csv\""), "no note for the timeline");
+    let names: Vec<String> = figures(&html).into_iter().map(|f| f.0).collect();
+    for n in TIMELINE_CHARTS {
+        assert!(!names.iter().any(|x| x == n), "{n} drawn without a timeline");
+    }
+    for n in REQUEST_CHARTS.iter().chain(&["outcomes", "link_bytes"]) {
+        assert!(names.iter().any(|x| x == n), "no {n}");
+    }
+    // Without requests.csv as well: only report.json's charts remain.
+    std::fs::remove_file(dir.join("requests.csv")).unwrap();
+    let stdout = ok(&["report", dir.to_str().unwrap()]);
+    assert!(stdout.contains("no requests.csv, no timeline.csv"), "{stdout}");
+    let html = read(&dir.join("report.html"));
+    assert!(html.contains("data-missing=\"requests.csv\""));
+    let names: Vec<String> = figures(&html).into_iter().map(|f| f.0).collect();
+    assert_eq!(names, ["outcomes", "link_bytes"]);
+}
+
+#[test]
+fn sweep_page_has_one_chart_per_metric_and_axis() {
+    let dir = tiny_sweep("report-sweep");
+    ok(&["report", dir.to_str().unwrap()]);
+    let html = read(&dir.join("report.html"));
+    self_contained(&html);
+    let csv = Csv::read(&dir.join("sweep.csv"));
+    let seed = csv.col("seed");
+    let axes = &csv.header[1..seed];
+    assert_eq!(axes, ["decode.count", "workload.arrival.rate_per_s"]);
+    let metrics = &csv.header[seed + 1..];
+    let figs = figures(&html);
+    // Every metric column is drawn against every axis, or listed as not
+    // drawn (constant, a copy of an earlier column, or not numbers).
+    let skipped = &html[html.find("data-skipped").unwrap_or(html.len())..];
+    let mut drawn = 0;
+    for m in metrics {
+        let charted: Vec<bool> = axes.iter().map(|a| figs.iter().any(|f| f.0 == format!("{m}@{a}"))).collect();
+        if charted.iter().all(|c| *c) {
+            drawn += 1;
+        } else {
+            assert!(charted.iter().all(|c| !c), "{m}: drawn against some axes only");
+            assert!(skipped.contains(&format!("<code>{m}</code>")), "{m} neither drawn nor listed");
+        }
+    }
+    assert!(drawn >= 10, "{drawn} metrics drawn");
+    assert_eq!(figs.len(), drawn * axes.len());
+    for key in ["ttft_mean_ms", "request_throughput", "e2e_mean_ms"] {
+        for a in axes {
+            assert!(figs.iter().any(|f| f.0 == format!("{key}@{a}")), "no {key}@{a}");
+        }
+    }
+    for (name, body) in &figs {
+        assert!(body.contains("class=\"mark"), "{name}: no data mark");
+    }
+    // Two seeds: each seed's value is drawn too.
+    assert!(html.contains("fill-opacity=\"0.45\""));
+    assert!(skipped.contains("<code>digest</code>"));
+    // Deterministic.
+    let again = dir.join("again.html");
+    ok(&["report", dir.to_str().unwrap(), "--out", again.to_str().unwrap()]);
+    assert!(read(&again) == html);
+}
+
+#[test]
+fn zipped_axes_are_one_dimension_of_the_sweep_page() {
+    let scenario = scratch("report-zip-scenario.toml", &crate::common::base_scenario());
+    let file = scratch(
+        "report-zip.toml",
+        &format!(
+            "scenario = {:?}\nrequests = 12\n[axes]\n\"workload.arrival.rate_per_s\" = [2.0, 50.0]\n[[zip]]\n\"prefill.count\" = [1, 2]\n\"decode.count\" = [2, 1]\n",
+            scenario.display().to_string()
+        ),
+    );
+    let dir = scratch_dir("report-zip");
+    ok(&["sweep", file.to_str().unwrap(), "--out", dir.to_str().unwrap(), "--quiet"]);
+    ok(&["report", dir.to_str().unwrap()]);
+    let html = read(&dir.join("report.html"));
+    let figs = figures(&html);
+    let zip = "prefill.count / decode.count";
+    assert!(figs.iter().any(|f| f.0 == format!("ttft_mean_ms@{zip}")), "no chart against the zip");
+    assert!(figs.iter().any(|f| f.0 == "ttft_mean_ms@workload.arrival.rate_per_s"));
+    assert!(!figs.iter().any(|f| f.0.ends_with("@prefill.count") || f.0.ends_with("@decode.count")));
+    assert!(html.contains("1 / 2, 2 / 1"), "the zip's values, paired");
+    // One line per value of the other dimension: two lines against the zip.
+    assert!(html.contains("workload.arrival.rate_per_s=2.0") && html.contains("workload.arrival.rate_per_s=50.0"));
+    assert!(!html.contains("prefill.count=1, decode.count=2"), "a zipped column is no line of its own");
+}
+
+#[test]
+fn bad_folders_and_files_exit_2_naming_them() {
+    let fail = |args: &[&str]| {
+        let (code, stdout, stderr) = outcome(&pdsim(args));
+        assert_eq!(code, 2, "{args:?}: {stdout} {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        stderr
+    };
+    let empty = scratch_dir("report-empty");
+    let e = fail(&["report", empty.to_str().unwrap()]);
+    assert!(e.contains(&format!("{}: no report.json or sweep.csv", empty.display())), "{e}");
+    let nowhere = empty.join("nowhere");
+    let e = fail(&["report", nowhere.to_str().unwrap()]);
+    assert!(e.contains("nowhere: not a folder"), "{e}");
+    std::fs::write(empty.join("sweep.shard-1-of-2.csv"), "point,seed\n").unwrap();
+    let e = fail(&["report", empty.to_str().unwrap()]);
+    assert!(e.contains("cat sweep.shard-*-of-N.csv > sweep.csv"), "{e}");
+
+    // A report.json field of the wrong type: the file, line, column, field.
+    let dir = run_with_html("llama-3.1-8b-aggregated.toml", "report-bad", &["--no-trace"]);
+    let report = read(&dir.join("report.json"));
+    let broken = report.replacen("\"p99\": ", "\"p99\": \"x\", \"was\": ", 1);
+    std::fs::write(dir.join("report.json"), &broken).unwrap();
+    let e = fail(&["report", dir.to_str().unwrap()]);
+    assert!(e.contains("report.json:") && e.contains("summary.ttft_ms.p99: invalid type: string \"x\""), "{e}");
+    std::fs::write(dir.join("report.json"), &report[..report.len() / 2]).unwrap();
+    let e = fail(&["report", dir.to_str().unwrap()]);
+    assert!(e.contains("report.json:") && e.contains("EOF"), "{e}");
+    std::fs::write(dir.join("report.json"), &report).unwrap();
+
+    // A timeline row with a bad value: the file, its line and the column.
+    let timeline = read(&dir.join("timeline.csv"));
+    let mut lines: Vec<String> = timeline.lines().map(str::to_owned).collect();
+    let fields: Vec<&str> = lines[4].split(',').collect();
+    lines[4] = format!("{},{},{},many", fields[0], fields[1], fields[2]);
+    std::fs::write(dir.join("timeline.csv"), lines.join("\n") + "\n").unwrap();
+    let e = fail(&["report", dir.to_str().unwrap()]);
+    assert!(e.contains("timeline.csv:5: column value: expected a whole number >= 0, got \"many\""), "{e}");
+    std::fs::write(dir.join("timeline.csv"), &timeline).unwrap();
+
+    // requests.csv without a column it needs.
+    let requests = read(&dir.join("requests.csv"));
+    std::fs::write(dir.join("requests.csv"), requests.replacen("ttft_ms", "ttft", 1)).unwrap();
+    let e = fail(&["report", dir.to_str().unwrap()]);
+    assert!(e.contains("requests.csv:1: no column ttft_ms in the header"), "{e}");
+    // ... or a time that is not one.
+    let mut rows: Vec<String> = requests.lines().map(str::to_owned).collect();
+    let header: Vec<&str> = rows[0].split(',').collect();
+    let arrival = header.iter().position(|h| *h == "arrival_ms").unwrap();
+    let mut cells: Vec<String> = rows[3].split(',').map(str::to_owned).collect();
+    cells[arrival] = "soon".into();
+    rows[3] = cells.join(",");
+    std::fs::write(dir.join("requests.csv"), rows.join("\n") + "\n").unwrap();
+    let e = fail(&["report", dir.to_str().unwrap()]);
+    assert!(e.contains("requests.csv:4: column arrival_ms: expected milliseconds >= 0, got \"soon\""), "{e}");
+    std::fs::write(dir.join("requests.csv"), &requests).unwrap();
+    ok(&["report", dir.to_str().unwrap()]);
+
+    // A sweep.csv whose rows do not fit its header.
+    let sweep = scratch_dir("report-bad-sweep");
+    std::fs::write(sweep.join("sweep.csv"), "point,a,seed,x\n0,1,1,2\n1,2,1\n").unwrap();
+    let e = fail(&["report", sweep.to_str().unwrap()]);
+    assert!(e.contains("sweep.csv:3: 3 fields, but the header has 4"), "{e}");
+}
