@@ -12,8 +12,8 @@
 //!   512-token `hash_ids` (prefix caching on: the pool's cache is the hot
 //!   path), from `benches/scenarios/`.
 //!
-//! The engine (`cargo bench -p sim-core --bench engine`) and the
-//! end-to-end runs of the library alone (`cargo bench -p actors --bench
+//! The engine (`cargo bench -p pdsim --bench engine`) and the
+//! end-to-end runs of the library alone (`cargo bench -p pdsim --bench
 //! end_to_end`) sit beside these.
 
 use std::cell::RefCell;

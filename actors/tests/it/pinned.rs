@@ -2,7 +2,7 @@
 //! outcome, counts and times) must not move unless a rule changes on
 //! purpose, so the benchmark compares like with like across a change.
 
-#[path = "../../benches/common/mod.rs"]
+#[path = "../../../benches/common/mod.rs"]
 mod common;
 
 use actors::sim::{self, Deployment};

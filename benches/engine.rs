@@ -1,7 +1,7 @@
 //! Engine throughput in events per second, each beside a bare
 //! `BinaryHeap` of (time, seq) keys doing the same pushes and pops.
 //!
-//! `cargo bench -p sim-core --bench engine`
+//! `cargo bench -p pdsim --bench engine`
 //!
 //! - ping_pong: two actors bounce one message; one event pending.
 //! - hold/N: 64 actors and N pending events; each delivered event schedules

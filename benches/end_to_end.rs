@@ -1,6 +1,6 @@
 //! Whole runs, reported as simulated requests per second.
 //!
-//! `cargo bench -p actors --bench end_to_end`
+//! `cargo bench -p pdsim --bench end_to_end`
 //!
 //! The cases are in `common/mod.rs` (shared with the test that pins their
 //! digests). Throughput counts requests, so criterion's "elem/s" is
