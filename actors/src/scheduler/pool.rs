@@ -241,6 +241,10 @@ pub struct KvPool {
     /// Set while some blocks are held ahead of the step that needs them, so
     /// that they never count towards the peak.
     suspend_peak: bool,
+    /// vLLM's Mamba "align" mode (a prefix-cacheable state group with
+    /// prefix caching on): the state groups' block size, at whose
+    /// boundaries prefill chunks end (`align::aligned_chunk`).
+    align: Option<Tokens>,
 }
 
 impl KvPool {
@@ -252,7 +256,12 @@ impl KvPool {
         let caching = prefix_caching && fa_groups > 0 && fa.iter().all(|g| g.prefix_cacheable());
         let lcm = block_size_lcm(&groups).get();
         let hit_align = fa_block.map_or(1, |b| u32::try_from(lcm / b.get()).unwrap_or(u32::MAX));
+        let align = groups
+            .iter()
+            .find(|g| prefix_caching && g.kind() == CacheGroupKind::State && g.prefix_cacheable())
+            .map(|g| g.block_size());
         KvPool {
+            align,
             hit_align,
             group_used: vec![0; groups.len()],
             groups,
@@ -308,6 +317,11 @@ impl KvPool {
     /// blocks are held ahead of the steps that need them.
     pub fn suspend_peak(&mut self, suspended: bool) {
         self.suspend_peak = suspended;
+    }
+
+    /// In vLLM's Mamba "align" mode, the state groups' block size.
+    pub fn align(&self) -> Option<Tokens> {
+        self.align
     }
 
     /// Plain free blocks (cached-but-unpinned ones not counted).
