@@ -344,19 +344,44 @@ impl KvPool {
     /// Blocks a new allocation holds for the step `from..to` after pinning
     /// `hit` cached blocks; no side effects.
     pub fn blocks_after_hit(&self, hit: u32, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
-        let all: u64 = self.groups.iter().map(|g| Self::group_blocks(g, from, to, checkpoints)).sum();
+        let align = self.align.is_some();
+        let all: u64 = self.groups.iter().map(|g| Self::group_blocks(g, align, from, to, checkpoints)).sum();
         all.saturating_sub(u64::from(hit) * self.fa_groups)
     }
 
-    /// Blocks one group holds for an allocation state.
+    /// Blocks one group holds for an allocation state; `align`: the pool is
+    /// in vLLM's Mamba "align" mode ([`KvPool::align`]).
+    ///
+    /// In align mode a prefix-cacheable state group's block `p` holds the
+    /// state after `(p + 1) × B` tokens, so a step that moves into a new
+    /// block holds two: the block of the state it starts from and the one
+    /// it writes (`single_type_kv_cache_manager.py` `MambaManager`:
+    /// `allocate_new_blocks` puts the new state at `cdiv(to, B) − 1` and
+    /// keeps the previous one as `last_state_block_idx`, which
+    /// `remove_skipped_blocks` frees before the next step's allocation).
+    /// B = 8: the step 8..13 holds 2, the steps 13..16 and 0..8 hold 1.
     #[inline]
-    fn group_blocks(g: &CacheGroup, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
-        rules::blocks_for_step(g, from, to, checkpoints).get()
+    fn group_blocks(g: &CacheGroup, align: bool, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        let held = rules::blocks_for_step(g, from, to, checkpoints).get();
+        if align && g.kind() == CacheGroupKind::State && g.prefix_cacheable() && Self::moves_block(g, from, to) {
+            held + 1
+        } else {
+            held
+        }
+    }
+
+    /// Whether the step `from..to` ends in another block of `g` than the
+    /// one holding the state it starts from (none at 0).
+    #[inline]
+    fn moves_block(g: &CacheGroup, from: Tokens, to: Tokens) -> bool {
+        let b = g.block_size();
+        !from.is_zero() && from < to && from.blocks_ceil(b) != to.blocks_ceil(b)
     }
 
     /// Total private blocks for a state with `shared` cached leading blocks.
     fn private_need(&self, from: Tokens, to: Tokens, checkpoints: bool, shared: u32) -> u64 {
-        let all: u64 = self.groups.iter().map(|g| Self::group_blocks(g, from, to, checkpoints)).sum();
+        let align = self.align.is_some();
+        let all: u64 = self.groups.iter().map(|g| Self::group_blocks(g, align, from, to, checkpoints)).sum();
         all - u64::from(shared) * self.fa_groups
     }
 
@@ -433,9 +458,10 @@ impl KvPool {
         // Per group, what the new state holds and the change from the old.
         let mut all = 0u64;
         let mut deltas = [0i64; MAX_GROUPS];
+        let align = self.align.is_some();
         for (i, g) in self.groups.iter().enumerate() {
-            let new = Self::group_blocks(g, from, to, checkpoints);
-            let old = Self::group_blocks(g, alloc.from, alloc.to, alloc.checkpoints);
+            let new = Self::group_blocks(g, align, from, to, checkpoints);
+            let old = Self::group_blocks(g, align, alloc.from, alloc.to, alloc.checkpoints);
             all += new;
             deltas[i] = new as i64 - old as i64;
         }
@@ -463,14 +489,20 @@ impl KvPool {
     /// Full attention holds `cdiv(t, B)`: the same up to `cdiv(to, B) × B`.
     /// A window group holds `cdiv(t, B) − floor(max(0, t − W) / B)`: the
     /// second term stays at `m = floor(max(0, to − W) / B)` while
-    /// `t ≤ W + (m + 1) × B − 1`. A state group holds one block throughout.
+    /// `t ≤ W + (m + 1) × B − 1`. A state group holds one block throughout,
+    /// but in align mode two in the step from a block boundary (`kB .. kB +
+    /// 1`): stable through the end of the block, or only that step.
     fn stable_to(&self, to: Tokens) -> Tokens {
         let t = to.get();
         let mut stable = u64::MAX;
+        let align = self.align.is_some();
         for g in &self.groups {
             let b = g.block_size().get();
             let end_of_block = t.div_ceil(b) * b;
             let g_stable = match (g.kind(), g.window()) {
+                (CacheGroupKind::State, _) if align && g.prefix_cacheable() => {
+                    if Self::moves_block(g, to.saturating_sub(Tokens::new(1)), to) { t } else { end_of_block }
+                }
                 (CacheGroupKind::State, _) => u64::MAX,
                 (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
                     let w = w.get();
@@ -489,8 +521,9 @@ impl KvPool {
     pub fn release(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens) {
         self.free += alloc.private;
         self.private -= alloc.private;
+        let align = self.align.is_some();
         for (i, g) in self.groups.iter().enumerate() {
-            let held = Self::group_blocks(g, alloc.from, alloc.to, alloc.checkpoints);
+            let held = Self::group_blocks(g, align, alloc.from, alloc.to, alloc.checkpoints);
             let shared = if g.kind() == CacheGroupKind::FullAttention { u64::from(alloc.shared) } else { 0 };
             self.group_used[i] -= held - shared;
         }
@@ -606,9 +639,10 @@ impl KvPool {
             self.unpin(n, prefix, prompt, alloc.owner);
             return Err(e);
         }
+        let align = self.align.is_some();
         for (i, g) in self.groups.iter().enumerate() {
             if g.kind() != CacheGroupKind::FullAttention {
-                self.group_used[i] += Self::group_blocks(g, t, t, false);
+                self.group_used[i] += Self::group_blocks(g, align, t, t, false);
             }
         }
         self.private += need;
@@ -711,10 +745,11 @@ impl KvPool {
     /// [`KvPool::whole_fits`]); hit blocks included.
     pub fn whole_blocks(&self, whole: Whole) -> u64 {
         let Whole { from, to: whole, checkpoints, in_flight } = whole;
+        let align = self.align.is_some();
         self.groups
             .iter()
             .map(|g| {
-                let blocks = Self::group_blocks(g, from, whole, checkpoints);
+                let blocks = Self::group_blocks(g, align, from, whole, checkpoints);
                 match (g.kind(), g.window()) {
                     (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
                         let b = g.block_size().get();
@@ -734,10 +769,20 @@ impl KvPool {
     /// attention frees nothing, so cached blocks stay cached.
     pub fn release_to_source(&mut self, alloc: &mut Alloc) {
         let mut freed = 0u64;
+        let align = self.align.is_some();
         for (i, g) in self.groups.iter().enumerate() {
             let r = rules::group_release(g, alloc.from, alloc.to, alloc.checkpoints);
-            let free = r.free().get();
-            debug_assert_eq!(r.keep().get(), Self::group_blocks(g, alloc.to, alloc.to, false));
+            // In align mode the state it started the last step from goes too
+            // (vLLM's `remove_skipped_blocks` when a connector-held request
+            // finishes).
+            let previous = u64::from(
+                align
+                    && g.kind() == CacheGroupKind::State
+                    && g.prefix_cacheable()
+                    && Self::moves_block(g, alloc.from, alloc.to),
+            );
+            let free = r.free().get() + previous;
+            debug_assert_eq!(r.keep().get(), Self::group_blocks(g, align, alloc.to, alloc.to, false));
             self.group_used[i] -= free;
             freed += free;
         }

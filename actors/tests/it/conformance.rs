@@ -28,7 +28,6 @@ const NOT_YET: &[(&str, &str)] = &[
     ("gen-2-69", FREE_QUEUE),
     ("gen-3-1", MAMBA),
     ("gen-3-12", MAMBA),
-    ("gen-3-13", MAMBA),
     ("gen-3-15", MAMBA),
     ("gen-3-17", MAMBA),
     ("gen-3-21", HYBRID_HIT),
