@@ -40,6 +40,7 @@ pub struct Step<'a> {
 impl<'a> Step<'a> {
     pub(super) fn new(core: &'a mut Core, lazy: bool, shape: BatchShape, budget: u64) -> Self {
         core.batch.clear();
+        core.pool.new_step(core.calls);
         Step { core, lazy, shape, budget, preempted: 0, inflight: None, clipped: false }
     }
 
@@ -279,9 +280,9 @@ impl<'a> Step<'a> {
         let seq = core.seqs.get_mut(key);
         let goal = seq.goal(mode);
         if !seq.looked_up {
-            let hit = pool.cached_prefix(&seq.req.prefix, seq.req.prompt, seq.req.id, goal);
+            let (hit, junction) = pool.lookup(&seq.req.prefix, seq.req.prompt, seq.req.id, goal);
             let from = pool.hit_tokens(hit);
-            seq.junction = Tokens::ZERO;
+            seq.junction = junction;
             let k = core.aligned_in(key, from, (goal - from).get().min(budget));
             if k == 0 {
                 self.clipped = true;

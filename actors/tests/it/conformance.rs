@@ -26,24 +26,16 @@ const HYBRID_HIT: &str =
 
 const NOT_YET: &[(&str, &str)] = &[
     ("gen-2-69", FREE_QUEUE),
-    ("gen-3-1", MAMBA),
-    ("gen-3-12", MAMBA),
     ("gen-3-15", MAMBA),
     ("gen-3-17", MAMBA),
     ("gen-3-21", HYBRID_HIT),
     ("gen-3-33", HYBRID_HIT),
     ("gen-3-43", HYBRID_HIT),
-    ("gen-3-51", MAMBA),
     ("gen-3-55", MAMBA),
     ("gen-3-56", MAMBA),
     ("gen-3-65", HYBRID_HIT),
-    ("gen-3-68", MAMBA),
-    ("gen-3-69", MAMBA),
     ("gen-3-70", HYBRID_HIT),
-    ("gen-3-73", MAMBA),
     ("gen-3-76", HYBRID_HIT),
-    ("gen-3-85", MAMBA),
-    ("gen-3-91", MAMBA),
     ("gen-3-99", HYBRID_HIT),
 ];
 
