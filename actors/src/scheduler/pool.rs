@@ -1089,13 +1089,13 @@ impl KvPool {
     fn register_state(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
         let (Some(sb), Some(fb)) = (self.align, self.fa_block) else { return };
         let to = computed;
-        if self.state_groups == 0 || to.is_zero() || to.get() % sb.get() != 0 {
+        if self.state_groups == 0 || to.is_zero() || !to.get().is_multiple_of(sb.get()) {
             return;
         }
         if !self.state_blocks_held(alloc.from, alloc.to).contains(&Some(self.state_index(to))) {
             return;
         }
-        if to.get() % fb.get() != 0 || prefix.key_through(to, prompt).is_none() {
+        if !to.get().is_multiple_of(fb.get()) || prefix.key_through(to, prompt).is_none() {
             return;
         }
         let n = u32::try_from(to.get() / fb.get()).unwrap_or(u32::MAX);

@@ -19,7 +19,7 @@ use serde_json::Value;
 const FREE_QUEUE: &str = "vLLM keeps every full block of a finished request cached (its own and generated content too); \
      pdsim frees those as plain blocks, reused first";
 /// Mamba hybrids with prefix caching ("align" mode).
-const MAMBA: &str = "Mamba align mode: hits only where a state was saved (and the chunk split at the junction)";
+const MAMBA: &str = "Mamba align mode later in a run: an admission vLLM refuses a step longer; states of own content";
 /// Hits in hybrid models.
 const HYBRID_HIT: &str =
     "a hybrid model's hit must hold in every group (window blocks in the window cached too), aligned to all groups";
