@@ -73,10 +73,11 @@ pub struct Alloc {
     /// The request it belongs to: names the blocks its prefix ids do not
     /// cover (its own, or generated, content) when they are cached.
     owner: u64,
-    /// In align mode, the cached state entries it pins (key, block index;
-    /// key 0: none): at most the block of the state its step starts from
-    /// and the one it writes ([`KvPool::group_blocks`]).
-    states: [(u64, u32); 2],
+    /// In align mode, how many cached state entries it pins (at most the
+    /// block of the state its step starts from and the one it writes,
+    /// [`KvPool::group_blocks`]); which ones, the pool keeps by owner
+    /// (`KvPool::state_pins`), so that a holding stays small.
+    pinned: u8,
 }
 
 impl Alloc {
@@ -95,12 +96,12 @@ impl Alloc {
     }
     /// Whether it holds nothing.
     pub fn is_empty(&self) -> bool {
-        self.private == 0 && self.shared == 0 && self.states[0].0 == 0 && self.states[1].0 == 0
+        self.private == 0 && self.shared == 0 && self.pinned == 0
     }
 
     /// Cached state entries it pins.
     fn pinned_states(&self) -> u64 {
-        self.states.iter().filter(|s| s.0 != 0).count() as u64
+        u64::from(self.pinned)
     }
 }
 
@@ -268,6 +269,9 @@ pub struct KvPool {
     states_this_step: Vec<u64>,
     /// The schedule call `states_this_step` belongs to.
     states_call: u64,
+    /// The state entries each holding that pins any does (key, block
+    /// index; key 0: none), by owner.
+    state_pins: FxHashMap<u64, [(u64, u32); 2]>,
 }
 
 impl KvPool {
@@ -293,6 +297,7 @@ impl KvPool {
             state_groups,
             states_this_step: Vec::new(),
             states_call: 0,
+            state_pins: FxHashMap::default(),
             hit_align,
             group_used: vec![0; groups.len()],
             groups,
@@ -329,6 +334,22 @@ impl KvPool {
         alloc.private + u64::from(alloc.shared) * self.fa_groups + alloc.pinned_states() * self.state_groups
     }
 
+    /// The state entries `alloc` pins (key, block index; key 0: none).
+    fn pins(&self, alloc: &Alloc) -> [(u64, u32); 2] {
+        if alloc.pinned == 0 { [(0, 0); 2] } else { self.state_pins.get(&alloc.owner).copied().unwrap_or_default() }
+    }
+
+    /// Records the state entries `alloc` pins.
+    fn set_pins(&mut self, alloc: &mut Alloc, pins: [(u64, u32); 2]) {
+        let n = pins.iter().filter(|p| p.0 != 0).count();
+        alloc.pinned = u8::try_from(n).unwrap_or(u8::MAX);
+        if n == 0 {
+            self.state_pins.remove(&alloc.owner);
+        } else {
+            self.state_pins.insert(alloc.owner, pins);
+        }
+    }
+
     /// Blocks one cached entry stands for.
     fn entry_blocks(&self, state: bool) -> u64 {
         if state { self.state_groups } else { self.fa_groups }
@@ -346,11 +367,11 @@ impl KvPool {
 
     /// How many of `alloc`'s pinned state entries the step `from..to` still holds.
     fn states_kept(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> u64 {
-        if alloc.states == [(0, 0); 2] {
+        if alloc.pinned == 0 {
             return 0;
         }
         let held = self.state_blocks_held(from, to);
-        alloc.states.iter().filter(|&&(k, i)| k != 0 && held.contains(&Some(i))).count() as u64
+        self.pins(alloc).iter().filter(|&&(k, i)| k != 0 && held.contains(&Some(i))).count() as u64
     }
     /// Blocks in use per group.
     pub fn group_used(&self) -> &[u64] {
@@ -387,23 +408,32 @@ impl KvPool {
     /// The blocks moving `alloc` to the decode step `from..to` takes
     /// (negative: gives back); no side effects.
     pub fn change_in_blocks(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> i64 {
-        let kept = self.states_kept(alloc, from, to) * self.state_groups;
+        let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
         (self.private_need(from, to, false, alloc.shared) - kept) as i64 - alloc.private as i64
     }
 
     /// How many more blocks moving `alloc` to the step `from..to` takes (0
     /// if it gives blocks back); no side effects.
     pub fn extra_needed(&self, alloc: &Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
-        let kept = self.states_kept(alloc, from, to) * self.state_groups;
+        let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
         (self.private_need(from, to, checkpoints, alloc.shared) - kept).saturating_sub(alloc.private)
     }
 
     /// Blocks a new allocation holds for the step `from..to` after pinning
     /// `hit` cached blocks; no side effects.
     pub fn blocks_after_hit(&self, hit: u32, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
-        let align = self.align.is_some();
-        let all: u64 = self.groups.iter().map(|g| Self::group_blocks(g, align, from, to, checkpoints)).sum();
+        let all = self.all_blocks(from, to, checkpoints);
         all.saturating_sub(u64::from(hit) * self.fa_groups)
+    }
+
+    /// Blocks every group holds together for an allocation state.
+    #[inline]
+    fn all_blocks(&self, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        if self.align.is_none() {
+            self.groups.iter().map(|g| rules::blocks_for_step(g, from, to, checkpoints).get()).sum()
+        } else {
+            self.groups.iter().map(|g| Self::group_blocks(g, true, from, to, checkpoints)).sum()
+        }
     }
 
     /// Blocks one group holds for an allocation state; `align`: the pool is
@@ -437,8 +467,7 @@ impl KvPool {
 
     /// Total private blocks for a state with `shared` cached leading blocks.
     fn private_need(&self, from: Tokens, to: Tokens, checkpoints: bool, shared: u32) -> u64 {
-        let align = self.align.is_some();
-        let all: u64 = self.groups.iter().map(|g| Self::group_blocks(g, align, from, to, checkpoints)).sum();
+        let all = self.all_blocks(from, to, checkpoints);
         all - u64::from(shared) * self.fa_groups
     }
 
@@ -513,50 +542,122 @@ impl KvPool {
             (alloc.from, alloc.to) = (from, to);
             return Ok(());
         }
+        if self.align.is_none() {
+            self.resize_plain(alloc, (from, to), checkpoints, evict, decode_step)
+        } else {
+            self.resize_aligned(alloc, (from, to), checkpoints, evict, decode_step)
+        }
+    }
+
+    /// [`KvPool::resize_inner`] in align mode: state entries pinned and
+    /// unpinned too.
+    #[inline(never)]
+    fn resize_aligned(
+        &mut self,
+        alloc: &mut Alloc,
+        (from, to): (Tokens, Tokens),
+        checkpoints: bool,
+        evict: bool,
+        decode_step: bool,
+    ) -> Result<(), Shortfall> {
         // Per group, what the new state holds and the change from the old.
         let mut all = 0u64;
         let mut deltas = [0i64; MAX_GROUPS];
-        let align = self.align.is_some();
+        let align = true;
         // Cached state entries it pins: those the new state no longer holds
         // are unpinned first, as vLLM frees them (`remove_skipped_blocks`)
         // before it allocates.
-        let (old_pinned, held) = (alloc.pinned_states(), self.state_blocks_held(from, to));
-        let mut dropped = [0u64; 2];
-        for (d, &(k, i)) in dropped.iter_mut().zip(&alloc.states) {
-            if k != 0 && !held.contains(&Some(i)) {
-                *d = k;
+        let (mut dropped, mut old_pinned, mut kept) = ([0u64; 2], 0, 0);
+        if alloc.pinned != 0 {
+            let held = self.state_blocks_held(from, to);
+            for (d, &(k, i)) in dropped.iter_mut().zip(&self.pins(alloc)) {
+                if k != 0 && !held.contains(&Some(i)) {
+                    *d = k;
+                }
             }
+            old_pinned = alloc.pinned_states();
+            kept = old_pinned - dropped.iter().filter(|&&k| k != 0).count() as u64;
         }
-        let kept = old_pinned - dropped.iter().filter(|&&k| k != 0).count() as u64;
         for (i, g) in self.groups.iter().enumerate() {
             let new = Self::group_blocks(g, align, from, to, checkpoints);
             let old = Self::group_blocks(g, align, alloc.from, alloc.to, alloc.checkpoints);
             all += new;
             deltas[i] = new as i64 - old as i64;
-            if align && g.kind() == CacheGroupKind::State && g.prefix_cacheable() {
-                // Pinned entries count once, through their pins.
-                deltas[i] += old_pinned as i64 - kept as i64;
+        }
+        if old_pinned != kept {
+            // Pinned entries count once, through their pins.
+            for (d, g) in deltas.iter_mut().zip(&self.groups) {
+                if g.kind() == CacheGroupKind::State && g.prefix_cacheable() {
+                    *d += (old_pinned - kept) as i64;
+                }
             }
         }
         let need = all - u64::from(alloc.shared) * self.fa_groups - kept * self.state_groups;
-        for &k in dropped.iter().filter(|&&k| k != 0) {
-            self.unref(k);
-        }
-        if need > alloc.private
-            && let Err(e) = self.take(need - alloc.private, evict)
-        {
+        if old_pinned == kept {
+            if need > alloc.private {
+                self.take(need - alloc.private, evict)?;
+            } else {
+                self.free += alloc.private - need;
+            }
+        } else {
             for &k in dropped.iter().filter(|&&k| k != 0) {
-                self.ref_entry(k);
+                self.unref(k);
             }
-            return Err(e);
+            if need > alloc.private
+                && let Err(e) = self.take(need - alloc.private, evict)
+            {
+                for &k in dropped.iter().filter(|&&k| k != 0) {
+                    self.ref_entry(k);
+                }
+                return Err(e);
+            }
+            if need <= alloc.private {
+                self.free += alloc.private - need;
+            }
+            let mut pins = self.pins(alloc);
+            for (slot, d) in pins.iter_mut().zip(dropped) {
+                if d != 0 {
+                    *slot = (0, 0);
+                }
+            }
+            self.set_pins(alloc, pins);
         }
-        if need <= alloc.private {
+        for (used, d) in self.group_used.iter_mut().zip(deltas) {
+            *used = used.checked_add_signed(d).expect("a group's count stays >= 0");
+        }
+        self.private = self.private + need - alloc.private;
+        (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (from, to, checkpoints, need);
+        alloc.stable_to = if decode_step { self.stable_to(to) } else { Tokens::ZERO };
+        if evict {
+            self.note_peak();
+        }
+        Ok(())
+    }
+
+    /// [`KvPool::resize_inner`] outside align mode (no state entries): the
+    /// hot path of every other model, kept apart.
+    #[inline(never)]
+    fn resize_plain(
+        &mut self,
+        alloc: &mut Alloc,
+        (from, to): (Tokens, Tokens),
+        checkpoints: bool,
+        evict: bool,
+        decode_step: bool,
+    ) -> Result<(), Shortfall> {
+        let mut all = 0u64;
+        let mut deltas = [0i64; MAX_GROUPS];
+        for (i, g) in self.groups.iter().enumerate() {
+            let new = rules::blocks_for_step(g, from, to, checkpoints).get();
+            let old = rules::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
+            all += new;
+            deltas[i] = new as i64 - old as i64;
+        }
+        let need = all - u64::from(alloc.shared) * self.fa_groups;
+        if need > alloc.private {
+            self.take(need - alloc.private, evict)?;
+        } else {
             self.free += alloc.private - need;
-        }
-        for (slot, d) in alloc.states.iter_mut().zip(dropped) {
-            if d != 0 {
-                *slot = (0, 0);
-            }
         }
         for (used, d) in self.group_used.iter_mut().zip(deltas) {
             *used = used.checked_add_signed(d).expect("a group's count stays >= 0");
@@ -622,11 +723,14 @@ impl KvPool {
         self.unpin(alloc.shared, prefix, prompt, alloc.owner);
         // Then the state entries, the later block first (vLLM frees each
         // group's blocks in reverse, group by group).
-        let mut states = alloc.states;
-        states.sort_unstable_by_key(|&(_, i)| std::cmp::Reverse(i));
-        for (k, _) in states {
-            if k != 0 {
-                self.unref(k);
+        if alloc.pinned != 0 {
+            let mut states = self.pins(alloc);
+            self.state_pins.remove(&alloc.owner);
+            states.sort_unstable_by_key(|&(_, i)| std::cmp::Reverse(i));
+            for (k, _) in states {
+                if k != 0 {
+                    self.unref(k);
+                }
             }
         }
         *alloc = Alloc::owned_by(alloc.owner);
@@ -657,6 +761,9 @@ impl KvPool {
     /// after it was preempted ([`KvPool::register_own`]), so only its
     /// recompute hits them.
     pub fn cached_prefix(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
+        if self.state_groups == 0 {
+            return self.fa_hit(prefix, prompt, owner, goal);
+        }
         self.lookup(prefix, prompt, owner, goal).0
     }
 
@@ -673,6 +780,7 @@ impl KvPool {
     /// a preemption) is taken as holding in the state groups, since vLLM
     /// saves a state at every block boundary it passes and pdsim keeps only
     /// those of content the prefix ids name.
+    #[inline]
     pub fn lookup(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> (u32, Tokens) {
         let n = self.fa_hit(prefix, prompt, owner, goal);
         if self.state_groups == 0 || n == 0 {
@@ -698,6 +806,7 @@ impl KvPool {
 
     /// The cached state entry a hit of `n` blocks pins (0: none, or a hit on
     /// the request's own content, whose state is allocated fresh).
+    #[inline]
     fn hit_entry(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, n: u32) -> u64 {
         if self.state_groups == 0 || n == 0 {
             return 0;
@@ -843,8 +952,12 @@ impl KvPool {
             private: need,
             stable_to: Tokens::ZERO,
             owner: alloc.owner,
-            states: [(0, 0), if sk != 0 { (sk, self.state_index(t)) } else { (0, 0) }],
+            pinned: 0,
         };
+        if sk != 0 {
+            let pins = [(0, 0), (sk, self.state_index(t))];
+            self.set_pins(alloc, pins);
+        }
         self.note_peak();
         Ok(())
     }
@@ -962,10 +1075,12 @@ impl KvPool {
         let align = self.align.is_some();
         // A cached state it started the last step from is unpinned instead.
         let [prev, _] = self.state_blocks_held(alloc.from, alloc.to);
-        let prev_entry = alloc.states.iter().position(|&(k, i)| k != 0 && Some(i) == prev);
+        let mut pins = self.pins(alloc);
+        let prev_entry = pins.iter().position(|&(k, i)| k != 0 && Some(i) == prev);
         if let Some(slot) = prev_entry {
-            let k = alloc.states[slot].0;
-            alloc.states[slot] = (0, 0);
+            let k = pins[slot].0;
+            pins[slot] = (0, 0);
+            self.set_pins(alloc, pins);
             self.unref(k);
         }
         for (i, g) in self.groups.iter().enumerate() {
@@ -1076,7 +1191,9 @@ impl KvPool {
             }
             self.register_block(alloc, prefix, prompt);
         }
-        self.register_state(alloc, prefix, prompt, computed);
+        if self.state_groups > 0 {
+            self.register_state(alloc, prefix, prompt, computed);
+        }
     }
 
     /// In align mode, a state on a block boundary of content the prefix ids
@@ -1101,10 +1218,11 @@ impl KvPool {
         let n = u32::try_from(to.get() / fb.get()).unwrap_or(u32::MAX);
         let k = self.state_key(prefix, prompt, alloc.owner, n);
         let idx = self.state_index(to);
-        if alloc.states.iter().any(|&(key, _)| key == k) {
+        let mut pins = self.pins(alloc);
+        if pins.iter().any(|&(key, _)| key == k) {
             return;
         }
-        let Some(slot) = alloc.states.iter().position(|&(key, _)| key == 0) else { return };
+        let Some(slot) = pins.iter().position(|&(key, _)| key == 0) else { return };
         let sg = self.state_groups;
         if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
             v.insert(self.lru.alloc(k, true));
@@ -1116,7 +1234,8 @@ impl KvPool {
         }
         self.private -= sg;
         alloc.private -= sg;
-        alloc.states[slot] = (k, idx);
+        pins[slot] = (k, idx);
+        self.set_pins(alloc, pins);
         self.states_this_step.push(k);
     }
 
