@@ -19,16 +19,16 @@ use crate::common::scenario_file;
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 11] = [
     ("default.toml", 0xba10_d6ff_e0e2_ccc3, 0x21f6_8370_4d3c_25a9, 0x1904_a727_cc40_dcb6),
-    ("glm-5.3-flash-1p1d.toml", 0x0238_023f_8c38_f079, 0x17be_0ffd_61ee_0bbc, 0xd2f3_cfff_4cd8_7978),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0x4a8e_cefb_0d79_ecd5, 0x38ad_f5bb_71e5_1e11, 0x7ab2_bc38_166d_723c),
-    ("glm-5.3-flash-2p2d.toml", 0x33dc_ad12_18a7_39dc, 0x6808_499a_7236_30cf, 0x0a9b_8447_90dc_4104),
-    ("glm-5.3-flash-p4d8.toml", 0xb87e_1175_a87a_2e5a, 0xcbac_954e_2772_3d69, 0xc867_5d40_94ee_d606),
+    ("glm-5.3-flash-1p1d.toml", 0x78a7_a27b_ba3c_f27f, 0x9eb0_1f13_dc88_0c51, 0xa69d_56ae_58c1_cb5c),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0x13b5_7729_5ed4_ab8c, 0x77e9_710b_7122_35c0, 0x29a4_f1e5_e603_1014),
+    ("glm-5.3-flash-2p2d.toml", 0x96aa_f2ce_c0c1_f193, 0x79dc_4927_d920_7515, 0xa5ef_a247_7440_7989),
+    ("glm-5.3-flash-p4d8.toml", 0x69dd_d4cd_b8a7_9f1a, 0x2bd3_a37a_9687_41e0, 0x52f1_e036_5b19_1106),
     ("gpt-oss-1p1d.toml", 0xd8ce_204b_b827_f340, 0x5c74_d7c6_8f01_617a, 0x08f4_946c_fa33_2a04),
     ("llama-3.1-8b-1p1d.toml", 0xb961_1808_a07a_61bd, 0x1d29_5e94_fcc3_1516, 0x4170_63c5_f7bd_29f2),
     ("llama-3.1-8b-aggregated.toml", 0xe431_a399_49b1_fcd5, 0x82da_4816_8d2f_a3fa, 0xf9f4_d3ef_1744_e53a),
     ("llama-3.1-8b-h200-tp1.toml", 0x2fb0_ebf9_7e20_2a49, 0xe143_0827_41a4_55e9, 0x065d_6b26_b971_587d),
     ("llama-3.1-8b-h200-tp4.toml", 0xa1f8_a1f4_c6c3_f854, 0xdf38_2258_9bbf_62db, 0x64f3_925c_f36a_573d),
-    ("mamba2-hybrid-1p1d.toml", 0xd032_3318_aa7a_aaaf, 0x9fbe_6291_5b58_bb32, 0x080a_1905_7daf_9810),
+    ("mamba2-hybrid-1p1d.toml", 0x5df2_15be_f7e3_ae9a, 0x14bd_7564_db8f_e8fb, 0xc492_7f9a_757c_4dfe),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {

@@ -29,6 +29,7 @@
 //! fires. The work per step is proportional to the batch, never to the
 //! tokens in it.
 
+mod align;
 mod decoding;
 mod plan;
 pub mod policy;

@@ -49,7 +49,7 @@ impl BatchPolicy for VllmPolicy {
         while step.budget() > 0 {
             let Some(next) = step.next_to_compute(i) else { break };
             i = next;
-            let k = step.tokens_left(i).get().min(step.budget());
+            let k = step.chunk(i, step.tokens_left(i).get().min(step.budget()));
             if k == 0 {
                 i += 1;
                 continue;

@@ -46,6 +46,9 @@ use crate::workload::{PrefixIds, mix};
 /// Salts the keys of a request's own content (see `KvPool::key`).
 const OWN_CONTENT: u64 = 0x6f77_6e5f_636f_6e74;
 
+/// Salts the keys of cached states (align mode) from their block's key.
+const STATE_ENTRY: u64 = 0x7374_6174_655f_6b65;
+
 /// Most cache groups a model may have (a pool keeps per-group counts in
 /// fixed arrays on its hot path).
 pub const MAX_GROUPS: usize = 16;
@@ -70,6 +73,11 @@ pub struct Alloc {
     /// The request it belongs to: names the blocks its prefix ids do not
     /// cover (its own, or generated, content) when they are cached.
     owner: u64,
+    /// In align mode, how many cached state entries it pins (at most the
+    /// block of the state its step starts from and the one it writes,
+    /// [`KvPool::group_blocks`]); which ones, the pool keeps by owner
+    /// (`KvPool::state_pins`), so that a holding stays small.
+    pinned: u8,
 }
 
 impl Alloc {
@@ -88,7 +96,12 @@ impl Alloc {
     }
     /// Whether it holds nothing.
     pub fn is_empty(&self) -> bool {
-        self.private == 0 && self.shared == 0
+        self.private == 0 && self.shared == 0 && self.pinned == 0
+    }
+
+    /// Cached state entries it pins.
+    fn pinned_states(&self) -> u64 {
+        u64::from(self.pinned)
     }
 }
 
@@ -126,6 +139,9 @@ struct Entry {
     key: u64,
     /// Requests pinning it; while zero it is on the LRU list.
     refs: u32,
+    /// A state entry (one block in each aligned state group), not a
+    /// full-attention one (one block in each full-attention group).
+    state: bool,
     /// The LRU list's neighbours while `refs == 0` (the next free slot
     /// while the slot is free).
     prev: u32,
@@ -153,8 +169,8 @@ impl Lru {
     }
 
     /// A new pinned entry (not on the list).
-    fn alloc(&mut self, key: u64) -> u32 {
-        let e = Entry { key, refs: 1, prev: NIL, next: NIL };
+    fn alloc(&mut self, key: u64, state: bool) -> u32 {
+        let e = Entry { key, refs: 1, state, prev: NIL, next: NIL };
         if self.free_slot != NIL {
             let i = self.free_slot;
             self.free_slot = self.slots[i as usize].next;
@@ -195,8 +211,8 @@ impl Lru {
     }
 
     /// Takes the least recently unpinned entry off the list and frees its
-    /// slot; returns its key.
-    fn pop_front(&mut self) -> Option<u64> {
+    /// slot; returns its key and whether it is a state entry.
+    fn pop_front(&mut self) -> Option<(u64, bool)> {
         let i = self.head;
         if i == NIL {
             return None;
@@ -205,7 +221,7 @@ impl Lru {
         let e = &mut self.slots[i as usize];
         e.next = self.free_slot;
         self.free_slot = i;
-        Some(e.key)
+        Some((e.key, e.state))
     }
 }
 
@@ -241,6 +257,21 @@ pub struct KvPool {
     /// Set while some blocks are held ahead of the step that needs them, so
     /// that they never count towards the peak.
     suspend_peak: bool,
+    /// vLLM's Mamba "align" mode (a prefix-cacheable state group with
+    /// prefix caching on): the state groups' block size, at whose
+    /// boundaries prefill chunks end (`align::aligned_chunk`).
+    align: Option<Tokens>,
+    /// Aligned state groups (prefix-cacheable state groups in align mode);
+    /// a cached state entry is one block in each.
+    state_groups: u64,
+    /// State entries registered during the step being formed (vLLM's
+    /// `cached_blocks_this_step`): a hit on one waits for the next step.
+    states_this_step: Vec<u64>,
+    /// The schedule call `states_this_step` belongs to.
+    states_call: u64,
+    /// The state entries each holding that pins any does (key, block
+    /// index; key 0: none), by owner.
+    state_pins: FxHashMap<u64, [(u64, u32); 2]>,
 }
 
 impl KvPool {
@@ -252,7 +283,21 @@ impl KvPool {
         let caching = prefix_caching && fa_groups > 0 && fa.iter().all(|g| g.prefix_cacheable());
         let lcm = block_size_lcm(&groups).get();
         let hit_align = fa_block.map_or(1, |b| u32::try_from(lcm / b.get()).unwrap_or(u32::MAX));
+        let align = groups
+            .iter()
+            .find(|g| prefix_caching && g.kind() == CacheGroupKind::State && g.prefix_cacheable())
+            .map(|g| g.block_size());
+        let state_groups = if align.is_some() {
+            groups.iter().filter(|g| g.kind() == CacheGroupKind::State && g.prefix_cacheable()).count() as u64
+        } else {
+            0
+        };
         KvPool {
+            align,
+            state_groups,
+            states_this_step: Vec::new(),
+            states_call: 0,
+            state_pins: FxHashMap::default(),
             hit_align,
             group_used: vec![0; groups.len()],
             groups,
@@ -286,7 +331,47 @@ impl KvPool {
     }
     /// Blocks `alloc` holds, its share of cached blocks included.
     pub fn held_by(&self, alloc: &Alloc) -> u64 {
-        alloc.private + u64::from(alloc.shared) * self.fa_groups
+        alloc.private + u64::from(alloc.shared) * self.fa_groups + alloc.pinned_states() * self.state_groups
+    }
+
+    /// The state entries `alloc` pins (key, block index; key 0: none).
+    fn pins(&self, alloc: &Alloc) -> [(u64, u32); 2] {
+        if alloc.pinned == 0 { [(0, 0); 2] } else { self.state_pins.get(&alloc.owner).copied().unwrap_or_default() }
+    }
+
+    /// Records the state entries `alloc` pins.
+    fn set_pins(&mut self, alloc: &mut Alloc, pins: [(u64, u32); 2]) {
+        let n = pins.iter().filter(|p| p.0 != 0).count();
+        alloc.pinned = u8::try_from(n).unwrap_or(u8::MAX);
+        if n == 0 {
+            self.state_pins.remove(&alloc.owner);
+        } else {
+            self.state_pins.insert(alloc.owner, pins);
+        }
+    }
+
+    /// Blocks one cached entry stands for.
+    fn entry_blocks(&self, state: bool) -> u64 {
+        if state { self.state_groups } else { self.fa_groups }
+    }
+
+    /// The state-group block indices the step `from..to` holds in align
+    /// mode: the one it writes, and the one it starts from if that differs.
+    fn state_blocks_held(&self, from: Tokens, to: Tokens) -> [Option<u32>; 2] {
+        let Some(b) = self.align else { return [None, None] };
+        let idx = |t: Tokens| u32::try_from(t.blocks_ceil(b).get().saturating_sub(1)).unwrap_or(u32::MAX);
+        let cur = (!to.is_zero()).then(|| idx(to));
+        let prev = (!from.is_zero() && from < to && from.blocks_ceil(b) != to.blocks_ceil(b)).then(|| idx(from));
+        [prev, cur]
+    }
+
+    /// How many of `alloc`'s pinned state entries the step `from..to` still holds.
+    fn states_kept(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> u64 {
+        if alloc.pinned == 0 {
+            return 0;
+        }
+        let held = self.state_blocks_held(from, to);
+        self.pins(alloc).iter().filter(|&&(k, i)| k != 0 && held.contains(&Some(i))).count() as u64
     }
     /// Blocks in use per group.
     pub fn group_used(&self) -> &[u64] {
@@ -310,6 +395,11 @@ impl KvPool {
         self.suspend_peak = suspended;
     }
 
+    /// In vLLM's Mamba "align" mode, the state groups' block size.
+    pub fn align(&self) -> Option<Tokens> {
+        self.align
+    }
+
     /// Plain free blocks (cached-but-unpinned ones not counted).
     pub fn free_plain(&self) -> u64 {
         self.free
@@ -318,31 +408,66 @@ impl KvPool {
     /// The blocks moving `alloc` to the decode step `from..to` takes
     /// (negative: gives back); no side effects.
     pub fn change_in_blocks(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> i64 {
-        self.private_need(from, to, false, alloc.shared) as i64 - alloc.private as i64
+        let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
+        (self.private_need(from, to, false, alloc.shared) - kept) as i64 - alloc.private as i64
     }
 
     /// How many more blocks moving `alloc` to the step `from..to` takes (0
     /// if it gives blocks back); no side effects.
     pub fn extra_needed(&self, alloc: &Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
-        self.private_need(from, to, checkpoints, alloc.shared).saturating_sub(alloc.private)
+        let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
+        (self.private_need(from, to, checkpoints, alloc.shared) - kept).saturating_sub(alloc.private)
     }
 
     /// Blocks a new allocation holds for the step `from..to` after pinning
     /// `hit` cached blocks; no side effects.
     pub fn blocks_after_hit(&self, hit: u32, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
-        let all: u64 = self.groups.iter().map(|g| Self::group_blocks(g, from, to, checkpoints)).sum();
+        let all = self.all_blocks(from, to, checkpoints);
         all.saturating_sub(u64::from(hit) * self.fa_groups)
     }
 
-    /// Blocks one group holds for an allocation state.
+    /// Blocks every group holds together for an allocation state.
     #[inline]
-    fn group_blocks(g: &CacheGroup, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
-        rules::blocks_for_step(g, from, to, checkpoints).get()
+    fn all_blocks(&self, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        if self.align.is_none() {
+            self.groups.iter().map(|g| rules::blocks_for_step(g, from, to, checkpoints).get()).sum()
+        } else {
+            self.groups.iter().map(|g| Self::group_blocks(g, true, from, to, checkpoints)).sum()
+        }
+    }
+
+    /// Blocks one group holds for an allocation state; `align`: the pool is
+    /// in vLLM's Mamba "align" mode ([`KvPool::align`]).
+    ///
+    /// In align mode a prefix-cacheable state group's block `p` holds the
+    /// state after `(p + 1) × B` tokens, so a step that moves into a new
+    /// block holds two: the block of the state it starts from and the one
+    /// it writes (`single_type_kv_cache_manager.py` `MambaManager`:
+    /// `allocate_new_blocks` puts the new state at `cdiv(to, B) − 1` and
+    /// keeps the previous one as `last_state_block_idx`, which
+    /// `remove_skipped_blocks` frees before the next step's allocation).
+    /// B = 8: the step 8..13 holds 2, the steps 13..16 and 0..8 hold 1.
+    #[inline]
+    fn group_blocks(g: &CacheGroup, align: bool, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        let held = rules::blocks_for_step(g, from, to, checkpoints).get();
+        if align && g.kind() == CacheGroupKind::State && g.prefix_cacheable() && Self::moves_block(g, from, to) {
+            held + 1
+        } else {
+            held
+        }
+    }
+
+    /// Whether the step `from..to` ends in another block of `g` than the
+    /// one holding the state it starts from (none at 0).
+    #[inline]
+    fn moves_block(g: &CacheGroup, from: Tokens, to: Tokens) -> bool {
+        let b = g.block_size();
+        !from.is_zero() && from < to && from.blocks_ceil(b) != to.blocks_ceil(b)
     }
 
     /// Total private blocks for a state with `shared` cached leading blocks.
     fn private_need(&self, from: Tokens, to: Tokens, checkpoints: bool, shared: u32) -> u64 {
-        let all: u64 = self.groups.iter().map(|g| Self::group_blocks(g, from, to, checkpoints)).sum();
+        let all = self.all_blocks(from, to, checkpoints);
         all - u64::from(shared) * self.fa_groups
     }
 
@@ -364,11 +489,12 @@ impl KvPool {
             return Err(Shortfall { needed: n, available });
         }
         while self.free < n {
-            let key = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
+            let (key, state) = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
             self.entries.remove(&key);
-            self.cached_free -= self.fa_groups;
-            self.free += self.fa_groups;
-            self.evicted_blocks += self.fa_groups;
+            let blocks = self.entry_blocks(state);
+            self.cached_free -= blocks;
+            self.free += blocks;
+            self.evicted_blocks += blocks;
         }
         self.free -= n;
         Ok(())
@@ -416,12 +542,114 @@ impl KvPool {
             (alloc.from, alloc.to) = (from, to);
             return Ok(());
         }
+        if self.align.is_none() {
+            self.resize_plain(alloc, (from, to), checkpoints, evict, decode_step)
+        } else {
+            self.resize_aligned(alloc, (from, to), checkpoints, evict, decode_step)
+        }
+    }
+
+    /// [`KvPool::resize_inner`] in align mode: state entries pinned and
+    /// unpinned too.
+    #[inline(never)]
+    fn resize_aligned(
+        &mut self,
+        alloc: &mut Alloc,
+        (from, to): (Tokens, Tokens),
+        checkpoints: bool,
+        evict: bool,
+        decode_step: bool,
+    ) -> Result<(), Shortfall> {
         // Per group, what the new state holds and the change from the old.
         let mut all = 0u64;
         let mut deltas = [0i64; MAX_GROUPS];
+        let align = true;
+        // Cached state entries it pins: those the new state no longer holds
+        // are unpinned first, as vLLM frees them (`remove_skipped_blocks`)
+        // before it allocates.
+        let (mut dropped, mut old_pinned, mut kept) = ([0u64; 2], 0, 0);
+        if alloc.pinned != 0 {
+            let held = self.state_blocks_held(from, to);
+            for (d, &(k, i)) in dropped.iter_mut().zip(&self.pins(alloc)) {
+                if k != 0 && !held.contains(&Some(i)) {
+                    *d = k;
+                }
+            }
+            old_pinned = alloc.pinned_states();
+            kept = old_pinned - dropped.iter().filter(|&&k| k != 0).count() as u64;
+        }
         for (i, g) in self.groups.iter().enumerate() {
-            let new = Self::group_blocks(g, from, to, checkpoints);
-            let old = Self::group_blocks(g, alloc.from, alloc.to, alloc.checkpoints);
+            let new = Self::group_blocks(g, align, from, to, checkpoints);
+            let old = Self::group_blocks(g, align, alloc.from, alloc.to, alloc.checkpoints);
+            all += new;
+            deltas[i] = new as i64 - old as i64;
+        }
+        if old_pinned != kept {
+            // Pinned entries count once, through their pins.
+            for (d, g) in deltas.iter_mut().zip(&self.groups) {
+                if g.kind() == CacheGroupKind::State && g.prefix_cacheable() {
+                    *d += (old_pinned - kept) as i64;
+                }
+            }
+        }
+        let need = all - u64::from(alloc.shared) * self.fa_groups - kept * self.state_groups;
+        if old_pinned == kept {
+            if need > alloc.private {
+                self.take(need - alloc.private, evict)?;
+            } else {
+                self.free += alloc.private - need;
+            }
+        } else {
+            for &k in dropped.iter().filter(|&&k| k != 0) {
+                self.unref(k);
+            }
+            if need > alloc.private
+                && let Err(e) = self.take(need - alloc.private, evict)
+            {
+                for &k in dropped.iter().filter(|&&k| k != 0) {
+                    self.ref_entry(k);
+                }
+                return Err(e);
+            }
+            if need <= alloc.private {
+                self.free += alloc.private - need;
+            }
+            let mut pins = self.pins(alloc);
+            for (slot, d) in pins.iter_mut().zip(dropped) {
+                if d != 0 {
+                    *slot = (0, 0);
+                }
+            }
+            self.set_pins(alloc, pins);
+        }
+        for (used, d) in self.group_used.iter_mut().zip(deltas) {
+            *used = used.checked_add_signed(d).expect("a group's count stays >= 0");
+        }
+        self.private = self.private + need - alloc.private;
+        (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (from, to, checkpoints, need);
+        alloc.stable_to = if decode_step { self.stable_to(to) } else { Tokens::ZERO };
+        if evict {
+            self.note_peak();
+        }
+        Ok(())
+    }
+
+    /// [`KvPool::resize_inner`] outside align mode (no state entries): the
+    /// hot path of every other model, kept apart.
+    #[inline(never)]
+    fn resize_plain(
+        &mut self,
+        alloc: &mut Alloc,
+        (from, to): (Tokens, Tokens),
+        checkpoints: bool,
+        evict: bool,
+        decode_step: bool,
+    ) -> Result<(), Shortfall> {
+        let mut all = 0u64;
+        let mut deltas = [0i64; MAX_GROUPS];
+        for (i, g) in self.groups.iter().enumerate() {
+            let new = rules::blocks_for_step(g, from, to, checkpoints).get();
+            let old = rules::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
             all += new;
             deltas[i] = new as i64 - old as i64;
         }
@@ -449,14 +677,20 @@ impl KvPool {
     /// Full attention holds `cdiv(t, B)`: the same up to `cdiv(to, B) × B`.
     /// A window group holds `cdiv(t, B) − floor(max(0, t − W) / B)`: the
     /// second term stays at `m = floor(max(0, to − W) / B)` while
-    /// `t ≤ W + (m + 1) × B − 1`. A state group holds one block throughout.
+    /// `t ≤ W + (m + 1) × B − 1`. A state group holds one block throughout,
+    /// but in align mode two in the step from a block boundary (`kB .. kB +
+    /// 1`): stable through the end of the block, or only that step.
     fn stable_to(&self, to: Tokens) -> Tokens {
         let t = to.get();
         let mut stable = u64::MAX;
+        let align = self.align.is_some();
         for g in &self.groups {
             let b = g.block_size().get();
             let end_of_block = t.div_ceil(b) * b;
             let g_stable = match (g.kind(), g.window()) {
+                (CacheGroupKind::State, _) if align && g.prefix_cacheable() => {
+                    if Self::moves_block(g, to.saturating_sub(Tokens::new(1)), to) { t } else { end_of_block }
+                }
                 (CacheGroupKind::State, _) => u64::MAX,
                 (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
                     let w = w.get();
@@ -475,12 +709,30 @@ impl KvPool {
     pub fn release(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens) {
         self.free += alloc.private;
         self.private -= alloc.private;
+        let align = self.align.is_some();
+        let pinned = alloc.pinned_states();
         for (i, g) in self.groups.iter().enumerate() {
-            let held = Self::group_blocks(g, alloc.from, alloc.to, alloc.checkpoints);
-            let shared = if g.kind() == CacheGroupKind::FullAttention { u64::from(alloc.shared) } else { 0 };
+            let held = Self::group_blocks(g, align, alloc.from, alloc.to, alloc.checkpoints);
+            let shared = match g.kind() {
+                CacheGroupKind::FullAttention => u64::from(alloc.shared),
+                CacheGroupKind::State if align && g.prefix_cacheable() => pinned,
+                _ => 0,
+            };
             self.group_used[i] -= held - shared;
         }
         self.unpin(alloc.shared, prefix, prompt, alloc.owner);
+        // Then the state entries, the later block first (vLLM frees each
+        // group's blocks in reverse, group by group).
+        if alloc.pinned != 0 {
+            let mut states = self.pins(alloc);
+            self.state_pins.remove(&alloc.owner);
+            states.sort_unstable_by_key(|&(_, i)| std::cmp::Reverse(i));
+            for (k, _) in states {
+                if k != 0 {
+                    self.unref(k);
+                }
+            }
+        }
         *alloc = Alloc::owned_by(alloc.owner);
     }
 
@@ -509,6 +761,78 @@ impl KvPool {
     /// after it was preempted ([`KvPool::register_own`]), so only its
     /// recompute hits them.
     pub fn cached_prefix(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
+        if self.state_groups == 0 {
+            return self.fa_hit(prefix, prompt, owner, goal);
+        }
+        self.lookup(prefix, prompt, owner, goal).0
+    }
+
+    /// [`KvPool::cached_prefix`], and where a longer full-attention hit
+    /// ends than the one every group holds (vLLM's
+    /// `shared_prefix_boundary`, `kv_cache_manager.py:323`; zero if none).
+    ///
+    /// In align mode a hit must end where a state was cached as well
+    /// (`HybridKVCacheCoordinator.find_longest_cache_hit`,
+    /// `kv_cache_coordinator.py:806`; `MambaManager.find_longest_cache_hit`
+    /// searches right to left for a cached state): the longest full-attention
+    /// hit is cut back to the last block whose state entry is cached. Where
+    /// pdsim departs: a hit on a request's own content (its recompute after
+    /// a preemption) is taken as holding in the state groups, since vLLM
+    /// saves a state at every block boundary it passes and pdsim keeps only
+    /// those of content the prefix ids name.
+    #[inline]
+    pub fn lookup(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> (u32, Tokens) {
+        let n = self.fa_hit(prefix, prompt, owner, goal);
+        if self.state_groups == 0 || n == 0 {
+            return (n, Tokens::ZERO);
+        }
+        let mut m = n;
+        while m > 0 {
+            let named = prefix.key_through(self.hit_tokens(m), prompt).is_some();
+            if !named || self.entries.contains_key(&self.state_key(prefix, prompt, owner, m)) {
+                break;
+            }
+            m -= self.hit_align.min(m);
+        }
+        let junction = if m < n { self.hit_tokens(n) } else { Tokens::ZERO };
+        (m, junction)
+    }
+
+    /// The key of the state cached after the first `n` full-attention
+    /// blocks of the prompt.
+    fn state_key(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, n: u32) -> u64 {
+        mix(self.key(prefix, prompt, owner, n - 1), STATE_ENTRY)
+    }
+
+    /// The cached state entry a hit of `n` blocks pins (0: none, or a hit on
+    /// the request's own content, whose state is allocated fresh).
+    #[inline]
+    fn hit_entry(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, n: u32) -> u64 {
+        if self.state_groups == 0 || n == 0 {
+            return 0;
+        }
+        let k = self.state_key(prefix, prompt, owner, n);
+        if self.entries.contains_key(&k) { k } else { 0 }
+    }
+
+    /// The state-group block index of the state after `t` tokens.
+    fn state_index(&self, t: Tokens) -> u32 {
+        let b = self.align.expect("align mode");
+        u32::try_from(t.blocks_ceil(b).get().saturating_sub(1)).unwrap_or(u32::MAX)
+    }
+
+    /// Starts a new schedule call (`calls`): states cached in earlier ones
+    /// may be hit again (vLLM's `new_step_starts`).
+    pub fn new_step(&mut self, calls: u64) {
+        if self.states_call != calls {
+            self.states_call = calls;
+            self.states_this_step.clear();
+        }
+    }
+
+    /// The longest leading run of cached full-attention blocks a sequence
+    /// may use (see [`KvPool::cached_prefix`]).
+    fn fa_hit(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
         if !self.caching {
             return 0;
         }
@@ -549,12 +873,25 @@ impl KvPool {
         need: u64,
         keep: u64,
     ) -> Result<(), Shortfall> {
-        let need = self.pin_and_take_need(n, need);
+        let sk = self.hit_entry(prefix, prompt, owner, n);
+        let sb = if sk != 0 { self.state_groups } else { 0 };
+        let need = self.pin_and_take_need(n, need).saturating_sub(sb);
         let mut available = (self.free + self.cached_free).saturating_sub(keep);
         for i in 0..n {
             let k = self.key(prefix, prompt, owner, i);
             if self.entries.get(&k).is_some_and(|&i| self.lru.slots[i as usize].refs == 0) {
                 available -= self.fa_groups;
+            }
+        }
+        if sk != 0 {
+            if self.states_this_step.contains(&sk) {
+                // vLLM's Mamba manager cannot use a state another request
+                // caches in the same step (`get_num_blocks_to_allocate`
+                // returns more blocks than the pool has): it waits.
+                return Err(Shortfall { needed: self.num_blocks + 1, available });
+            }
+            if self.entries.get(&sk).is_some_and(|&i| self.lru.slots[i as usize].refs == 0) {
+                available = available.saturating_sub(sb);
             }
         }
         if need > available {
@@ -586,15 +923,24 @@ impl KvPool {
             let k = self.key(prefix, prompt, alloc.owner, i);
             self.ref_entry(k);
         }
+        let sk = self.hit_entry(prefix, prompt, alloc.owner, n);
+        if sk != 0 {
+            self.ref_entry(sk);
+        }
         let t = self.hit_tokens(n);
-        let need = self.private_need(t, t, false, n);
+        let need = self.private_need(t, t, false, n) - if sk != 0 { self.state_groups } else { 0 };
         if let Err(e) = self.take(need, true) {
             self.unpin(n, prefix, prompt, alloc.owner);
+            if sk != 0 {
+                self.unref(sk);
+            }
             return Err(e);
         }
+        let align = self.align.is_some();
         for (i, g) in self.groups.iter().enumerate() {
             if g.kind() != CacheGroupKind::FullAttention {
-                self.group_used[i] += Self::group_blocks(g, t, t, false);
+                let pinned = u64::from(sk != 0 && g.kind() == CacheGroupKind::State && g.prefix_cacheable());
+                self.group_used[i] += Self::group_blocks(g, align, t, t, false) - pinned;
             }
         }
         self.private += need;
@@ -606,7 +952,12 @@ impl KvPool {
             private: need,
             stable_to: Tokens::ZERO,
             owner: alloc.owner,
+            pinned: 0,
         };
+        if sk != 0 {
+            let pins = [(0, 0), (sk, self.state_index(t))];
+            self.set_pins(alloc, pins);
+        }
         self.note_peak();
         Ok(())
     }
@@ -697,10 +1048,11 @@ impl KvPool {
     /// [`KvPool::whole_fits`]); hit blocks included.
     pub fn whole_blocks(&self, whole: Whole) -> u64 {
         let Whole { from, to: whole, checkpoints, in_flight } = whole;
+        let align = self.align.is_some();
         self.groups
             .iter()
             .map(|g| {
-                let blocks = Self::group_blocks(g, from, whole, checkpoints);
+                let blocks = Self::group_blocks(g, align, from, whole, checkpoints);
                 match (g.kind(), g.window()) {
                     (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
                         let b = g.block_size().get();
@@ -720,10 +1072,31 @@ impl KvPool {
     /// attention frees nothing, so cached blocks stay cached.
     pub fn release_to_source(&mut self, alloc: &mut Alloc) {
         let mut freed = 0u64;
+        let align = self.align.is_some();
+        // A cached state it started the last step from is unpinned instead.
+        let [prev, _] = self.state_blocks_held(alloc.from, alloc.to);
+        let mut pins = self.pins(alloc);
+        let prev_entry = pins.iter().position(|&(k, i)| k != 0 && Some(i) == prev);
+        if let Some(slot) = prev_entry {
+            let k = pins[slot].0;
+            pins[slot] = (0, 0);
+            self.set_pins(alloc, pins);
+            self.unref(k);
+        }
         for (i, g) in self.groups.iter().enumerate() {
             let r = rules::group_release(g, alloc.from, alloc.to, alloc.checkpoints);
-            let free = r.free().get();
-            debug_assert_eq!(r.keep().get(), Self::group_blocks(g, alloc.to, alloc.to, false));
+            // In align mode the state it started the last step from goes too
+            // (vLLM's `remove_skipped_blocks` when a connector-held request
+            // finishes).
+            let previous = u64::from(
+                align
+                    && g.kind() == CacheGroupKind::State
+                    && g.prefix_cacheable()
+                    && Self::moves_block(g, alloc.from, alloc.to)
+                    && prev_entry.is_none(),
+            );
+            let free = r.free().get() + previous;
+            debug_assert_eq!(r.keep().get(), Self::group_blocks(g, align, alloc.to, alloc.to, false));
             self.group_used[i] -= free;
             freed += free;
         }
@@ -739,10 +1112,41 @@ impl KvPool {
         let e = &mut self.lru.slots[i as usize];
         e.refs += 1;
         if e.refs == 1 {
+            let state = e.state;
             self.lru.unlink(i);
-            self.cached_free -= self.fa_groups;
-            self.shared += self.fa_groups;
-            self.fa_used_add(1);
+            let blocks = self.entry_blocks(state);
+            self.cached_free -= blocks;
+            self.shared += blocks;
+            self.used_add(state, 1);
+        }
+    }
+
+    /// Drops one pin of entry `k`; unpinned, it joins the LRU order's tail.
+    fn unref(&mut self, k: u64) {
+        let i = *self.entries.get(&k).expect("pinned entry exists");
+        let e = &mut self.lru.slots[i as usize];
+        e.refs -= 1;
+        if e.refs == 0 {
+            let state = e.state;
+            self.lru.push_back(i);
+            let blocks = self.entry_blocks(state);
+            self.shared -= blocks;
+            self.cached_free += blocks;
+            self.used_add(state, -1);
+        }
+    }
+
+    /// Adds one block (or takes one) to the count of every group an entry
+    /// spans: the full-attention groups, or the aligned state groups.
+    fn used_add(&mut self, state: bool, delta: i64) {
+        if state {
+            for (i, g) in self.groups.iter().enumerate() {
+                if g.kind() == CacheGroupKind::State && g.prefix_cacheable() {
+                    self.group_used[i] = self.group_used[i].checked_add_signed(delta).expect("count stays >= 0");
+                }
+            }
+        } else {
+            self.fa_used_add(delta);
         }
     }
 
@@ -764,15 +1168,7 @@ impl KvPool {
     fn unpin(&mut self, n: u32, prefix: &PrefixIds, prompt: Tokens, owner: u64) {
         for i in (0..n).rev() {
             let k = self.key(prefix, prompt, owner, i);
-            let i = *self.entries.get(&k).expect("pinned entry exists");
-            let e = &mut self.lru.slots[i as usize];
-            e.refs -= 1;
-            if e.refs == 0 {
-                self.lru.push_back(i);
-                self.shared -= self.fa_groups;
-                self.cached_free += self.fa_groups;
-                self.fa_used_add(-1);
-            }
+            self.unref(k);
         }
     }
 
@@ -795,6 +1191,52 @@ impl KvPool {
             }
             self.register_block(alloc, prefix, prompt);
         }
+        if self.state_groups > 0 {
+            self.register_state(alloc, prefix, prompt, computed);
+        }
+    }
+
+    /// In align mode, a state on a block boundary of content the prefix ids
+    /// name is cached: the one a step that ends there writes (vLLM caches a
+    /// state block once full, at allocation; a non-final chunk ends there
+    /// by `align::aligned_chunk`), or a landed handoff's at `computed` (on
+    /// a decode rank vLLM caches the loaded state at T when T is
+    /// block-aligned). Another request's copy of the same state is shared
+    /// instead, as `register_block` does.
+    fn register_state(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+        let (Some(sb), Some(fb)) = (self.align, self.fa_block) else { return };
+        let to = computed;
+        if self.state_groups == 0 || to.is_zero() || !to.get().is_multiple_of(sb.get()) {
+            return;
+        }
+        if !self.state_blocks_held(alloc.from, alloc.to).contains(&Some(self.state_index(to))) {
+            return;
+        }
+        if !to.get().is_multiple_of(fb.get()) || prefix.key_through(to, prompt).is_none() {
+            return;
+        }
+        let n = u32::try_from(to.get() / fb.get()).unwrap_or(u32::MAX);
+        let k = self.state_key(prefix, prompt, alloc.owner, n);
+        let idx = self.state_index(to);
+        let mut pins = self.pins(alloc);
+        if pins.iter().any(|&(key, _)| key == k) {
+            return;
+        }
+        let Some(slot) = pins.iter().position(|&(key, _)| key == 0) else { return };
+        let sg = self.state_groups;
+        if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
+            v.insert(self.lru.alloc(k, true));
+            self.shared += sg;
+        } else {
+            self.free += sg;
+            self.used_add(true, -1);
+            self.ref_entry(k);
+        }
+        self.private -= sg;
+        alloc.private -= sg;
+        pins[slot] = (k, idx);
+        self.set_pins(alloc, pins);
+        self.states_this_step.push(k);
     }
 
     /// Before a preempted request's blocks are freed: registers the rest of
@@ -822,7 +1264,7 @@ impl KvPool {
     fn register_block(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens) {
         let k = self.key(prefix, prompt, alloc.owner, alloc.shared);
         if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
-            v.insert(self.lru.alloc(k));
+            v.insert(self.lru.alloc(k, false));
             self.shared += self.fa_groups;
         } else {
             // Same content computed twice: keep the cached copy. (vLLM keeps
@@ -851,9 +1293,14 @@ impl KvPool {
         if per_group != self.private + self.shared {
             return Err(format!("groups use {per_group} blocks, pool counts {}", self.private + self.shared));
         }
-        let unpinned =
-            self.entries.values().filter(|&&i| self.lru.slots[i as usize].refs == 0).count() as u64 * self.fa_groups;
-        if unpinned != self.cached_free || self.lru.len as u64 * self.fa_groups != self.cached_free {
+        let unpinned: u64 = self
+            .entries
+            .values()
+            .map(|&i| &self.lru.slots[i as usize])
+            .filter(|e| e.refs == 0)
+            .map(|e| self.entry_blocks(e.state))
+            .sum();
+        if unpinned != self.cached_free {
             return Err(format!("{unpinned} unpinned cached blocks, cached_free {}", self.cached_free));
         }
         Ok(())

@@ -54,6 +54,10 @@ pub(crate) struct Seq {
     pub(super) reservation: u64,
     /// It finished in the step being finished ([`Seqs::take_finished`]).
     pub(super) finished: bool,
+    /// Where its last prefix-cache lookup found a shared prefix that a state
+    /// group has not cached yet (vLLM's `request.shared_prefix_boundary`;
+    /// zero for none): its prefill chunks stop there in "align" mode.
+    pub(super) junction: Tokens,
 }
 
 impl Seq {
@@ -79,6 +83,7 @@ impl Seq {
             first_call: 0,
             reservation: 0,
             finished: false,
+            junction: Tokens::ZERO,
         }
     }
 

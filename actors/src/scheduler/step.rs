@@ -32,12 +32,16 @@ pub struct Step<'a> {
     /// Blocks the prefills in flight still need (read at the step's first
     /// reservation, once the running sequences are scheduled).
     inflight: Option<u64>,
+    /// The last admission attempt failed because vLLM's align mode left its
+    /// chunk no tokens (not for want of blocks).
+    clipped: bool,
 }
 
 impl<'a> Step<'a> {
     pub(super) fn new(core: &'a mut Core, lazy: bool, shape: BatchShape, budget: u64) -> Self {
         core.batch.clear();
-        Step { core, lazy, shape, budget, preempted: 0, inflight: None }
+        core.pool.new_step(core.calls);
+        Step { core, lazy, shape, budget, preempted: 0, inflight: None, clipped: false }
     }
 
     pub(super) fn shape(&self) -> BatchShape {
@@ -92,6 +96,16 @@ impl<'a> Step<'a> {
     pub fn tokens_left(&self, i: usize) -> Tokens {
         let seq = self.core.seqs.get(self.core.seqs.running[i]);
         seq.goal(self.core.mode) - seq.computed
+    }
+
+    /// Of `k` tokens the running sequence at `i` could compute, those it may:
+    /// in vLLM's Mamba "align" mode a prefill chunk is clipped to end where
+    /// states are cached (`align::aligned_chunk`, vLLM's
+    /// `_mamba_block_aligned_split`); 0 means it computes nothing this
+    /// step (vLLM skips it and goes on with the next). `k` otherwise.
+    pub fn chunk(&self, i: usize, k: u64) -> u64 {
+        let seq = self.core.seqs.get(self.core.seqs.running[i]);
+        self.core.aligned(seq, seq.computed, k)
     }
 
     /// Gives the running sequence at `i` the blocks of its next `k` tokens
@@ -158,6 +172,7 @@ impl<'a> Step<'a> {
     /// on success leaves the queue without running (no tokens, no running
     /// slot) until its KV lands.
     pub fn admit(&mut self, wi: usize) -> bool {
+        self.clipped = false;
         let key = self.core.seqs.waiting[wi];
         if self.core.seqs.get(key).remote {
             return self.reserve(wi);
@@ -228,7 +243,7 @@ impl<'a> Step<'a> {
         let core = &*self.core;
         let seq = core.seqs.get(core.seqs.waiting[wi]);
         let own = core.pool.held_by(&seq.alloc);
-        !seq.remote && core.seqs.running.is_empty() && core.pool.used() == own
+        !self.clipped && !seq.remote && core.seqs.running.is_empty() && core.pool.used() == own
     }
 
     /// Takes the waiting sequence at `wi` out: the rank fails it as one that
@@ -265,9 +280,17 @@ impl<'a> Step<'a> {
         let seq = core.seqs.get_mut(key);
         let goal = seq.goal(mode);
         if !seq.looked_up {
-            let hit = pool.cached_prefix(&seq.req.prefix, seq.req.prompt, seq.req.id, goal);
+            let (hit, junction) = pool.lookup(&seq.req.prefix, seq.req.prompt, seq.req.id, goal);
             let from = pool.hit_tokens(hit);
-            let to = from + Tokens::new((goal - from).get().min(budget));
+            seq.junction = junction;
+            let k = core.aligned_in(key, from, (goal - from).get().min(budget));
+            if k == 0 {
+                self.clipped = true;
+                return false;
+            }
+            let pool = &mut core.pool;
+            let seq = core.seqs.get_mut(key);
+            let to = from + Tokens::new(k);
             let ckpt = checkpoints && mode == Mode::PrefillOnly && to == goal;
             // Whole-sequence admission: it waits unless everything it knows
             // (prompt, and output so far after a preemption) would fit.
@@ -291,19 +314,24 @@ impl<'a> Step<'a> {
                 // here is the prefill's (or the aggregated rank's).
                 seq.req.prefill_hit = from;
             }
+            self.put(key, k, to);
         } else {
-            let k = (goal - seq.computed).get().min(budget);
+            let computed = seq.computed;
+            let k = core.aligned_in(key, computed, (goal - computed).get().min(budget));
+            if k == 0 {
+                self.clipped = true;
+                return false;
+            }
+            let pool = &mut core.pool;
+            let seq = core.seqs.get_mut(key);
             let (from, to) = (seq.computed, seq.computed + Tokens::new(k));
             let ckpt = checkpoints && mode == Mode::PrefillOnly && to == goal;
             if let Err(short) = pool.resize(&mut seq.alloc, from, to, ckpt) {
                 core.last_need = pool.held_by(&seq.alloc) + short.needed;
                 return false;
             }
+            self.put(key, k, to);
         }
-        let seq = core.seqs.get(key);
-        let k = (goal - seq.computed).get().min(budget);
-        let to = seq.computed + Tokens::new(k);
-        self.put(key, k, to);
         true
     }
 

@@ -11,7 +11,7 @@ use actors::sim::{self, Deployment};
 const PINNED: [(&str, u64); 3] = [
     ("llama8b_aggregated", 0x7bc0_4afd_40af_14b1),
     ("llama8b_1p1d", 0xc2ad_e245_d914_8196),
-    ("glm_hybrid_1p1d", 0xccf1_171e_b918_3184),
+    ("glm_hybrid_1p1d", 0x985b_5303_44cf_2f38),
 ];
 
 #[test]
