@@ -314,7 +314,13 @@ impl Sweep {
             axes.extend(group);
             grid.push(Dimension { axes: from..axes.len(), len, zip });
         }
-        // A path varies in one place only.
+        // A path varies in one place only, and not inside a path that
+        // varies elsewhere (`workload.arrival` replaces the whole table its
+        // `workload.arrival.rate_per_s` would vary; which one won would
+        // depend on the order the overrides are applied in).
+        let within = |inner: &str, outer: &str| {
+            inner.len() > outer.len() && inner.starts_with(outer) && inner.as_bytes()[outer.len()] == b'.'
+        };
         for (i, a) in axes.iter().enumerate() {
             if let Some(b) = axes[..i].iter().find(|b| b.path == a.path) {
                 return Err(at_line(
@@ -325,6 +331,21 @@ impl Sweep {
                         "{} (line {}) already varies this path; a path may vary in one place only",
                         b.key(),
                         b.line
+                    ),
+                ));
+            }
+            if let Some(b) = axes[..i].iter().find(|b| within(&a.path, &b.path) || within(&b.path, &a.path)) {
+                let (inner, outer) = if within(&a.path, &b.path) { (a, b) } else { (b, a) };
+                return Err(at_line(
+                    &file,
+                    Some(a.line),
+                    Some(&a.key()),
+                    format!(
+                        "overlaps {} (line {}): `{}` holds `{}`; a path may not vary inside another that varies",
+                        b.key(),
+                        b.line,
+                        outer.path,
+                        inner.path
                     ),
                 ));
             }

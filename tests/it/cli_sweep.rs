@@ -328,6 +328,19 @@ fn bad_zips_exit_2_naming_the_file_line_and_key() {
                 "decode.count: must be",
             ],
         ),
+        (
+            // The table replaced as a whole would undo the rate varied inside it.
+            "zip-inside-axis.toml",
+            format!(
+                "{head}[[zip]]\n\"workload.arrival.rate_per_s\" = [4.0, 50.0]\n\"prefill.count\" = [1, 2]\n[axes]\n\"workload.arrival\" = [{{kind = \"poisson\", rate_per_s = 2.0}}]\n"
+            ),
+            vec![
+                ":7:",
+                "axes.\"workload.arrival\"",
+                "overlaps zip[0].\"workload.arrival.rate_per_s\" (line 4)",
+                "`workload.arrival` holds `workload.arrival.rate_per_s`",
+            ],
+        ),
         ("zip-not-tables.toml", format!("{head}zip = 3\n"), vec![":3:", "zip:", "array of tables"]),
         ("zip-seed.toml", format!("{head}[[zip]]\n\"seed\" = [1, 2]\n"), vec![":4:", "zip[0].\"seed\"", "`seeds`"]),
         (
@@ -386,8 +399,16 @@ fn json(path: &Path) -> Value {
 #[test]
 fn reports_are_the_bytes_of_a_direct_run_and_rows_match_them() {
     let cwd = scratch_dir("sweep-reports");
+    // What an earlier, larger sweep left: point reports past this sweep's
+    // and a page; neither may survive into this sweep's folder.
+    for stale in ["out/points/6", "out/points/17"] {
+        std::fs::create_dir_all(cwd.join(stale)).unwrap();
+        std::fs::write(cwd.join(stale).join("report.json"), "{}").unwrap();
+    }
+    std::fs::write(cwd.join("out/report.html"), "stale").unwrap();
     let csv = run_zip_sweep(&cwd, &["--reports", "--jobs", "2", "-q"]);
     assert_eq!(csv.rows.len(), 6);
+    assert!(!cwd.join("out/report.html").exists(), "a stale page stays beside this sweep's rows");
     let mut listed: Vec<String> = std::fs::read_dir(cwd.join("out/points"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
