@@ -99,10 +99,10 @@ pub struct Sweep {
     /// The request count replacing the scenario's, if given.
     pub requests: Option<u64>,
     /// Every axis, plain or of a zip, in file order: the axis columns of
-    /// `sweep.csv`.
-    pub axes: Vec<Axis>,
+    /// `sweep.csv` (private: the dimensions index into it).
+    axes: Vec<Axis>,
     /// The grid's dimensions, in file order (the first varies slowest).
-    pub dims: Vec<Dimension>,
+    dims: Vec<Dimension>,
 }
 
 /// One point of a sweep.
@@ -404,6 +404,18 @@ impl Sweep {
             Some(&axis.key()),
             format!("{value} does not make a valid scenario: {field}{}", e.message()),
         )
+    }
+
+    /// Every axis, plain or of a zip, in file order: the axis columns of
+    /// `sweep.csv`.
+    pub fn axes(&self) -> &[Axis] {
+        &self.axes
+    }
+
+    /// The grid's dimensions, in file order (the first varies slowest),
+    /// each a range of [`Sweep::axes`].
+    pub fn dims(&self) -> &[Dimension] {
+        &self.dims
     }
 
     /// The number of grid points (the product of the dimensions' lengths)

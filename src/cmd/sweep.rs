@@ -313,7 +313,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     let path = dir.join(file_name(args.shard));
     let mut csv = CsvFile::create(&path)?;
     // The axis columns, each followed by a comma.
-    let axes_header: String = sweep.axes.iter().map(|a| csv_field(&a.path) + ",").collect();
+    let axes_header: String = sweep.axes().iter().map(|a| csv_field(&a.path) + ",").collect();
     let metrics_header = metric_header(&args.percentiles.0);
     if args.shard.is_none_or(|s| s.k == 1) {
         csv.line(&format!("point,{axes_header}seed,{metrics_header}"))?;
@@ -427,8 +427,8 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     result?;
     if !args.quiet {
         let mut t = String::new();
-        let zipped = if sweep.dims.iter().any(|d| d.zip.is_some()) {
-            format!(" in {} dimensions (zips advance together)", sweep.dims.len())
+        let zipped = if sweep.dims().iter().any(|d| d.zip.is_some()) {
+            format!(" in {} dimensions (zips advance together)", sweep.dims().len())
         } else {
             String::new()
         };
@@ -440,7 +440,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             sweep.file,
             sweep.scenario_path.display(),
             points.len(),
-            sweep.axes.len(),
+            sweep.axes().len(),
             sweep.seeds.len(),
             jobs.min(mine.len().max(1))
         );
