@@ -330,3 +330,38 @@ fn bad_folders_and_files_exit_2_naming_them() {
     let e = fail(&["report", sweep.to_str().unwrap()]);
     assert!(e.contains("sweep.csv:3: 3 fields, but the header has 4"), "{e}");
 }
+
+/// Runs `pdsim report` on a folder holding only `sweep.csv` = `csv`; the
+/// outcome is a page (exit 0) or exit 2 with one line naming sweep.csv —
+/// never a hang, panic or internal error.
+fn report_sweep_csv(name: &str, csv: &str) -> (i32, String) {
+    let dir = scratch_dir(name);
+    std::fs::write(dir.join("sweep.csv"), csv).unwrap();
+    let (code, stdout, stderr) = outcome(&pdsim(&["report", dir.to_str().unwrap()]));
+    match code {
+        0 => {
+            let html = read(&dir.join("report.html"));
+            assert!(!html.contains("NaN") && !html.contains("inf\""), "{name}: a number that is not one");
+        }
+        2 => assert!(stderr.lines().count() == 1 && stderr.contains("sweep.csv"), "{name}: {stderr}"),
+        _ => panic!("{name}: exit {code}: {stdout} {stderr}"),
+    }
+    (code, stderr)
+}
+
+#[test]
+fn extreme_sweep_values_give_a_page_not_a_hang_or_crash() {
+    // An axis range that fits in f64 but whose padded span does not (this
+    // hung in `thin` with NaN pixels), one whose span overflows outright
+    // (an index out of bounds), and metrics whose tick labels would be
+    // dozens of characters long (a `clamp` with min > max).
+    let cases = [
+        ("report-huge-range", "point,a,seed,x\n0,-1e308,1,1\n1,7.9e307,1,2\n2,0,1,3\n"),
+        ("report-overflow-range", "point,a,seed,x\n0,1e308,1,1\n1,-1e308,1,2\n"),
+        ("report-huge-metric", "point,a,seed,x\n0,1,1,1e70\n1,2,1,2\n"),
+        ("report-tiny-metric", "point,a,seed,x\n0,1,1,1e-60\n1,2,1,2e-60\n"),
+    ];
+    for (name, csv) in cases {
+        report_sweep_csv(name, csv);
+    }
+}
