@@ -365,3 +365,57 @@ fn extreme_sweep_values_give_a_page_not_a_hang_or_crash() {
         report_sweep_csv(name, csv);
     }
 }
+
+#[test]
+fn a_timeline_of_many_series_is_not_kept_in_memory() {
+    // 20,000 entities that are no rank or link of report.json: read and
+    // checked, not kept (they cost 40 KB each: 443 MB before).
+    let dir = run_with_html("llama-3.1-8b-aggregated.toml", "report-many-series", &["--no-trace"]);
+    let mut text = String::from("time_ms,entity,metric,value\n");
+    for i in 0..20_000 {
+        text.push_str(&format!("0,e{i},m,1\n"));
+    }
+    std::fs::write(dir.join("timeline.csv"), &text).unwrap();
+    ok(&["report", dir.to_str().unwrap()]);
+    // A rank with more metrics than the cap: exit 2 naming the line.
+    let report = read(&dir.join("report.json"));
+    let v: serde_json::Value = serde_json::from_str(&report).unwrap();
+    let rank = v["ranks"][0]["name"].as_str().unwrap().to_owned();
+    let mut text = String::from("time_ms,entity,metric,value\n");
+    for i in 0..5_000 {
+        text.push_str(&format!("0,{rank},m{i},1\n"));
+    }
+    std::fs::write(dir.join("timeline.csv"), &text).unwrap();
+    let (code, stdout, stderr) = outcome(&pdsim(&["report", dir.to_str().unwrap()]));
+    assert_eq!(code, 2, "{stdout} {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("timeline.csv:4098: column metric: more than 4096"), "{stderr}");
+}
+
+#[test]
+fn huge_report_json_numbers_do_not_overflow() {
+    let dir = run_with_html("llama-3.1-8b-aggregated.toml", "report-huge-numbers", &["--no-trace"]);
+    let report = read(&dir.join("report.json"));
+    let mut v: serde_json::Value = serde_json::from_str(&report).unwrap();
+    // Hit tokens whose sum is past u64::MAX, and counts that overflow
+    // completed + failed: a page, with the sum in full.
+    v["summary"]["prefill_hit_tokens"] = u64::MAX.into();
+    v["summary"]["decode_hit_tokens"] = (u64::MAX - 1).into();
+    v["summary"]["completed"] = u64::MAX.into();
+    v["summary"]["failed"] = u64::MAX.into();
+    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    ok(&["report", dir.to_str().unwrap()]);
+    let html = read(&dir.join("report.html"));
+    assert!(html.contains("36,893,488,147,419,103,229 tok"), "the hit-token sum in full");
+    // A run end at u64::MAX ns: exit 2 naming the file and the field.
+    v["final_time_ns"] = u64::MAX.into();
+    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let (code, stdout, stderr) = outcome(&pdsim(&["report", dir.to_str().unwrap()]));
+    assert_eq!(code, 2, "{stdout} {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("report.json: final_time_ns: 18446744073709551615 is past"), "{stderr}");
+    // Just under the cap: a page.
+    v["final_time_ns"] = 18_000_000_000_000_000_000u64.into();
+    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    ok(&["report", dir.to_str().unwrap()]);
+}
