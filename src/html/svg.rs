@@ -314,7 +314,9 @@ impl Mapped {
         match &axis.scale {
             Scale::Categories(names) => {
                 let n = names.len().max(1) as f64;
-                let ticks = names.iter().enumerate().map(|(i, s)| (i as f64, s.clone())).collect();
+                // At most about 50 ticks: every k-th name.
+                let every = names.len().div_ceil(50).max(1);
+                let ticks = names.iter().enumerate().step_by(every).map(|(i, s)| (i as f64, s.clone())).collect();
                 Mapped { scale: axis.scale.clone(), d0: -0.5, d1: n - 0.5, p0, p1, ticks }
             }
             Scale::Log => {

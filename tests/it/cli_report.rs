@@ -419,3 +419,52 @@ fn huge_report_json_numbers_do_not_overflow() {
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&v).unwrap()).unwrap();
     ok(&["report", dir.to_str().unwrap()]);
 }
+
+#[test]
+fn a_big_sweep_csv_gives_a_bounded_page() {
+    // 60,000 rows: axis a with 30,000 values, b with 2 (a full grid). This
+    // took 28 s (linear lookups per row) and made an 18 MB page (a tick per
+    // value, a dot per point).
+    let mut csv = String::from("point,a,b,seed,x,y\n");
+    for i in 0..60_000u64 {
+        let _ = std::fmt::Write::write_fmt(
+            &mut csv,
+            format_args!("{i},{},{},1,{},{}\n", i / 2, i % 2, i % 1000, (i * 7) % 13),
+        );
+    }
+    let dir = scratch_dir("report-big-sweep");
+    std::fs::write(dir.join("sweep.csv"), &csv).unwrap();
+    ok(&["report", dir.to_str().unwrap()]);
+    let html = read(&dir.join("report.html"));
+    assert!(html.len() < 3 << 20, "{} bytes", html.len());
+    let figs = figures(&html);
+    assert!(figs.iter().any(|f| f.0 == "x@a") && figs.iter().any(|f| f.0 == "x@b"));
+    // Against b: one line per value of a, capped; against a: two lines of
+    // 30,000 points, drawn without dots.
+    assert!(html.contains("only the first 20 of its 30000 lines are drawn"), "no note on the lines left out");
+    assert!(html.contains("drawn without dots"), "no note on the dots left out");
+    assert!(html.contains("… (30000 values)"));
+}
+
+#[test]
+fn a_zip_with_a_repeated_value_is_one_dimension() {
+    // link.sharing = [fifo, processor_sharing, fifo] zipped with three
+    // rates: the rate determines the sharing (not the other way round).
+    // Crossed with an independent axis `n`, which stays its own dimension.
+    let mut csv = String::from("point,n,link.sharing,workload.arrival.rate_per_s,seed,x\n");
+    let mut p = 0;
+    for n in [1, 2] {
+        for (s, r) in [("fifo", "2.0"), ("processor_sharing", "5.0"), ("fifo", "9.0")] {
+            csv.push_str(&format!("{p},{n},{s},{r},1,{}\n", p * 3 + 1));
+            p += 1;
+        }
+    }
+    let dir = scratch_dir("report-zip-repeated");
+    std::fs::write(dir.join("sweep.csv"), &csv).unwrap();
+    ok(&["report", dir.to_str().unwrap()]);
+    let html = read(&dir.join("report.html"));
+    let names: Vec<String> = figures(&html).into_iter().map(|f| f.0).collect();
+    let zip = "link.sharing / workload.arrival.rate_per_s";
+    assert_eq!(names, [format!("x@n"), format!("x@{zip}")], "{names:?}");
+    assert!(html.contains("fifo / 2.0, processor_sharing / 5.0, fifo / 9.0"), "the zip's values, paired");
+}
