@@ -649,7 +649,8 @@ impl StepSeries {
         (0..n)
             .map(|w| {
                 let t0 = (w as u64).saturating_mul(grid.window_ns);
-                let t1 = if w + 1 == n { grid.end_ns.max(t0.saturating_add(1)) } else { t0.saturating_add(grid.window_ns) };
+                let t1 =
+                    if w + 1 == n { grid.end_ns.max(t0.saturating_add(1)) } else { t0.saturating_add(grid.window_ns) };
                 let mid = (t0 as f64 + t1 as f64) / 2.0 / 1e9;
                 (mid, self.window_integral[w] / t1.saturating_sub(t0).max(1) as f64 * scale)
             })
@@ -718,7 +719,9 @@ pub fn timeline(path: &Path, name: &str, grid: &Grid, entities: &[&str]) -> Resu
                 if out.series.len() >= MAX_SERIES {
                     return Err(line_err(
                         "metric",
-                        format!("more than {MAX_SERIES} distinct (entity, metric) series of report.json's ranks and links"),
+                        format!(
+                            "more than {MAX_SERIES} distinct (entity, metric) series of report.json's ranks and links"
+                        ),
                     ));
                 }
                 out.series.push(StepSeries::new(entity, metric, grid));

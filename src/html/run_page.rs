@@ -514,7 +514,8 @@ fn window_mid_s(grid: &Grid, w: usize) -> f64 {
 fn window_bounds(grid: &Grid, w: usize) -> (u64, u64) {
     // Saturating: near u64::MAX ns the last window's end would overflow.
     let t0 = (w as u64).saturating_mul(grid.window_ns);
-    let t1 = if w + 1 == grid.windows() { grid.end_ns.max(t0.saturating_add(1)) } else { t0.saturating_add(grid.window_ns) };
+    let t1 =
+        if w + 1 == grid.windows() { grid.end_ns.max(t0.saturating_add(1)) } else { t0.saturating_add(grid.window_ns) };
     (t0, t1)
 }
 

@@ -379,7 +379,11 @@ fn axis_section(body: &mut String, d: &Drawn<'_>, ai: usize) -> usize {
             c.push(Series::new(name, li, Style::LineDots, pts).titles(titles));
         }
         let id = format!("{metric}@{}", a.name);
-        let sub = if dots_left_out { format!("lines of over {MAX_DOTS} points are drawn without dots") } else { String::new() };
+        let sub = if dots_left_out {
+            format!("lines of over {MAX_DOTS} points are drawn without dots")
+        } else {
+            String::new()
+        };
         body.push_str(&figure(&id, metric, &sub, &c.svg(), ""));
         n += 1;
     }

@@ -465,6 +465,6 @@ fn a_zip_with_a_repeated_value_is_one_dimension() {
     let html = read(&dir.join("report.html"));
     let names: Vec<String> = figures(&html).into_iter().map(|f| f.0).collect();
     let zip = "link.sharing / workload.arrival.rate_per_s";
-    assert_eq!(names, [format!("x@n"), format!("x@{zip}")], "{names:?}");
+    assert_eq!(names, ["x@n".to_owned(), format!("x@{zip}")], "{names:?}");
     assert!(html.contains("fifo / 2.0, processor_sharing / 5.0, fifo / 9.0"), "the zip's values, paired");
 }
