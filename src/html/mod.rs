@@ -235,8 +235,10 @@ fn missing(file: &str, what: &str) -> String {
     format!("<p class=\"missing\" data-missing=\"{}\">{}</p>\n", esc(file), esc(what))
 }
 
-/// `n` with thousands separators.
-fn int(n: u64) -> String {
+/// `n` with thousands separators (a `u128` for sums of `u64` counts,
+/// which can overflow a `u64` in a hostile report.json).
+fn int(n: impl Into<u128>) -> String {
+    let n: u128 = n.into();
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
@@ -288,8 +290,8 @@ mod tests {
 
     #[test]
     fn numbers_format_for_people() {
-        assert_eq!(int(4_029_129), "4,029,129");
-        assert_eq!(int(999), "999");
+        assert_eq!(int(4_029_129u64), "4,029,129");
+        assert_eq!(int(999u64), "999");
         assert_eq!(num(31.2913), "31.29");
         assert_eq!(num(755.603), "755.6");
         assert_eq!(num(43775.13), "43,775");

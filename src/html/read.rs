@@ -23,6 +23,10 @@ const MAX_LINE_BYTES: usize = 1 << 20;
 /// The largest `report.json` read (a real one is tens of KB).
 const MAX_JSON_BYTES: u64 = 64 << 20;
 
+/// The latest time read, ns (a little under `u64::MAX`, so that a window
+/// past the run's end still fits).
+pub const MAX_NS: u64 = 18_000_000_000_000_000_000;
+
 /// Summary statistics of one latency, as `report.json` writes them.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct Stat {
@@ -121,7 +125,8 @@ pub struct RunReport {
     pub seed: u64,
     pub requests_override: Option<u64>,
     pub summary: Summary,
-    /// `vllm bench serve`'s fields, in file order.
+    /// `vllm bench serve`'s fields (a `serde_json::Value` object, whose
+    /// map is a `BTreeMap`: they come out sorted by name, not in file order).
     #[serde(default)]
     pub bench: Option<serde_json::Value>,
     #[serde(default)]
@@ -150,6 +155,14 @@ pub fn run_report(path: &Path, name: &str) -> Result<RunReport, ReportError> {
     let report: RunReport =
         serde_path_to_error::deserialize(&mut de).map_err(|e| place(e.inner(), e.path().to_string()))?;
     de.end().map_err(|e| place(&e, String::new()))?;
+    if report.final_time_ns > MAX_NS {
+        // Past the times `ms_to_ns` reads: the grids' arithmetic would
+        // overflow, and no run lasts 570 years.
+        return Err(ReportError::new(format!(
+            "{name}: final_time_ns: {} is past the largest run end pdsim reads ({MAX_NS} ns)",
+            report.final_time_ns
+        )));
+    }
     Ok(report)
 }
 
@@ -327,7 +340,7 @@ fn ms_to_ns(s: &str) -> Option<u64> {
         return None;
     }
     let ns = (x * 1e6).round();
-    (ns < 1.8e19).then_some(ns as u64)
+    (ns < MAX_NS as f64).then_some(ns as u64)
 }
 
 /// The time grids of the charts over simulated time: a fine one for the
@@ -548,7 +561,8 @@ impl StepSeries {
         let mut t = a;
         while t < b {
             let w = grid.window_of(t);
-            let w_end = ((w as u64 + 1) * grid.window_ns).max(t + 1);
+            // Saturating: the window after the last one can end past u64::MAX.
+            let w_end = (w as u64 + 1).saturating_mul(grid.window_ns).max(t.saturating_add(1));
             let seg_end = if w + 1 == grid.windows() { b } else { w_end.min(b) };
             self.window_integral[w] += v as f64 * (seg_end - t) as f64;
             t = seg_end;
@@ -617,9 +631,9 @@ impl StepSeries {
         let mut cur = first.enter;
         let mut out = Vec::with_capacity(self.fine.len());
         for (i, b) in self.fine.iter().enumerate() {
-            let t0 = i as u64 * grid.fine_ns;
-            let t1 = (t0 + grid.fine_ns).min(grid.end_ns.max(t0));
-            let mid = (t0 + t1) as f64 / 2.0 / 1e9;
+            let t0 = (i as u64).saturating_mul(grid.fine_ns);
+            let t1 = t0.saturating_add(grid.fine_ns).min(grid.end_ns.max(t0));
+            let mid = (t0 as f64 + t1 as f64) / 2.0 / 1e9;
             let (lo, hi) = if b.changed { (b.min, b.max) } else { (cur, cur) };
             if b.changed {
                 cur = b.last;
@@ -634,10 +648,11 @@ impl StepSeries {
         let n = grid.windows();
         (0..n)
             .map(|w| {
-                let t0 = w as u64 * grid.window_ns;
-                let t1 = if w + 1 == n { grid.end_ns.max(t0 + 1) } else { t0 + grid.window_ns };
-                let mid = (t0 + t1) as f64 / 2.0 / 1e9;
-                (mid, self.window_integral[w] / (t1 - t0) as f64 * scale)
+                let t0 = (w as u64).saturating_mul(grid.window_ns);
+                let t1 =
+                    if w + 1 == n { grid.end_ns.max(t0.saturating_add(1)) } else { t0.saturating_add(grid.window_ns) };
+                let mid = (t0 as f64 + t1 as f64) / 2.0 / 1e9;
+                (mid, self.window_integral[w] / t1.saturating_sub(t0).max(1) as f64 * scale)
             })
             .collect()
     }
@@ -656,8 +671,16 @@ impl Timeline {
     }
 }
 
-/// Reads `timeline.csv`.
-pub fn timeline(path: &Path, name: &str, grid: &Grid) -> Result<Timeline, ReportError> {
+/// The most series of drawn entities `timeline.csv` may hold: each keeps
+/// about a thousand fine buckets (some 40 KB), so this bounds the memory
+/// to a few hundred MB; a real run has a dozen or so per rank and link.
+pub const MAX_SERIES: usize = 4096;
+
+/// Reads `timeline.csv`, keeping the series of `entities` only (the ranks
+/// and links of report.json, which the page draws); every row is still
+/// checked.
+pub fn timeline(path: &Path, name: &str, grid: &Grid, entities: &[&str]) -> Result<Timeline, ReportError> {
+    let entities: std::collections::HashSet<&str> = entities.iter().copied().collect();
     let mut csv = CsvLines::open(path, name)?;
     let idx = csv.header(&["time_ms", "entity", "metric", "value"])?;
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -683,6 +706,9 @@ pub fn timeline(path: &Path, name: &str, grid: &Grid) -> Result<Timeline, Report
             return Err(line_err("time_ms", format!("{t} is before the row above it (rows are in time order)")));
         }
         last_t = t_ns;
+        if !entities.contains(entity) {
+            continue;
+        }
         key.clear();
         key.push_str(entity);
         key.push('\u{1f}');
@@ -690,6 +716,14 @@ pub fn timeline(path: &Path, name: &str, grid: &Grid) -> Result<Timeline, Report
         let i = match index.get(key.as_str()) {
             Some(&i) => i,
             None => {
+                if out.series.len() >= MAX_SERIES {
+                    return Err(line_err(
+                        "metric",
+                        format!(
+                            "more than {MAX_SERIES} distinct (entity, metric) series of report.json's ranks and links"
+                        ),
+                    ));
+                }
                 out.series.push(StepSeries::new(entity, metric, grid));
                 index.insert(key.clone(), out.series.len() - 1);
                 out.series.len() - 1
@@ -782,6 +816,10 @@ mod tests {
 
     #[test]
     fn grids_are_round() {
+        // A run of 103.46 s. Fine: 103_461_733_735 / 1000 rounds up to
+        // 103_461_734 ns, and the next 1-2-5 step is 2e8 (0.2 s). Windows:
+        // / 100 = 1_034_617_338 ns, up to 2e9 (2 s); 103.46 / 2 = 51.73, so
+        // 52 windows, and the end falls in window 51 (the last).
         let g = Grid::new(103_461_733_735);
         assert_eq!(g.fine_ns, 200_000_000);
         assert_eq!(g.window_ns, 2_000_000_000);
@@ -799,8 +837,49 @@ mod tests {
         s.change(2, 0, &g);
         s.change(6, 1, &g);
         s.finish(&g);
+        // 1 on [0, 2), 0 on [2, 6), 1 on [6, 10). Window [0, 5): 2 ns of 1
+        // in 5 = 0.4, middle 2.5 ns; window [5, 10): 4 ns of 1 in 5 = 0.8,
+        // middle 7.5 ns.
         let m = s.window_means(&g, 1.0);
         assert_eq!(m, vec![(2.5e-9, 0.4), (7.5e-9, 0.8)]);
+    }
+
+    #[test]
+    fn grids_near_the_largest_time_do_not_overflow() {
+        // The window after the last ends past u64::MAX: these overflowed
+        // (a panic in debug builds).
+        let g = Grid::new(u64::MAX);
+        let mut s = StepSeries::new("r", "busy", &g);
+        s.change(0, 1, &g);
+        s.change(u64::MAX - 5, 2, &g);
+        s.finish(&g);
+        assert_eq!(s.window_means(&g, 1.0).len(), g.windows());
+        assert_eq!(s.band(&g, 1.0).len(), g.fine_len());
+    }
+
+    #[test]
+    fn timelines_keep_the_drawn_entities_only_and_are_capped() {
+        let dir = std::env::temp_dir().join(format!("pdsim-timeline-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("timeline.csv");
+        let g = Grid::new(1_000_000);
+        let mut text = String::from("time_ms,entity,metric,value\n");
+        for i in 0..20 {
+            text.push_str(&format!("0,e{i},m,1\n"));
+        }
+        std::fs::write(&path, &text).unwrap();
+        let t = timeline(&path, "timeline.csv", &g, &["e3", "e7"]).unwrap();
+        let names: Vec<&str> = t.series.iter().map(|s| s.entity.as_str()).collect();
+        assert_eq!(names, ["e3", "e7"]);
+        // One drawn entity with too many metrics: exit 2, not a memory blow-up.
+        let mut text = String::from("time_ms,entity,metric,value\n");
+        for i in 0..=MAX_SERIES {
+            text.push_str(&format!("0,r,m{i},1\n"));
+        }
+        std::fs::write(&path, &text).unwrap();
+        let e = timeline(&path, "timeline.csv", &g, &["r"]).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("timeline.csv:{}: column metric: more than", MAX_SERIES + 2)), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

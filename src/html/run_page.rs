@@ -68,7 +68,11 @@ pub fn render(dir: &Path) -> Result<Page, ReportError> {
     let report = read::run_report(&rp, &rp.display().to_string())?;
     let grid = Grid::new(report.final_time_ns);
     let requests = optional(dir, "requests.csv", |p, n| read::requests(p, n, &grid))?;
-    let timeline = optional(dir, "timeline.csv", |p, n| read::timeline(p, n, &grid))?;
+    // Only the ranks' and links' series are drawn: the others are not kept
+    // (each costs a thousand buckets).
+    let entities: Vec<&str> =
+        report.ranks.iter().map(|r| r.name.as_str()).chain(report.links.iter().map(|l| l.name.as_str())).collect();
+    let timeline = optional(dir, "timeline.csv", |p, n| read::timeline(p, n, &grid, &entities))?;
     let mut b = Body { html: String::new(), charts: 0, missing: Vec::new() };
     header(&mut b, &report);
     summary(&mut b, &report);
@@ -190,7 +194,7 @@ fn summary(b: &mut Body, r: &RunReport) {
     }
     b.html.push_str(&card(
         "Prefix-cache hits",
-        &format!("{} tok", int(s.prefill_hit_tokens + s.decode_hit_tokens)),
+        &format!("{} tok", int(u128::from(s.prefill_hit_tokens) + u128::from(s.decode_hit_tokens))),
         &format!("{} prefill-side, {} decode-side", int(s.prefill_hit_tokens), int(s.decode_hit_tokens)),
     ));
     b.html.push_str(&card("Preemptions", &int(s.preemptions), "recomputed sequences"));
@@ -504,12 +508,14 @@ fn ttft_over_time(b: &mut Body, q: &Requests, grid: &Grid) {
 
 fn window_mid_s(grid: &Grid, w: usize) -> f64 {
     let (t0, t1) = window_bounds(grid, w);
-    (t0 + t1) as f64 / 2.0 / 1e9
+    (t0 as f64 + t1 as f64) / 2.0 / 1e9
 }
 
 fn window_bounds(grid: &Grid, w: usize) -> (u64, u64) {
-    let t0 = w as u64 * grid.window_ns;
-    let t1 = if w + 1 == grid.windows() { grid.end_ns.max(t0 + 1) } else { t0 + grid.window_ns };
+    // Saturating: near u64::MAX ns the last window's end would overflow.
+    let t0 = (w as u64).saturating_mul(grid.window_ns);
+    let t1 =
+        if w + 1 == grid.windows() { grid.end_ns.max(t0.saturating_add(1)) } else { t0.saturating_add(grid.window_ns) };
     (t0, t1)
 }
 
@@ -546,7 +552,7 @@ fn outcomes(b: &mut Body, r: &RunReport) {
     for (reason, n) in reasons {
         chart.push(Bar { label: format!("failed: {reason}"), values: vec![0.0, *n as f64, 0.0] });
     }
-    let in_flight = s.requests.saturating_sub(s.completed + s.failed);
+    let in_flight = s.requests.saturating_sub(s.completed.saturating_add(s.failed));
     if in_flight > 0 {
         chart.push(Bar { label: "in flight (unfinished)".into(), values: vec![0.0, 0.0, in_flight as f64] });
     }

@@ -240,8 +240,18 @@ fn step_decimals(step: f64) -> usize {
 /// least ten thousand of it.
 fn format_tick(v: f64, magnitude: f64, step: f64) -> String {
     let units = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
-    if v == 0.0 && magnitude >= 1e4 {
+    if v == 0.0 && (magnitude >= 1e4 || step_decimals(step) > MAX_DECIMALS) {
         return "0".to_owned();
+    }
+    // Past the largest suffix, or with more decimals than a reader counts,
+    // plain digits would make labels tens of characters long (and push the
+    // plot out of the chart): exponent form, with the digits the step needs.
+    if magnitude >= 1e15 || step_decimals(step) > MAX_DECIMALS {
+        // Digits from the axis's largest tick, so all labels have as many.
+        let mag_v = if magnitude > 0.0 { libm::log10(magnitude).floor() } else { 0.0 };
+        let mag_s = if step.is_finite() && step > 0.0 { libm::log10(step).floor() } else { mag_v };
+        let digits = (mag_v - mag_s).clamp(0.0, 15.0) as usize;
+        return format!("{v:.digits$e}");
     }
     let (x, dec, unit) = match units.iter().find(|(scale, _)| magnitude >= 10.0 * scale) {
         Some(&(scale, unit)) => (v / scale, step_decimals(step / scale), unit),
@@ -253,10 +263,17 @@ fn format_tick(v: f64, magnitude: f64, step: f64) -> String {
     s + unit
 }
 
+/// The most decimals a tick label is written with before it switches to
+/// exponent form.
+const MAX_DECIMALS: usize = 9;
+
 /// Ticks of a linear range: (domain low, domain high, ticks, step).
 fn linear_ticks(lo: f64, hi: f64, extend: bool, target: usize) -> (f64, f64, Vec<f64>, f64) {
-    let step = nice_step((hi - lo) / target.max(1) as f64);
+    // Halves first: `hi - lo` overflows for ranges near ±f64::MAX.
+    let step = nice_step((hi / 2.0 - lo / 2.0) / target.max(1) as f64 * 2.0);
     let (d0, d1) = if extend { ((lo / step).floor() * step, (hi / step).ceil() * step) } else { (lo, hi) };
+    // Rounding outwards can overflow too; then the range stays as it is.
+    let (d0, d1) = if d0.is_finite() && d1.is_finite() { (d0, d1) } else { (lo, hi) };
     let first = (d0 / step).ceil();
     let mut ticks = Vec::new();
     let mut k = first;
@@ -285,14 +302,21 @@ impl Mapped {
             let t = |v: f64| if log { libm::log10(v) } else { v };
             let lo = ticks.iter().map(|x| t(x.0)).fold(f64::INFINITY, f64::min);
             let hi = ticks.iter().map(|x| t(x.0)).fold(f64::NEG_INFINITY, f64::max);
-            let pad = if hi > lo { (hi - lo) * 0.06 } else { lo.abs().max(1.0) * 0.5 };
+            let pad = if hi > lo { (hi / 2.0 - lo / 2.0) * 0.12 } else { lo.abs().max(1.0) * 0.5 };
+            let (mut d0, mut d1) = (lo - pad, hi + pad);
+            if !(d0.is_finite() && d1.is_finite()) {
+                // The margin overflows near ±f64::MAX: no margin.
+                (d0, d1) = (lo, hi);
+            }
             let ticks = ticks.iter().map(|(v, l)| (*v, format!("{l}{}", axis.suffix))).collect();
-            return Mapped { scale: axis.scale.clone(), d0: lo - pad, d1: hi + pad, p0, p1, ticks };
+            return Mapped { scale: axis.scale.clone(), d0, d1, p0, p1, ticks };
         }
         match &axis.scale {
             Scale::Categories(names) => {
                 let n = names.len().max(1) as f64;
-                let ticks = names.iter().enumerate().map(|(i, s)| (i as f64, s.clone())).collect();
+                // At most about 50 ticks: every k-th name.
+                let every = names.len().div_ceil(50).max(1);
+                let ticks = names.iter().enumerate().step_by(every).map(|(i, s)| (i as f64, s.clone())).collect();
                 Mapped { scale: axis.scale.clone(), d0: -0.5, d1: n - 0.5, p0, p1, ticks }
             }
             Scale::Log => {
@@ -337,12 +361,16 @@ impl Mapped {
                     lo = lo.min(0.0);
                     hi = hi.max(0.0);
                 }
-                if hi - lo <= f64::EPSILON * hi.abs().max(1.0) {
+                if hi / 2.0 - lo / 2.0 <= f64::EPSILON / 2.0 * hi.abs().max(1.0) {
                     let pad = if hi == 0.0 { 1.0 } else { hi.abs() * 0.1 };
                     if !(axis.from_zero && lo == 0.0) {
                         lo -= pad;
                     }
                     hi += pad;
+                }
+                if !(lo.is_finite() && hi.is_finite()) {
+                    // The pad overflowed (a value near ±f64::MAX).
+                    (lo, hi) = (lo.max(f64::MIN), hi.min(f64::MAX));
                 }
                 let (d0, d1, ticks, step) = linear_ticks(lo, hi, extend, target);
                 let mag = ticks.iter().fold(0f64, |m, t| m.max(t.abs()));
@@ -365,16 +393,23 @@ impl Mapped {
         if !t.is_finite() {
             return None;
         }
-        let span = self.d1 - self.d0;
-        let f = if span > 0.0 { (t - self.d0) / span } else { 0.5 };
-        Some(self.p0 + f * (self.p1 - self.p0))
+        // In halves: `d1 - d0` and `t - d0` overflow for a domain near
+        // ±f64::MAX, and an infinite span would give NaN pixels.
+        let span = self.d1 / 2.0 - self.d0 / 2.0;
+        let f = if span > 0.0 && span.is_finite() { (t / 2.0 - self.d0 / 2.0) / span } else { 0.5 };
+        let p = self.p0 + f * (self.p1 - self.p0);
+        p.is_finite().then_some(p)
     }
 }
 
 /// Thins a polyline in pixels: consecutive points in one pixel column
 /// become the first, lowest, highest and last of them (in their order), so
 /// at most four points a column remain and the drawn envelope is the same.
+/// Points with a non-finite coordinate are left out (a NaN is in no
+/// column: comparing with it would never advance).
 pub fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let finite: Vec<(f64, f64)> = points.iter().copied().filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
+    let points = &finite[..];
     let mut out: Vec<(f64, f64)> = Vec::with_capacity(points.len().min(4096));
     let mut i = 0;
     while i < points.len() {
@@ -390,6 +425,8 @@ pub fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
             }
             j += 1;
         }
+        // Point i is in its own column, so j > i: the loop advances.
+        debug_assert!(j > i);
         let mut keep = [i, lo, hi, j - 1];
         keep.sort_unstable();
         let mut last = usize::MAX;
@@ -451,7 +488,8 @@ impl XyChart {
         // The y ticks decide the left margin.
         let probe = Mapped::new(&self.y, &ys, h - BOTTOM, TOP, 5);
         let widest = probe.ticks.iter().map(|t| t.1.chars().count()).max().unwrap_or(1) as f64;
-        let left = (widest * CHAR_W + 26.0).max(40.0);
+        // At most half the chart, whatever the labels.
+        let left = (widest * CHAR_W + 26.0).max(40.0).min((w / 2.0).max(40.0));
         let x_target = (((w - left - RIGHT) / 75.0).floor() as usize).max(2);
         let xm = Mapped::new(&self.x, &xs, left, w - RIGHT, x_target);
         // x labels that would overlap go to a second row, or are left out.
@@ -553,7 +591,8 @@ impl XyChart {
 
     fn draw(&self, s: &mut String, series: &Series, xm: &Mapped, ym: &Mapped, area: (f64, f64, f64, f64)) {
         let (pl, pr, pt, pb) = area;
-        let clamp = |(x, y): (f64, f64)| (x.clamp(pl - 1.0, pr + 1.0), y.clamp(pt - 1.0, pb + 1.0));
+        // max/min, not `clamp`: that panics when a narrow chart leaves pr < pl.
+        let clamp = |(x, y): (f64, f64)| ((x.max(pl - 1.0)).min(pr + 1.0), (y.max(pt - 1.0)).min(pb + 1.0));
         let mut pts: Vec<(f64, f64)> = Vec::with_capacity(series.points.len());
         let mut keep_idx: Vec<usize> = Vec::with_capacity(series.points.len());
         // Where a line breaks: before the kept point at each index here (a
@@ -577,7 +616,7 @@ impl XyChart {
             let mut cols: Vec<(f64, f64, f64)> = Vec::new();
             for (k, &(x, lo)) in pts.iter().enumerate() {
                 let Some(hi) = series.highs.get(keep_idx[k]).and_then(|&h| ym.pos(h)) else { continue };
-                let hi = hi.clamp(pt - 1.0, pb + 1.0);
+                let hi = hi.max(pt - 1.0).min(pb + 1.0);
                 // Pixel y grows downwards: the high value has the smaller y.
                 let (top, bottom) = (hi.min(lo), hi.max(lo));
                 match cols.last_mut() {
@@ -852,6 +891,11 @@ mod tests {
         assert_eq!(format_tick(0.25, 1.0, 0.05), "0.25");
         assert_eq!(format_tick(-0.0, 1.0, 0.1), "0.0");
         assert_eq!(format_tick(0.001, 0.001, 0.001), "0.001");
+        // Long labels switch to exponent form.
+        assert_eq!(format_tick(2e69, 1e70, 2e69), "2.0e69");
+        assert_eq!(format_tick(1e70, 1e70, 2e69), "1.0e70");
+        assert_eq!(format_tick(1.5e-60, 2.5e-60, 5e-61), "1.5e-60");
+        assert_eq!(format_tick(0.0, 2.5e-60, 5e-61), "0");
     }
 
     #[test]
@@ -863,6 +907,36 @@ mod tests {
         assert_eq!(t.last(), pts.last());
         let max = t.iter().map(|p| p.1).fold(0.0, f64::max);
         assert_eq!(max, 10.0);
+    }
+
+    #[test]
+    fn thinning_skips_points_that_are_not_numbers() {
+        // A NaN is in no pixel column: this looped for ever, and a NaN first
+        // point made `j - 1` wrap.
+        let pts = [(f64::NAN, 1.0), (1.5, 2.0), (f64::NAN, 3.0), (1.7, 0.5), (f64::INFINITY, 1.0), (2.2, 4.0)];
+        assert_eq!(thin(&pts), vec![(1.5, 2.0), (1.7, 0.5), (2.2, 4.0)]);
+        assert!(thin(&[(f64::NAN, f64::NAN)]).is_empty());
+    }
+
+    #[test]
+    fn charts_survive_ranges_near_the_largest_double() {
+        for (xs, ys) in [
+            (vec![-1e308, 7.9e307, 0.0], vec![1.0, 2.0, 3.0]),
+            (vec![1e308, -1e308], vec![1.0, 2.0]),
+            (vec![1.0, 2.0], vec![1e70, 2.0]),
+            (vec![1.0, 2.0], vec![1e-60, 2e-60]),
+        ] {
+            let pts: Vec<(f64, f64)> = xs.into_iter().zip(ys).collect();
+            let mut c = XyChart::new(Axis::linear("x"), Axis::linear("y"), 500.0, 240.0);
+            c.push(Series::new("a", 0, Style::LineDots, pts.clone()));
+            let svg = c.svg();
+            assert!(!svg.contains("NaN") && !svg.contains("inf"), "{pts:?}");
+            assert_eq!(svg.matches("class=\"mark\"").count(), pts.len() + 1, "{pts:?}");
+            // A narrow chart with long labels: no `clamp` with min > max.
+            let mut c = XyChart::new(Axis::linear("x"), Axis::linear("y"), 60.0, 100.0);
+            c.push(Series::new("a", 0, Style::LineDots, pts.clone()));
+            let _ = c.svg();
+        }
     }
 
     #[test]

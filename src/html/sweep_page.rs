@@ -3,6 +3,7 @@
 //! one line per combination of the other axes' values (the mean over the
 //! seeds, each seed a faint dot behind it), and the table of every row.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -17,6 +18,18 @@ const H: f64 = 240.0;
 /// Rows listed in the page's table at most.
 const TABLE_ROWS: usize = 2000;
 
+/// Lines (combinations of the other axes' values) drawn per chart at most:
+/// the first ones seen; a note says how many are left out.
+const MAX_LINES: usize = 20;
+
+/// Points a line is drawn with dots (and hover texts, and each seed's
+/// faint dots) at most; longer lines are drawn as lines only.
+const MAX_DOTS: usize = 200;
+
+/// An axis with more values than this gets nice ticks instead of a tick
+/// per value.
+const MAX_VALUE_TICKS: usize = 20;
+
 /// One dimension of the grid: an axis column, or the columns of a
 /// `[[zip]]` (whose values advance together: each determines the others);
 /// its distinct values (joined by " / " for a zip) in the order they first
@@ -26,6 +39,8 @@ struct AxisInfo {
     columns: Vec<usize>,
     values: Vec<String>,
     numbers: Option<Vec<f64>>,
+    /// Each value's index in `values` (lookups only: the order is `values`').
+    index: HashMap<String, usize>,
 }
 
 /// The value of dimension `columns` in a row's axis cells.
@@ -34,20 +49,27 @@ fn dim_value(cells: &[String], columns: &[usize]) -> String {
 }
 
 /// Whether the axis columns `a` and `b` advance together: each has two
-/// values or more, and each one's value determines the other's in every
-/// row (a `[[zip]]`; independent axes of a grid never do).
+/// values or more, and one's value determines the other's in every row (a
+/// `[[zip]]`, even one with a repeated value such as fifo, ps, fifo with
+/// three rates; independent axes of a full grid never do).
 fn zipped(t: &SweepTable, a: usize, b: usize) -> bool {
-    let mut ab: Vec<(&str, &str)> = Vec::new();
-    for r in &t.rows {
-        let pair = (r.axes[a].as_str(), r.axes[b].as_str());
-        if !ab.contains(&pair) {
-            if ab.iter().any(|p| p.0 == pair.0 || p.1 == pair.1) {
-                return false;
-            }
-            ab.push(pair);
+    // For each value of one column, the other's value, or None once it
+    // has had two.
+    let mut a_to_b: HashMap<&str, Option<&str>> = HashMap::new();
+    let mut b_to_a: HashMap<&str, Option<&str>> = HashMap::new();
+    fn note<'a>(m: &mut HashMap<&'a str, Option<&'a str>>, k: &'a str, v: &'a str) {
+        let e = m.entry(k).or_insert(Some(v));
+        if *e != Some(v) {
+            *e = None;
         }
     }
-    ab.len() >= 2
+    for r in &t.rows {
+        let (x, y) = (r.axes[a].as_str(), r.axes[b].as_str());
+        note(&mut a_to_b, x, y);
+        note(&mut b_to_a, y, x);
+    }
+    let determines = |m: &HashMap<&str, Option<&str>>| m.values().all(Option::is_some);
+    a_to_b.len() >= 2 && b_to_a.len() >= 2 && (determines(&a_to_b) || determines(&b_to_a))
 }
 
 /// The grid's dimensions: axis columns, zipped ones joined.
@@ -62,22 +84,24 @@ fn dimensions(t: &SweepTable) -> Vec<AxisInfo> {
     dims.into_iter()
         .map(|columns| {
             let mut values: Vec<String> = Vec::new();
+            let mut index: HashMap<String, usize> = HashMap::new();
             for r in &t.rows {
                 let v = dim_value(&r.axes, &columns);
-                if !values.contains(&v) {
+                if !index.contains_key(&v) {
+                    index.insert(v.clone(), values.len());
                     values.push(v);
                 }
             }
             let numbers = if columns.len() == 1 { values.iter().map(|v| number(v)).collect() } else { None };
             let name = columns.iter().map(|&c| t.axes[c].as_str()).collect::<Vec<_>>().join(" / ");
-            AxisInfo { name, columns, values, numbers }
+            AxisInfo { name, columns, values, numbers, index }
         })
         .collect()
 }
 
 impl AxisInfo {
     fn position(&self, v: &str) -> f64 {
-        let i = self.values.iter().position(|x| x == v).unwrap_or(0);
+        let i = self.index.get(v).copied().unwrap_or(0);
         match &self.numbers {
             Some(n) => n[i],
             None => i as f64,
@@ -90,12 +114,15 @@ impl AxisInfo {
         match &self.numbers {
             Some(n) => {
                 let (lo, hi) = n.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
-                let ticks = n.iter().copied().zip(self.values.iter().cloned()).collect();
-                if n.len() >= 3 && lo > 0.0 && hi / lo >= 100.0 {
-                    Axis::log(format!("{} (log scale)", self.name)).ticks_at(ticks)
+                let ticks: Vec<(f64, String)> = n.iter().copied().zip(self.values.iter().cloned()).collect();
+                let axis = if n.len() >= 3 && lo > 0.0 && hi / lo >= 100.0 {
+                    Axis::log(format!("{} (log scale)", self.name))
                 } else {
-                    Axis::linear(self.name.clone()).ticks_at(ticks)
-                }
+                    Axis::linear(self.name.clone())
+                };
+                // Many values: nice ticks (a tick and a grid line per value
+                // would make each chart megabytes).
+                if ticks.len() > MAX_VALUE_TICKS { axis } else { axis.ticks_at(ticks) }
             }
             None => Axis::categories(self.name.clone(), self.values.clone()),
         }
@@ -155,8 +182,9 @@ pub fn render(dir: &Path) -> Result<Page, ReportError> {
     }
     let seeds: Vec<&str> = {
         let mut s: Vec<&str> = Vec::new();
+        let mut seen: HashSet<&str> = HashSet::new();
         for r in &t.rows {
-            if !s.contains(&r.seed.as_str()) {
+            if seen.insert(r.seed.as_str()) {
                 s.push(&r.seed);
             }
         }
@@ -178,7 +206,12 @@ pub fn render(dir: &Path) -> Result<Page, ReportError> {
     body.push_str("<ul>");
     for a in &axes {
         let zip = if a.columns.len() > 1 { " (zipped: they advance together)" } else { "" };
-        let _ = write!(body, "<li><code>{}</code>{zip}: {}</li>", esc(&a.name), esc(&a.values.join(", ")));
+        // The first values only: a sweep can have tens of thousands.
+        let mut list = a.values.iter().take(MAX_VALUE_TICKS * 2).cloned().collect::<Vec<_>>().join(", ");
+        if a.values.len() > MAX_VALUE_TICKS * 2 {
+            let _ = write!(list, ", … ({} values)", a.values.len());
+        }
+        let _ = write!(body, "<li><code>{}</code>{zip}: {}</li>", esc(&a.name), esc(&list));
     }
     let _ = write!(body, "<li>seeds: {}</li>", esc(&seeds.join(", ")));
     body.push_str("</ul>\n");
@@ -257,19 +290,20 @@ fn axis_section(body: &mut String, d: &Drawn<'_>, ai: usize) -> usize {
     let others: Vec<usize> = (0..axes.len()).filter(|&o| o != ai).collect();
     // One line per combination of the other axes' values, in first-seen order.
     let mut lines: Vec<Vec<&str>> = Vec::new();
-    let line_of: Vec<usize> = keys
-        .iter()
-        .map(|r| {
-            let key: Vec<&str> = others.iter().map(|&o| r[o].as_str()).collect();
-            match lines.iter().position(|k| *k == key) {
-                Some(i) => i,
-                None => {
-                    lines.push(key);
-                    lines.len() - 1
-                }
-            }
-        })
-        .collect();
+    let mut line_index: HashMap<Vec<&str>, usize> = HashMap::new();
+    // The rows of each line, in file order.
+    let mut rows_of: Vec<Vec<usize>> = Vec::new();
+    for (r, row) in keys.iter().enumerate() {
+        let key: Vec<&str> = others.iter().map(|&o| row[o].as_str()).collect();
+        let i = *line_index.entry(key.clone()).or_insert_with(|| {
+            lines.push(key);
+            rows_of.push(Vec::new());
+            lines.len() - 1
+        });
+        rows_of[i].push(r);
+    }
+    let all_lines = lines.len();
+    lines.truncate(MAX_LINES);
     let line_name = |k: &[&str]| -> String {
         if others.is_empty() {
             "every point".to_owned()
@@ -287,6 +321,9 @@ fn axis_section(body: &mut String, d: &Drawn<'_>, ai: usize) -> usize {
     if seeds > 1 {
         body.push_str(&format!(", the mean over its {seeds} seeds; each seed's value is a faint dot"));
     }
+    if all_lines > lines.len() {
+        let _ = write!(body, "; only the first {} of its {all_lines} lines are drawn", lines.len());
+    }
     body.push_str(".</p>\n");
     body.push_str(&svg::legend(&legend));
     body.push_str("<div class=\"charts small\">\n");
@@ -294,22 +331,21 @@ fn axis_section(body: &mut String, d: &Drawn<'_>, ai: usize) -> usize {
     for &m in drawn {
         let metric = &t.metrics[m];
         let mut c = XyChart::new(a.chart_axis(), Axis::linear(unit(metric)), W, H);
+        let mut dots_left_out = false;
         for (li, key) in lines.iter().enumerate() {
             // (x, values over seeds) in the axis's value order; an x whose
             // rows have no value (an empty cell) leaves a gap in the line.
             let mut at: Vec<(f64, String, Vec<f64>)> = Vec::new();
-            for (r, key) in keys.iter().enumerate() {
-                if line_of[r] != li {
-                    continue;
-                }
+            let mut at_index: HashMap<u64, usize> = HashMap::new();
+            for &r in &rows_of[li] {
+                let key = &keys[r];
                 let x = a.position(&key[ai]);
-                let i = match at.iter().position(|p| p.0 == x) {
-                    Some(i) => i,
-                    None => {
-                        at.push((x, key[ai].clone(), Vec::new()));
-                        at.len() - 1
-                    }
-                };
+                // By bits, with -0 as 0 (the positions are finite).
+                let bits = if x == 0.0 { 0 } else { x.to_bits() };
+                let i = *at_index.entry(bits).or_insert_with(|| {
+                    at.push((x, key[ai].clone(), Vec::new()));
+                    at.len() - 1
+                });
                 if let Some(v) = columns[m][r] {
                     at[i].2.push(v);
                 }
@@ -321,6 +357,12 @@ fn axis_section(body: &mut String, d: &Drawn<'_>, ai: usize) -> usize {
             let name = line_name(key);
             let mean = |v: &[f64]| if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 };
             let pts: Vec<(f64, f64)> = at.iter().map(|p| (p.0, mean(&p.2))).collect();
+            if pts.len() > MAX_DOTS {
+                // A line only (thinned to the pixels when drawn).
+                dots_left_out = true;
+                c.push(Series::new(name, li, Style::Line, pts));
+                continue;
+            }
             let titles: Vec<String> = at
                 .iter()
                 .zip(&pts)
@@ -337,7 +379,12 @@ fn axis_section(body: &mut String, d: &Drawn<'_>, ai: usize) -> usize {
             c.push(Series::new(name, li, Style::LineDots, pts).titles(titles));
         }
         let id = format!("{metric}@{}", a.name);
-        body.push_str(&figure(&id, metric, "", &c.svg(), ""));
+        let sub = if dots_left_out {
+            format!("lines of over {MAX_DOTS} points are drawn without dots")
+        } else {
+            String::new()
+        };
+        body.push_str(&figure(&id, metric, &sub, &c.svg(), ""));
         n += 1;
     }
     body.push_str("</div></section>\n");

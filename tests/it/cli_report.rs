@@ -330,3 +330,141 @@ fn bad_folders_and_files_exit_2_naming_them() {
     let e = fail(&["report", sweep.to_str().unwrap()]);
     assert!(e.contains("sweep.csv:3: 3 fields, but the header has 4"), "{e}");
 }
+
+/// Runs `pdsim report` on a folder holding only `sweep.csv` = `csv`; the
+/// outcome is a page (exit 0) or exit 2 with one line naming sweep.csv —
+/// never a hang, panic or internal error.
+fn report_sweep_csv(name: &str, csv: &str) -> (i32, String) {
+    let dir = scratch_dir(name);
+    std::fs::write(dir.join("sweep.csv"), csv).unwrap();
+    let (code, stdout, stderr) = outcome(&pdsim(&["report", dir.to_str().unwrap()]));
+    match code {
+        0 => {
+            let html = read(&dir.join("report.html"));
+            assert!(!html.contains("NaN") && !html.contains("inf\""), "{name}: a number that is not one");
+        }
+        2 => assert!(stderr.lines().count() == 1 && stderr.contains("sweep.csv"), "{name}: {stderr}"),
+        _ => panic!("{name}: exit {code}: {stdout} {stderr}"),
+    }
+    (code, stderr)
+}
+
+#[test]
+fn extreme_sweep_values_give_a_page_not_a_hang_or_crash() {
+    // An axis range that fits in f64 but whose padded span does not (this
+    // hung in `thin` with NaN pixels), one whose span overflows outright
+    // (an index out of bounds), and metrics whose tick labels would be
+    // dozens of characters long (a `clamp` with min > max).
+    let cases = [
+        ("report-huge-range", "point,a,seed,x\n0,-1e308,1,1\n1,7.9e307,1,2\n2,0,1,3\n"),
+        ("report-overflow-range", "point,a,seed,x\n0,1e308,1,1\n1,-1e308,1,2\n"),
+        ("report-huge-metric", "point,a,seed,x\n0,1,1,1e70\n1,2,1,2\n"),
+        ("report-tiny-metric", "point,a,seed,x\n0,1,1,1e-60\n1,2,1,2e-60\n"),
+    ];
+    for (name, csv) in cases {
+        report_sweep_csv(name, csv);
+    }
+}
+
+#[test]
+fn a_timeline_of_many_series_is_not_kept_in_memory() {
+    // 20,000 entities that are no rank or link of report.json: read and
+    // checked, not kept (they cost 40 KB each: 443 MB before).
+    let dir = run_with_html("llama-3.1-8b-aggregated.toml", "report-many-series", &["--no-trace"]);
+    let mut text = String::from("time_ms,entity,metric,value\n");
+    for i in 0..20_000 {
+        text.push_str(&format!("0,e{i},m,1\n"));
+    }
+    std::fs::write(dir.join("timeline.csv"), &text).unwrap();
+    ok(&["report", dir.to_str().unwrap()]);
+    // A rank with more metrics than the cap: exit 2 naming the line.
+    let report = read(&dir.join("report.json"));
+    let v: serde_json::Value = serde_json::from_str(&report).unwrap();
+    let rank = v["ranks"][0]["name"].as_str().unwrap().to_owned();
+    let mut text = String::from("time_ms,entity,metric,value\n");
+    for i in 0..5_000 {
+        text.push_str(&format!("0,{rank},m{i},1\n"));
+    }
+    std::fs::write(dir.join("timeline.csv"), &text).unwrap();
+    let (code, stdout, stderr) = outcome(&pdsim(&["report", dir.to_str().unwrap()]));
+    assert_eq!(code, 2, "{stdout} {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("timeline.csv:4098: column metric: more than 4096"), "{stderr}");
+}
+
+#[test]
+fn huge_report_json_numbers_do_not_overflow() {
+    let dir = run_with_html("llama-3.1-8b-aggregated.toml", "report-huge-numbers", &["--no-trace"]);
+    let report = read(&dir.join("report.json"));
+    let mut v: serde_json::Value = serde_json::from_str(&report).unwrap();
+    // Hit tokens whose sum is past u64::MAX, and counts that overflow
+    // completed + failed: a page, with the sum in full.
+    v["summary"]["prefill_hit_tokens"] = u64::MAX.into();
+    v["summary"]["decode_hit_tokens"] = (u64::MAX - 1).into();
+    v["summary"]["completed"] = u64::MAX.into();
+    v["summary"]["failed"] = u64::MAX.into();
+    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    ok(&["report", dir.to_str().unwrap()]);
+    let html = read(&dir.join("report.html"));
+    assert!(html.contains("36,893,488,147,419,103,229 tok"), "the hit-token sum in full");
+    // A run end at u64::MAX ns: exit 2 naming the file and the field.
+    v["final_time_ns"] = u64::MAX.into();
+    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let (code, stdout, stderr) = outcome(&pdsim(&["report", dir.to_str().unwrap()]));
+    assert_eq!(code, 2, "{stdout} {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("report.json: final_time_ns: 18446744073709551615 is past"), "{stderr}");
+    // Just under the cap: a page.
+    v["final_time_ns"] = 18_000_000_000_000_000_000u64.into();
+    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    ok(&["report", dir.to_str().unwrap()]);
+}
+
+#[test]
+fn a_big_sweep_csv_gives_a_bounded_page() {
+    // 60,000 rows: axis a with 30,000 values, b with 2 (a full grid). This
+    // took 28 s (linear lookups per row) and made an 18 MB page (a tick per
+    // value, a dot per point).
+    let mut csv = String::from("point,a,b,seed,x,y\n");
+    for i in 0..60_000u64 {
+        let _ = std::fmt::Write::write_fmt(
+            &mut csv,
+            format_args!("{i},{},{},1,{},{}\n", i / 2, i % 2, i % 1000, (i * 7) % 13),
+        );
+    }
+    let dir = scratch_dir("report-big-sweep");
+    std::fs::write(dir.join("sweep.csv"), &csv).unwrap();
+    ok(&["report", dir.to_str().unwrap()]);
+    let html = read(&dir.join("report.html"));
+    assert!(html.len() < 3 << 20, "{} bytes", html.len());
+    let figs = figures(&html);
+    assert!(figs.iter().any(|f| f.0 == "x@a") && figs.iter().any(|f| f.0 == "x@b"));
+    // Against b: one line per value of a, capped; against a: two lines of
+    // 30,000 points, drawn without dots.
+    assert!(html.contains("only the first 20 of its 30000 lines are drawn"), "no note on the lines left out");
+    assert!(html.contains("drawn without dots"), "no note on the dots left out");
+    assert!(html.contains("… (30000 values)"));
+}
+
+#[test]
+fn a_zip_with_a_repeated_value_is_one_dimension() {
+    // link.sharing = [fifo, processor_sharing, fifo] zipped with three
+    // rates: the rate determines the sharing (not the other way round).
+    // Crossed with an independent axis `n`, which stays its own dimension.
+    let mut csv = String::from("point,n,link.sharing,workload.arrival.rate_per_s,seed,x\n");
+    let mut p = 0;
+    for n in [1, 2] {
+        for (s, r) in [("fifo", "2.0"), ("processor_sharing", "5.0"), ("fifo", "9.0")] {
+            csv.push_str(&format!("{p},{n},{s},{r},1,{}\n", p * 3 + 1));
+            p += 1;
+        }
+    }
+    let dir = scratch_dir("report-zip-repeated");
+    std::fs::write(dir.join("sweep.csv"), &csv).unwrap();
+    ok(&["report", dir.to_str().unwrap()]);
+    let html = read(&dir.join("report.html"));
+    let names: Vec<String> = figures(&html).into_iter().map(|f| f.0).collect();
+    let zip = "link.sharing / workload.arrival.rate_per_s";
+    assert_eq!(names, ["x@n".to_owned(), format!("x@{zip}")], "{names:?}");
+    assert!(html.contains("fifo / 2.0, processor_sharing / 5.0, fifo / 9.0"), "the zip's values, paired");
+}
