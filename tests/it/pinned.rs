@@ -3,8 +3,8 @@
 //! Each shipped scenario is run as `pdsim run scenarios/<file>` runs it (its
 //! own seed and request count, the same label), and the bytes of its
 //! `report.json`, `requests.csv` and `timeline.csv` are hashed (FNV-1a, 64
-//! bits). A change of any number in them fails this test, so a change of
-//! behaviour shows up as a deliberate update of the table below, in a
+//! bits), and so is one scenario's report.html. A change of any number in
+//! them fails a test here, so a change of behaviour shows up as a deliberate update of the table below, in a
 //! commit that says which rule changed it; a refactoring leaves it alone.
 //!
 //! To re-derive a row by hand: `pdsim run scenarios/<file> --out DIR`, then
@@ -132,4 +132,26 @@ fn streamed_timelines_give_the_pinned_timeline() {
         }
     }
     assert!(wrong.is_empty(), "streamed timelines differ from the pinned ones:\n{}", wrong.join("\n"));
+}
+
+/// report.html of a shipped scenario, as `pdsim run --html` writes it: the
+/// page is a function of the run's files alone (no path, no time stamp;
+/// logarithms and powers from libm), so its bytes are pinned too, and a
+/// change of layout or of float formatting shows up here. The run is
+/// `mamba2-hybrid-1p1d.toml` at 300 requests: every chart kind, links
+/// and cache groups included, at a size debug builds run quickly.
+#[test]
+fn a_shipped_scenarios_page_gives_its_pinned_bytes() {
+    use crate::common::{outcome, pdsim_in, scratch_dir};
+    const PINNED_PAGE: u64 = 0x528f_3fe3_4dd3_9852;
+    let dir = scratch_dir("pinned-page");
+    // From the package root, by a relative path: the page names the
+    // scenario as the command line did, and a clone may live anywhere.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = "scenarios/mamba2-hybrid-1p1d.toml";
+    let args = ["run", file, "--requests", "300", "--html", "--no-trace", "-q", "--out", dir.to_str().unwrap()];
+    let (code, _, stderr) = outcome(&pdsim_in(root, &args));
+    assert_eq!(code, 0, "{stderr}");
+    let page = std::fs::read(dir.join("report.html")).unwrap();
+    assert_eq!(fnv1a(&page), PINNED_PAGE, "report.html changed; if on purpose, pin {:#018x}", fnv1a(&page));
 }
