@@ -349,6 +349,16 @@ fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
         }
         Msg::StepDone => {
             let core = rank.core();
+            // A chunk of a run of decode steps ended: the run goes on, unless
+            // something else is due at this instant (a message now, after
+            // the step's end, must reach the next step's plan, as stepping
+            // one event at a time would have it).
+            if !ctx.more_now()
+                && let Some(end) = core.sched.extend()
+            {
+                core.step_timer = Some(ctx.schedule(end - now, Msg::StepDone));
+                return;
+            }
             core.step_timer = None;
             let mut done = std::mem::take(&mut core.finished);
             core.sched.finish_step(now, &mut done);

@@ -289,6 +289,13 @@ impl<M: 'static> Context<'_, M> {
     pub fn cancel(&mut self, id: EventId) -> bool {
         self.core.cancel(id)
     }
+    /// Whether anything else is due at the current instant: an event queued
+    /// for it (one cancelled since counts too) or an end-of-instant message
+    /// waiting. When not, no other actor runs before time moves on.
+    #[inline]
+    pub fn more_now(&self) -> bool {
+        !self.core.at_end.is_empty() || self.core.queue.next_time().is_some_and(|t| t <= self.now.as_nanos())
+    }
     /// Ends the current run after this handler returns; a later `run` call resumes.
     pub fn stop(&mut self) {
         self.core.stop = true;

@@ -170,6 +170,8 @@ struct Core {
     ahead: Ahead,
     /// The step times a cut run computed and did not run.
     spare: plan::Spare,
+    /// The run of decode steps in flight, for its later chunks.
+    run: plan::Run,
     /// The pool's counts after each step of the run in flight, for the
     /// rank's timeline.
     step_kv: StepKv,
@@ -235,6 +237,7 @@ impl Scheduler {
             dec: decoding::DecodingSet::default(),
             ahead: Ahead::default(),
             spare: plan::Spare::default(),
+            run: plan::Run::default(),
             step_kv: StepKv::default(),
             group_now: Vec::new(),
             calls: 0,
@@ -361,6 +364,13 @@ impl Scheduler {
     /// (the rank reschedules its step timer).
     pub(crate) fn cut(&mut self, now: SimTime) -> Option<SimTime> {
         self.core.cut(now)
+    }
+
+    /// At the end of a chunk of a run of decode steps: the run's new end if
+    /// it goes on (the rank re-arms its step timer), else `None` (the run,
+    /// or step, ends now: [`Scheduler::finish_step`]).
+    pub(crate) fn extend(&mut self) -> Option<SimTime> {
+        self.core.extend()
     }
 
     /// Applies the step (or run of steps) that just ended at `now`; appends
@@ -627,6 +637,7 @@ impl Core {
         let mode = self.mode;
         let before = self.log.step;
         let k = self.log.complete();
+        self.run.ran(k);
         self.stats.run(k, now - self.step_started);
         // The decoding set: one token per member per step, one gap per step.
         for n in before + 1..=self.log.step {

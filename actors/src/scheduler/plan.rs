@@ -247,6 +247,40 @@ pub(super) struct Spare {
     times: Vec<SimDuration>,
 }
 
+/// The run of decode steps in flight, for its later chunks: a run's step
+/// times are computed a chunk at a time (its step timer is re-armed at a
+/// chunk's end, [`Core::extend`]), so that a run cut early has not asked
+/// the model for the steps it never runs. Its blocks are taken chunk by
+/// chunk too; nothing else touches the rank's pool before a chunk's end
+/// (any message cuts the run first), so taking them then is taking them
+/// at the plan.
+#[derive(Default)]
+pub(super) struct Run {
+    /// The steps the run may have (to its first finish, or `max_run`).
+    most: u64,
+    /// The last computed step's shape.
+    shape: BatchShape,
+    /// No blocks of an earlier cut run were held ahead at its plan (its
+    /// block counts after each step are then the stepping ones).
+    exact: bool,
+    /// Steps the last run ran: the first chunk of the next is twice that.
+    last: u64,
+}
+
+impl Run {
+    /// The run in flight ended after `k` steps. Only runs of decode steps
+    /// that could have gone on count (a step with prefill work is one step
+    /// by itself and says nothing of how long the next run will last).
+    pub(super) fn ran(&mut self, k: u64) {
+        if self.most > 1 || k > 1 {
+            self.last = k;
+        }
+    }
+}
+
+/// The fewest steps a run's first chunk computes.
+const MIN_CHUNK: u64 = 4;
+
 impl Spare {
     /// The spare times for a run starting at `first` (none if it starts
     /// elsewhere).
@@ -320,7 +354,10 @@ impl Core {
             if self.ahead.freed_next || self.ahead.freed_before {
                 most = 1; // see take_blocks, and Scheduler::start_step
             }
-            while k < most && end < horizon {
+            self.run.most = most;
+            self.run.exact = self.ahead.members.is_empty();
+            let chunk = most.min((2 * self.run.last).max(MIN_CHUNK));
+            while k < chunk && end < horizon {
                 shape.next_decode_step();
                 end += time(self, k, &shape);
                 self.log.push(end);
@@ -337,7 +374,14 @@ impl Core {
                 k = short - 1 - self.log.step;
                 let n = self.log.to_drop(k);
                 self.log.drop_last(n);
+                self.run.most = k;
             }
+            if end >= horizon {
+                self.run.most = k;
+            }
+            self.run.shape = shape;
+        } else {
+            self.run.most = 1;
         }
         self.spare.times.clear();
         self.spare.shape = first;
@@ -346,6 +390,44 @@ impl Core {
             self.step_kv.clear();
         }
         Some(self.log.last_end() - now)
+    }
+
+    /// At the end of a run's chunk: computes the next chunk (as many steps
+    /// again as the run has, up to its first finish) and takes its blocks;
+    /// returns the run's new end, or `None` if the run ends here.
+    pub(super) fn extend(&mut self) -> Option<SimTime> {
+        let planned = self.log.planned as u64;
+        if !self.stepping || planned >= self.run.most || self.ahead.cut_short {
+            return None;
+        }
+        let k = self.run.most.min(2 * planned);
+        let mut end = self.log.last_end();
+        if self.step_kv.on && self.step_kv.rows.is_empty() {
+            // The rank wrote out the chunk's rows (the last one was the
+            // base of the next): the counts now are the base of this one.
+            self.step_kv.begin(end, &self.pool);
+        }
+        let mut shape = self.run.shape;
+        for _ in planned..k {
+            shape.next_decode_step();
+            end += self.step_time.step_time(&shape);
+            self.log.push(end);
+        }
+        self.run.shape = shape;
+        let mut k = k;
+        if let Err(short) = self.take_blocks(self.log.step + k) {
+            // The chunk's steps from the first whose blocks are missing do
+            // not run: the run ends before it.
+            k = short - 1 - self.log.step;
+            let n = self.log.to_drop(k);
+            self.log.drop_last(n);
+            self.run.most = k;
+            if k == planned {
+                return None;
+            }
+        }
+        self.log.planned = k as usize;
+        Some(self.log.last_end())
     }
 
     /// Gives every member the blocks of each step up to `e` it has not got
@@ -368,7 +450,7 @@ impl Core {
         // Pool counts read while blocks of a cut run are still held ahead
         // are not the stepping ones, so they only count towards the peak
         // once given back.
-        let exact = self.ahead.members.is_empty();
+        let exact = if self.stepping && self.log.planned > 1 { self.run.exact } else { self.ahead.members.is_empty() };
         let mut step_changes = std::mem::take(&mut self.ahead.step_changes);
         let result = loop {
             let n = match self.dec.changes.peek() {
@@ -520,6 +602,9 @@ impl Core {
         let log = &mut self.log;
         let first = log.ends.len() - log.planned;
         let keep = log.ends.range(first..).take_while(|&&e| e < now).count() + 1;
+        // Whatever the message brings, the run goes no further than the
+        // step in progress: no later chunk.
+        self.run.most = self.run.most.min(keep as u64);
         if keep >= log.planned {
             return None;
         }
