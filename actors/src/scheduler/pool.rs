@@ -622,15 +622,7 @@ impl KvPool {
             }
             self.set_pins(alloc, pins);
         }
-        for (used, d) in self.group_used.iter_mut().zip(deltas) {
-            *used = used.checked_add_signed(d).expect("a group's count stays >= 0");
-        }
-        self.private = self.private + need - alloc.private;
-        (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (from, to, checkpoints, need);
-        alloc.stable_to = if decode_step { self.stable_to(to) } else { Tokens::ZERO };
-        if evict {
-            self.note_peak();
-        }
+        self.commit_resize(alloc, (from, to), checkpoints, need, &deltas, decode_step, evict);
         Ok(())
     }
 
@@ -659,7 +651,25 @@ impl KvPool {
         } else {
             self.free += alloc.private - need;
         }
-        for (used, d) in self.group_used.iter_mut().zip(deltas) {
+        self.commit_resize(alloc, (from, to), checkpoints, need, &deltas, decode_step, evict);
+        Ok(())
+    }
+
+    /// The end of a resize both forms share: the groups' counts, the
+    /// private count and the holding's new span (`need` private blocks).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn commit_resize(
+        &mut self,
+        alloc: &mut Alloc,
+        (from, to): (Tokens, Tokens),
+        checkpoints: bool,
+        need: u64,
+        deltas: &[i64; MAX_GROUPS],
+        decode_step: bool,
+        evict: bool,
+    ) {
+        for (used, &d) in self.group_used.iter_mut().zip(deltas) {
             *used = used.checked_add_signed(d).expect("a group's count stays >= 0");
         }
         self.private = self.private + need - alloc.private;
@@ -668,7 +678,6 @@ impl KvPool {
         if evict {
             self.note_peak();
         }
-        Ok(())
     }
 
     /// For a decode step ending at `to`: the largest `t ≥ to` whose decode
