@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the recorded cases CI checks (conformance/cases/gen-2-*):
-# the first 60 full-attention cases of seed 2 and case 69, and 100 hybrid
+# the first 60 full-attention cases of seed 2 and the 16 of its first 2,000
+# that need a finished request's own blocks cached (69, 129, ...), and 100 hybrid
 # cases of seed 3 (window or Mamba groups), with vLLM 0.33.0's step logs.
 #
 #   conformance/record.sh
@@ -12,10 +13,10 @@ here="$(cd "$(dirname "$0")" && pwd)"
 python="$("$here/venv.sh")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-python3 "$here/gen_cases.py" 2 70 "$work"
+python3 "$here/gen_cases.py" 2 2000 "$work"
 python3 "$here/gen_cases.py" 3 100 "$work" --groups mixed
 rm -f "$here"/cases/gen-2-* "$here"/cases/gen-3-*
-for k in $(seq 0 59) 69; do cp "$work/gen-2-$k.json" "$here/cases/"; done
+for k in $(seq 0 59) 69 129 209 210 374 591 795 877 878 900 997 1017 1235 1566 1873 1937; do cp "$work/gen-2-$k.json" "$here/cases/"; done
 cp "$work"/gen-3-*.json "$here/cases/"
 cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py cases cases/gen-2-*.json cases/gen-3-*.json \
   2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }

@@ -20,7 +20,7 @@ use crate::common::scenario_file;
 const PINNED: [(&str, u64, u64, u64); 11] = [
     ("default.toml", 0xc3af_4241_5771_22d2, 0x21f6_8370_4d3c_25a9, 0x1904_a727_cc40_dcb6),
     ("glm-5.3-flash-1p1d.toml", 0xbc42_b35b_d17e_ac3a, 0x9eb0_1f13_dc88_0c51, 0xa69d_56ae_58c1_cb5c),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0xe292_54d5_bda7_d169, 0x77e9_710b_7122_35c0, 0x29a4_f1e5_e603_1014),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0xca3c_ad26_1a3d_631b, 0x77e9_710b_7122_35c0, 0x2692_fbb9_ed84_ad3b),
     ("glm-5.3-flash-2p2d.toml", 0xb8f3_fca8_ae83_a59d, 0x79dc_4927_d920_7515, 0xa5ef_a247_7440_7989),
     ("glm-5.3-flash-p4d8.toml", 0x0260_17d7_a1e0_a20b, 0x2bd3_a37a_9687_41e0, 0x52f1_e036_5b19_1106),
     ("gpt-oss-1p1d.toml", 0x3433_87ae_933a_f191, 0x5c74_d7c6_8f01_617a, 0x08f4_946c_fa33_2a04),

@@ -355,7 +355,7 @@ impl Scheduler {
     /// blocks its step needed (its blocks given back); the rank fails it.
     pub(crate) fn take_stuck(&mut self) -> Option<(Box<Request>, u64)> {
         let (mut seq, needed) = self.core.stuck.pop()?;
-        self.core.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
+        self.core.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, seq.computed);
         Some((seq.req, needed))
     }
 
@@ -392,7 +392,9 @@ impl Scheduler {
     /// Gives back a prefill's source (transfer done, cancelled or expired).
     pub(crate) fn release_source(&mut self, source: Source) {
         let Source { mut alloc, prefix, prompt } = source;
-        self.core.pool.release(&mut alloc, &prefix, prompt);
+        // Its KV is computed through its holding's end (the prompt).
+        let computed = alloc.tokens();
+        self.core.pool.release(&mut alloc, &prefix, prompt, computed);
     }
 
     /// Queues a decode rank's handoff as a remote load: a schedule call
@@ -446,7 +448,8 @@ impl Scheduler {
     /// Gives back a reservation whose transfer will not land.
     pub(crate) fn cancel_reservation(&mut self, reservation: Reservation, req: &Request) {
         let mut alloc = reservation.alloc;
-        self.core.pool.release(&mut alloc, &req.prefix, req.prompt);
+        // Nothing landed: no block of it holds computed KV.
+        self.core.pool.release(&mut alloc, &req.prefix, req.prompt, Tokens::ZERO);
     }
 
     /// The KV of `req` landed in `reservation`: its blocks go into the
@@ -543,12 +546,12 @@ impl Scheduler {
         core.batch.clear();
         let mut out = Vec::new();
         for mut seq in core.seqs.drain() {
-            core.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt);
+            core.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, seq.computed);
             out.push(seq.req);
         }
         // Reserved loads the rank has not taken yet (none between its calls).
         for (req, _, mut alloc, _) in core.reserved.drain(..) {
-            core.pool.release(&mut alloc, &req.prefix, req.prompt);
+            core.pool.release(&mut alloc, &req.prefix, req.prompt, Tokens::ZERO);
             out.push(req);
         }
         out
@@ -596,7 +599,7 @@ fn core_finished(pool: &mut KvPool, mode: Mode, seq: Seq) -> Finished {
     let Seq { mut req, mut alloc, computed, .. } = seq;
     match mode {
         Mode::Generate => {
-            pool.release(&mut alloc, &req.prefix, req.prompt);
+            pool.release(&mut alloc, &req.prefix, req.prompt, computed);
             Finished::Completed(req)
         }
         Mode::PrefillOnly => {

@@ -23,19 +23,21 @@
 //!
 //! A request's blocks that its prefix ids do not name (its own prompt
 //! content, its generated tokens) have keys of the request's own; they are
-//! cached only when it is preempted ([`KvPool::register_own`]), so that its
+//! registered when it is preempted ([`KvPool::register_own`]), so that its
 //! recompute hits them as vLLM's does.
 //!
 //! Reuse order, as vLLM's block pool (`block_pool.py` `free_blocks`):
 //! freed blocks that hold no cached content are reused first (vLLM puts
 //! them at the front of its free queue), cached ones are evicted least
-//! recently freed first (it appends them at the back). Where pdsim departs
-//! from vLLM: vLLM caches every full block of a finished request, its own
-//! and generated content too, so those blocks wait their turn in the
-//! eviction order; pdsim frees them as plain blocks, reused first, and so
-//! keeps shared blocks cached a little longer (`conformance/README.md`).
+//! recently freed first (it appends them at the back). vLLM has hashed
+//! every full block of computed KV, so a finished request's own full blocks
+//! wait their turn in that order too: pdsim keeps them as a nameless run on
+//! the LRU list ([`KvPool::release`]), a count with no keys, since nothing
+//! can hit them. Nameless blocks with no named entry before them are next
+//! in line and can never hit, so they are plain free blocks.
 //!
-//! Conservation: `private + shared + cached_free + free = num_blocks`.
+//! Conservation: `private + shared + cached_free + free = num_blocks`
+//! (`cached_free` counting the nameless runs).
 
 use crate::fxmap::FxHashMap;
 use crate::model::{CacheGroup, CacheGroupKind, block_size_lcm};
@@ -142,6 +144,10 @@ struct Entry {
     /// A state entry (one block in each aligned state group), not a
     /// full-attention one (one block in each full-attention group).
     state: bool,
+    /// A nameless run: this many cached blocks no lookup can name (a
+    /// finished request's own and generated content), keeping their place
+    /// in the eviction order; no key, never pinned. Zero for a named entry.
+    nameless: u64,
     /// The LRU list's neighbours while `refs == 0` (the next free slot
     /// while the slot is free).
     prev: u32,
@@ -170,7 +176,10 @@ impl Lru {
 
     /// A new pinned entry (not on the list).
     fn alloc(&mut self, key: u64, state: bool) -> u32 {
-        let e = Entry { key, refs: 1, state, prev: NIL, next: NIL };
+        self.alloc_entry(Entry { key, refs: 1, state, nameless: 0, prev: NIL, next: NIL })
+    }
+
+    fn alloc_entry(&mut self, e: Entry) -> u32 {
         if self.free_slot != NIL {
             let i = self.free_slot;
             self.free_slot = self.slots[i as usize].next;
@@ -211,17 +220,35 @@ impl Lru {
     }
 
     /// Takes the least recently unpinned entry off the list and frees its
-    /// slot; returns its key and whether it is a state entry.
-    fn pop_front(&mut self) -> Option<(u64, bool)> {
+    /// slot; returns it.
+    fn pop_front(&mut self) -> Option<Entry> {
         let i = self.head;
         if i == NIL {
             return None;
         }
         self.unlink(i);
         let e = &mut self.slots[i as usize];
+        let out = *e;
         e.next = self.free_slot;
         self.free_slot = i;
-        Some((e.key, e.state))
+        Some(out)
+    }
+
+    /// Appends `blocks` nameless cached blocks at the tail: to the tail's
+    /// run if it is one, else as a new run. The caller keeps the list's
+    /// head named ([`KvPool::absorb_front`]).
+    fn push_nameless(&mut self, blocks: u64) {
+        if self.tail != NIL && self.slots[self.tail as usize].nameless > 0 {
+            self.slots[self.tail as usize].nameless += blocks;
+            return;
+        }
+        let i = self.alloc_entry(Entry { key: 0, refs: 0, state: false, nameless: blocks, prev: NIL, next: NIL });
+        self.push_back(i);
+    }
+
+    /// Whether the head is a nameless run.
+    fn head_nameless(&self) -> bool {
+        self.head != NIL && self.slots[self.head as usize].nameless > 0
     }
 }
 
@@ -241,8 +268,11 @@ pub struct KvPool {
     private: u64,
     /// Blocks of cached entries that some request pins.
     shared: u64,
-    /// Blocks of cached entries no request pins (evictable).
+    /// Blocks of cached entries no request pins (evictable), the nameless
+    /// runs' included.
     cached_free: u64,
+    /// Blocks of the nameless runs on the LRU list (of `cached_free`).
+    nameless: u64,
     /// Blocks in use per group: each allocation's own blocks, plus one per
     /// pinned cache entry in every full-attention group.
     group_used: Vec<u64>,
@@ -308,6 +338,7 @@ impl KvPool {
             private: 0,
             shared: 0,
             cached_free: 0,
+            nameless: 0,
             caching,
             entries: FxHashMap::default(),
             lru: Lru::new(),
@@ -377,9 +408,11 @@ impl KvPool {
     pub fn group_used(&self) -> &[u64] {
         &self.group_used
     }
-    /// Blocks kept in the prefix cache with no request pinning them.
+    /// Blocks kept in the prefix cache with no request pinning them that a
+    /// later request could hit (the nameless runs, which wait their turn in
+    /// the eviction order but never hit, not counted).
     pub fn cached_free(&self) -> u64 {
-        self.cached_free
+        self.cached_free - self.nameless
     }
     /// Most blocks ever in use at once.
     pub fn peak_used(&self) -> u64 {
@@ -489,15 +522,44 @@ impl KvPool {
             return Err(Shortfall { needed: n, available });
         }
         while self.free < n {
-            let (key, state) = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
-            self.entries.remove(&key);
-            let blocks = self.entry_blocks(state);
+            // The head is named (`absorb_front`).
+            let e = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
+            self.entries.remove(&e.key);
+            let blocks = self.entry_blocks(e.state);
             self.cached_free -= blocks;
             self.free += blocks;
             self.evicted_blocks += blocks;
+            self.absorb_front();
         }
         self.free -= n;
         Ok(())
+    }
+
+    /// Keeps the LRU list's head named: nameless blocks with no named entry
+    /// before them are next to be reused and nothing can hit them, so they
+    /// are plain free blocks (which lets the decoding set take them ahead).
+    fn absorb_front(&mut self) {
+        while self.lru.head_nameless() {
+            let e = self.lru.pop_front().expect("a head");
+            self.cached_free -= e.nameless;
+            self.nameless -= e.nameless;
+            self.free += e.nameless;
+        }
+    }
+
+    /// Caches `blocks` nameless blocks just freed: at the LRU order's tail,
+    /// or, with no named entry to wait behind, as plain free blocks.
+    fn free_nameless(&mut self, blocks: u64) {
+        if blocks == 0 {
+            return;
+        }
+        if self.lru.len == 0 {
+            self.free += blocks;
+        } else {
+            self.lru.push_nameless(blocks);
+            self.cached_free += blocks;
+            self.nameless += blocks;
+        }
     }
 
     /// Records the blocks in use now as the peak if they exceed it (unless
@@ -713,10 +775,30 @@ impl KvPool {
         Tokens::new(stable)
     }
 
-    /// Returns everything `alloc` holds; pinned cached blocks become
-    /// evictable when no other request pins them.
-    pub fn release(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens) {
-        self.free += alloc.private;
+    /// Returns everything `alloc` holds, its KV computed through `computed`
+    /// tokens; pinned cached blocks become evictable when no other request
+    /// pins them.
+    ///
+    /// With prefix caching, vLLM has hashed (cached) every full block of
+    /// computed KV, so its full blocks past the shared ones (its own and
+    /// generated content) take their turn in the eviction order, as a
+    /// nameless run, instead of being reused first; nothing can hit them
+    /// (a finished request never comes back), so only their place in the
+    /// order counts. B = 16, a request of 40 prompt and 20 generated tokens
+    /// (59 computed) holding 1 shared block: 3 full blocks, 2 of them its
+    /// own, go to the LRU tail, then the shared one; its partial fourth
+    /// block is reused first.
+    pub fn release(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+        let nameless = match self.fa_block {
+            Some(b) if self.caching => {
+                let held = alloc.to.blocks_ceil(b).get().max(alloc.from.blocks_ceil(b).get());
+                let full = computed.blocks_floor(b).get().min(held);
+                full.saturating_sub(u64::from(alloc.shared)) * self.fa_groups
+            }
+            _ => 0,
+        };
+        debug_assert!(nameless <= alloc.private);
+        self.free += alloc.private - nameless;
         self.private -= alloc.private;
         let align = self.align.is_some();
         let pinned = alloc.pinned_states();
@@ -729,6 +811,9 @@ impl KvPool {
             };
             self.group_used[i] -= held - shared;
         }
+        // Freed in reverse (vLLM's `free_blocks(reversed(...))`): its own
+        // blocks, then the shared ones.
+        self.free_nameless(nameless);
         self.unpin(alloc.shared, prefix, prompt, alloc.owner);
         // Then the state entries, the later block first (vLLM frees each
         // group's blocks in reverse, group by group).
@@ -1123,6 +1208,7 @@ impl KvPool {
         if e.refs == 1 {
             let state = e.state;
             self.lru.unlink(i);
+            self.absorb_front();
             let blocks = self.entry_blocks(state);
             self.cached_free -= blocks;
             self.shared += blocks;
@@ -1309,8 +1395,20 @@ impl KvPool {
             .filter(|e| e.refs == 0)
             .map(|e| self.entry_blocks(e.state))
             .sum();
-        if unpinned != self.cached_free {
-            return Err(format!("{unpinned} unpinned cached blocks, cached_free {}", self.cached_free));
+        let mut nameless = 0;
+        let mut i = self.lru.head;
+        while i != NIL {
+            nameless += self.lru.slots[i as usize].nameless;
+            i = self.lru.slots[i as usize].next;
+        }
+        if self.lru.head_nameless() {
+            return Err("a nameless run heads the LRU order (it should be plain free blocks)".into());
+        }
+        if unpinned + nameless != self.cached_free || nameless != self.nameless {
+            return Err(format!(
+                "{unpinned} unpinned cached blocks and {nameless} nameless ones, cached_free {}, nameless {}",
+                self.cached_free, self.nameless
+            ));
         }
         Ok(())
     }

@@ -164,7 +164,7 @@ fn a_failed_pin_and_allocate_changes_nothing_and_evicts_nothing() {
     let mut a = Alloc::default();
     pool.pin_and_allocate(&mut a, &a_req.prefix, a_req.prompt, 0, (Tokens::ZERO, a_req.prompt), false).unwrap();
     pool.register(&mut a, &a_req.prefix, a_req.prompt, a_req.prompt);
-    pool.release(&mut a, &a_req.prefix, a_req.prompt);
+    pool.release(&mut a, &a_req.prefix, a_req.prompt, a_req.prompt);
     assert_eq!((pool.cached_free(), pool.free_plain()), (4, 6));
     let b_req = prefixed(1, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], 1);
     let hit = pool.cached_prefix(&b_req.prefix, b_req.prompt, b_req.id, b_req.prompt);
@@ -191,7 +191,7 @@ fn eviction_takes_the_least_recently_freed_cached_block_first() {
         pool.register(a, &r.prefix, r.prompt, r.prompt);
     }
     for i in [2, 0, 1] {
-        pool.release(&mut allocs[i], &reqs[i].prefix, reqs[i].prompt);
+        pool.release(&mut allocs[i], &reqs[i].prefix, reqs[i].prompt, reqs[i].prompt);
     }
     // One plain block needed: request 2's block goes (freed first).
     let mut x = Alloc::default();
@@ -201,6 +201,53 @@ fn eviction_takes_the_least_recently_freed_cached_block_first() {
     let hit =
         |pool: &KvPool, i: usize| pool.cached_prefix(&reqs[i].prefix, reqs[i].prompt, reqs[i].id, Tokens::new(17));
     assert_eq!((hit(&pool, 0), hit(&pool, 1), hit(&pool, 2)), (1, 1, 0));
+}
+
+#[test]
+fn a_finished_requests_own_full_blocks_wait_their_turn_in_the_eviction_order() {
+    // vLLM caches every full block of computed KV, so a finished request's
+    // own blocks join the LRU tail (freed in reverse, before its shared
+    // ones) instead of being reused first. 6 blocks, B = 16.
+    let mut pool = fa_pool(6);
+    // X: one named block, computed and freed: the LRU order is [X].
+    let x_req = prefixed(0, &[7], 1);
+    let mut x = Alloc::owned_by(0);
+    pool.pin_and_allocate(&mut x, &x_req.prefix, x_req.prompt, 0, (Tokens::ZERO, x_req.prompt), false).unwrap();
+    pool.register(&mut x, &x_req.prefix, x_req.prompt, x_req.prompt);
+    pool.release(&mut x, &x_req.prefix, x_req.prompt, x_req.prompt);
+    // A: 40 prompt tokens, the first block named (its prefix ids), and 20
+    // generated: 59 computed, 4 blocks, 3 of them full. Freed: its partial
+    // block plain, its 2 own full blocks a nameless run, then its named
+    // one: [X, 2 nameless, A0].
+    let a_prefix = PrefixIds { block_tokens: Tokens::new(16), ids: vec![1] };
+    let mut a = Alloc::owned_by(1);
+    let a_prompt = Tokens::new(40);
+    pool.pin_and_allocate(&mut a, &a_prefix, a_prompt, 0, (Tokens::ZERO, a_prompt), false).unwrap();
+    pool.register(&mut a, &a_prefix, a_prompt, a_prompt);
+    pool.resize(&mut a, Tokens::new(58), Tokens::new(59), false).unwrap();
+    assert_eq!(pool.used(), 4);
+    pool.release(&mut a, &a_prefix, a_prompt, Tokens::new(59));
+    // 6 − 1 (X) − 4 (A) = 1 plain, plus A's partial block: 2; X and A0
+    // cached (the run is evictable but counts as no cached content).
+    assert_eq!((pool.free_plain(), pool.cached_free(), pool.free(), pool.evicted_blocks()), (2, 2, 6, 0));
+    pool.check().unwrap();
+    // Three blocks: 2 plain are too few, so X is evicted and the nameless
+    // run behind it becomes plain: 1 + 2 + 2 = 5 free, 3 taken, 2 left; A0
+    // stays cached. Were A's own blocks plain, 4 would be free and nothing
+    // evicted.
+    let mut y = Alloc::owned_by(2);
+    pool.pin_and_allocate(&mut y, &PrefixIds::none(), Tokens::new(48), 0, (Tokens::ZERO, Tokens::new(48)), false)
+        .unwrap();
+    assert_eq!((pool.free_plain(), pool.cached_free(), pool.free(), pool.evicted_blocks()), (2, 1, 3, 1));
+    assert_eq!(pool.cached_prefix(&x_req.prefix, x_req.prompt, 0, Tokens::new(17)), 0);
+    assert_eq!(pool.cached_prefix(&a_prefix, a_prompt, 3, a_prompt), 1);
+    pool.check().unwrap();
+    // Hitting A0 takes the last named entry off the order, and the step
+    // 16..17 takes one block more: 1 plain left, nothing cached.
+    let mut z = Alloc::owned_by(3);
+    pool.pin_and_allocate(&mut z, &a_prefix, a_prompt, 1, (Tokens::new(16), Tokens::new(17)), false).unwrap();
+    assert_eq!((pool.free_plain(), pool.cached_free()), (1, 0));
+    pool.check().unwrap();
 }
 
 #[test]

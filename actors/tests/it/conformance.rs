@@ -15,9 +15,6 @@ use actors::steps::{Case, StepLine, run_case};
 use serde_json::Value;
 
 /// (case, the vLLM rule pdsim does not follow yet).
-/// A finished request's own blocks.
-const FREE_QUEUE: &str = "vLLM keeps every full block of a finished request cached (its own and generated content too); \
-     pdsim frees those as plain blocks, reused first";
 /// Mamba hybrids with prefix caching ("align" mode).
 const MAMBA: &str = "Mamba align mode later in a run: an admission vLLM refuses a step longer; states of own content";
 /// Hits in hybrid models.
@@ -25,7 +22,6 @@ const HYBRID_HIT: &str =
     "a hybrid model's hit must hold in every group (window blocks in the window cached too), aligned to all groups";
 
 const NOT_YET: &[(&str, &str)] = &[
-    ("gen-2-69", FREE_QUEUE),
     ("gen-3-15", MAMBA),
     ("gen-3-17", MAMBA),
     ("gen-3-21", HYBRID_HIT),
