@@ -18,16 +18,16 @@ use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 11] = [
-    ("default.toml", 0xc3af_4241_5771_22d2, 0x21f6_8370_4d3c_25a9, 0x1904_a727_cc40_dcb6),
+    ("default.toml", 0xc3af_4241_5771_22d2, 0x21f6_8370_4d3c_25a9, 0x273e_3717_d2d8_b675),
     ("glm-5.3-flash-1p1d.toml", 0xbc42_b35b_d17e_ac3a, 0x9eb0_1f13_dc88_0c51, 0xa69d_56ae_58c1_cb5c),
     ("glm-5.3-flash-2p1d-pressure.toml", 0xca3c_ad26_1a3d_631b, 0x77e9_710b_7122_35c0, 0x2692_fbb9_ed84_ad3b),
     ("glm-5.3-flash-2p2d.toml", 0xb8f3_fca8_ae83_a59d, 0x79dc_4927_d920_7515, 0xa5ef_a247_7440_7989),
     ("glm-5.3-flash-p4d8.toml", 0x0260_17d7_a1e0_a20b, 0x2bd3_a37a_9687_41e0, 0x52f1_e036_5b19_1106),
     ("gpt-oss-1p1d.toml", 0x3433_87ae_933a_f191, 0x5c74_d7c6_8f01_617a, 0x08f4_946c_fa33_2a04),
-    ("llama-3.1-8b-1p1d.toml", 0xcc5e_e1b9_b9a1_a40c, 0x1d29_5e94_fcc3_1516, 0x4170_63c5_f7bd_29f2),
-    ("llama-3.1-8b-aggregated.toml", 0xbbec_156b_bc11_2b72, 0x82da_4816_8d2f_a3fa, 0xf9f4_d3ef_1744_e53a),
-    ("llama-3.1-8b-h200-tp1.toml", 0xc561_c53e_7eb7_2fc9, 0xe143_0827_41a4_55e9, 0x065d_6b26_b971_587d),
-    ("llama-3.1-8b-h200-tp4.toml", 0x413d_8cb5_7f8f_1160, 0xdf38_2258_9bbf_62db, 0x64f3_925c_f36a_573d),
+    ("llama-3.1-8b-1p1d.toml", 0x2991_18b5_fa49_3ad2, 0x1d29_5e94_fcc3_1516, 0xe3c6_8609_2f1c_2cdf),
+    ("llama-3.1-8b-aggregated.toml", 0xbbec_156b_bc11_2b72, 0x82da_4816_8d2f_a3fa, 0x9f76_0390_7cbc_bc39),
+    ("llama-3.1-8b-h200-tp1.toml", 0x292b_9e84_86a1_e3a5, 0xe143_0827_41a4_55e9, 0xf377_9f63_5be2_2611),
+    ("llama-3.1-8b-h200-tp4.toml", 0x413d_8cb5_7f8f_1160, 0xdf38_2258_9bbf_62db, 0xc738_fb79_3b09_abf8),
     ("mamba2-hybrid-1p1d.toml", 0xc86e_574f_526e_b512, 0x14bd_7564_db8f_e8fb, 0xc492_7f9a_757c_4dfe),
 ];
 

@@ -36,6 +36,13 @@
 //! can hit them. Nameless blocks with no named entry before them are next
 //! in line and can never hit, so they are plain free blocks.
 //!
+//! The same content computed twice (two requests that did not hit it, or
+//! a landed handoff whose content another request cached meanwhile) is
+//! cached twice, as vLLM's `BlockHashToBlockMap` keeps several blocks per
+//! hash: each copy is freed into the eviction order by its own holders, a
+//! hit pins the first, and the content stays cached until its last copy is
+//! evicted.
+//!
 //! Conservation: `private + shared + cached_free + free = num_blocks`
 //! (`cached_free` counting the nameless runs).
 
@@ -220,8 +227,8 @@ impl Lru {
     }
 
     /// Takes the least recently unpinned entry off the list and frees its
-    /// slot; returns it.
-    fn pop_front(&mut self) -> Option<Entry> {
+    /// slot; returns the slot and the entry.
+    fn pop_front(&mut self) -> Option<(u32, Entry)> {
         let i = self.head;
         if i == NIL {
             return None;
@@ -231,7 +238,7 @@ impl Lru {
         let out = *e;
         e.next = self.free_slot;
         self.free_slot = i;
-        Some(out)
+        Some((i, out))
     }
 
     /// Appends `blocks` nameless cached blocks at the tail: to the tail's
@@ -277,8 +284,14 @@ pub struct KvPool {
     /// pinned cache entry in every full-attention group.
     group_used: Vec<u64>,
     caching: bool,
-    /// Cache key -> slot in `lru`.
+    /// Cache key -> slot in `lru` of its first copy, the one a hit pins.
     entries: FxHashMap<u64, u32>,
+    /// The later copies of a full-attention key, in the order they were
+    /// cached (rare: see `KvPool::register_block`).
+    copies: FxHashMap<u64, Vec<u32>>,
+    /// By owner: (block index, slot) of each later copy a holding pins in
+    /// place of the first one.
+    copy_pins: FxHashMap<u64, Vec<(u32, u32)>>,
     lru: Lru,
     /// Most blocks ever in use (private + shared).
     peak_used: u64,
@@ -341,6 +354,8 @@ impl KvPool {
             nameless: 0,
             caching,
             entries: FxHashMap::default(),
+            copies: FxHashMap::default(),
+            copy_pins: FxHashMap::default(),
             lru: Lru::new(),
             peak_used: 0,
             evicted_blocks: 0,
@@ -523,8 +538,8 @@ impl KvPool {
         }
         while self.free < n {
             // The head is named (`absorb_front`).
-            let e = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
-            self.entries.remove(&e.key);
+            let (i, e) = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
+            self.forget_copy(e.key, i);
             let blocks = self.entry_blocks(e.state);
             self.cached_free -= blocks;
             self.free += blocks;
@@ -535,12 +550,35 @@ impl KvPool {
         Ok(())
     }
 
+    /// An evicted copy (slot `i`) of `key` leaves the key map: the first
+    /// copy's place goes to the next copy, if any (vLLM's
+    /// `BlockHashToBlockMap` serves the first block it holds for a hash).
+    fn forget_copy(&mut self, key: u64, i: u32) {
+        if self.copies.is_empty() {
+            self.entries.remove(&key);
+            return;
+        }
+        let Some(later) = self.copies.get_mut(&key) else {
+            self.entries.remove(&key);
+            return;
+        };
+        if self.entries.get(&key) == Some(&i) {
+            let next = later.remove(0);
+            self.entries.insert(key, next);
+        } else {
+            later.retain(|&c| c != i);
+        }
+        if later.is_empty() {
+            self.copies.remove(&key);
+        }
+    }
+
     /// Keeps the LRU list's head named: nameless blocks with no named entry
     /// before them are next to be reused and nothing can hit them, so they
     /// are plain free blocks (which lets the decoding set take them ahead).
     fn absorb_front(&mut self) {
         while self.lru.head_nameless() {
-            let e = self.lru.pop_front().expect("a head");
+            let (_, e) = self.lru.pop_front().expect("a head");
             self.cached_free -= e.nameless;
             self.nameless -= e.nameless;
             self.free += e.nameless;
@@ -1219,6 +1257,11 @@ impl KvPool {
     /// Drops one pin of entry `k`; unpinned, it joins the LRU order's tail.
     fn unref(&mut self, k: u64) {
         let i = *self.entries.get(&k).expect("pinned entry exists");
+        self.unref_slot(i);
+    }
+
+    /// [`KvPool::unref`] of the entry in slot `i`.
+    fn unref_slot(&mut self, i: u32) {
         let e = &mut self.lru.slots[i as usize];
         e.refs -= 1;
         if e.refs == 0 {
@@ -1261,9 +1304,14 @@ impl KvPool {
     /// prompt is evicted before its start, so an eviction costs later
     /// requests the fewest leading hits.
     fn unpin(&mut self, n: u32, prefix: &PrefixIds, prompt: Tokens, owner: u64) {
+        let copies = if self.copy_pins.is_empty() { None } else { self.copy_pins.remove(&owner) };
         for i in (0..n).rev() {
-            let k = self.key(prefix, prompt, owner, i);
-            self.unref(k);
+            let copy = copies.as_ref().and_then(|c| c.iter().find(|&&(b, _)| b == i)).map(|&(_, slot)| slot);
+            let slot = copy.unwrap_or_else(|| {
+                let k = self.key(prefix, prompt, owner, i);
+                *self.entries.get(&k).expect("pinned entry exists")
+            });
+            self.unref_slot(slot);
         }
     }
 
@@ -1356,19 +1404,23 @@ impl KvPool {
 
     /// Registers `alloc`'s first private full-attention block (the one after
     /// its shared ones).
+    ///
+    /// Content another request cached meanwhile (a landed handoff's, on a
+    /// decode rank) is cached again as a later copy, which this holding
+    /// pins: vLLM keeps both blocks (`BlockHashToBlockMap` holds several
+    /// blocks per hash and serves the first), so each is freed into the
+    /// eviction order by its own holders, and the content stays cached
+    /// until its last copy is evicted.
     fn register_block(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens) {
         let k = self.key(prefix, prompt, alloc.owner, alloc.shared);
+        let slot = self.lru.alloc(k, false);
         if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
-            v.insert(self.lru.alloc(k, false));
-            self.shared += self.fa_groups;
+            v.insert(slot);
         } else {
-            // Same content computed twice: keep the cached copy. (vLLM keeps
-            // both copies, `BlockHashToBlockMap` does not de-duplicate; see
-            // `conformance/README.md`.)
-            self.free += self.fa_groups;
-            self.fa_used_add(-1);
-            self.ref_entry(k);
+            self.copies.entry(k).or_default().push(slot);
+            self.copy_pins.entry(alloc.owner).or_default().push((alloc.shared, slot));
         }
+        self.shared += self.fa_groups;
         self.private -= self.fa_groups;
         alloc.private -= self.fa_groups;
         alloc.shared += 1;
@@ -1391,6 +1443,7 @@ impl KvPool {
         let unpinned: u64 = self
             .entries
             .values()
+            .chain(self.copies.values().flatten())
             .map(|&i| &self.lru.slots[i as usize])
             .filter(|e| e.refs == 0)
             .map(|e| self.entry_blocks(e.state))

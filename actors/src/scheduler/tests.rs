@@ -251,6 +251,43 @@ fn a_finished_requests_own_full_blocks_wait_their_turn_in_the_eviction_order() {
 }
 
 #[test]
+fn content_cached_twice_keeps_both_copies_until_the_last_is_evicted() {
+    // vLLM's `BlockHashToBlockMap` keeps several blocks per hash: A and B
+    // compute the same named block (neither hit it), so both copies stay
+    // cached, each freed into the eviction order by its holder, and a hit
+    // finds the content until its last copy goes. 4 blocks, B = 16.
+    let mut pool = fa_pool(4);
+    let r = |id| prefixed(id, &[5], 1);
+    let (a_req, b_req) = (r(0), r(1));
+    let (mut a, mut b) = (Alloc::owned_by(0), Alloc::owned_by(1));
+    for (x, q) in [(&mut a, &a_req), (&mut b, &b_req)] {
+        pool.pin_and_allocate(x, &q.prefix, q.prompt, 0, (Tokens::ZERO, q.prompt), false).unwrap();
+    }
+    pool.register(&mut a, &a_req.prefix, a_req.prompt, a_req.prompt);
+    pool.register(&mut b, &b_req.prefix, b_req.prompt, b_req.prompt);
+    assert_eq!((pool.used(), pool.free_plain()), (2, 2));
+    // A's copy becomes evictable; B still holds its own (one copy for
+    // both would stay pinned by B).
+    pool.release(&mut a, &a_req.prefix, a_req.prompt, a_req.prompt);
+    assert_eq!((pool.used(), pool.cached_free(), pool.free_plain()), (1, 1, 2));
+    pool.check().unwrap();
+    // Three blocks evict A's copy; B's keeps the content cached.
+    let mut y = Alloc::owned_by(2);
+    pool.pin_and_allocate(&mut y, &PrefixIds::none(), Tokens::new(48), 0, (Tokens::ZERO, Tokens::new(48)), false)
+        .unwrap();
+    assert_eq!(pool.evicted_blocks(), 1);
+    let c_req = prefixed(3, &[5, 6], 1);
+    assert_eq!(pool.cached_prefix(&c_req.prefix, c_req.prompt, 3, c_req.prompt), 1);
+    pool.check().unwrap();
+    // B's copy, freed, is the one left to hit.
+    pool.release(&mut b, &b_req.prefix, b_req.prompt, b_req.prompt);
+    pool.release(&mut y, &PrefixIds::none(), Tokens::new(48), Tokens::ZERO);
+    assert_eq!((pool.cached_free(), pool.free_plain()), (1, 3));
+    assert_eq!(pool.cached_prefix(&c_req.prefix, c_req.prompt, 3, c_req.prompt), 1);
+    pool.check().unwrap();
+}
+
+#[test]
 fn a_source_release_frees_what_the_rule_frees_per_group() {
     // Full attention and a window of 32 tokens, B = 16: a 1,024-token
     // prefill in one step holds 64 + 64 blocks; the source keeps 64 + 2

@@ -28,7 +28,6 @@ const NOT_YET: &[(&str, &str)] = &[
     ("gen-3-33", HYBRID_HIT),
     ("gen-3-43", HYBRID_HIT),
     ("gen-3-55", MAMBA),
-    ("gen-3-56", MAMBA),
     ("gen-3-65", HYBRID_HIT),
     ("gen-3-70", HYBRID_HIT),
     ("gen-3-76", HYBRID_HIT),
