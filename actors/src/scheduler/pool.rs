@@ -87,6 +87,8 @@ pub struct Alloc {
     /// [`KvPool::group_blocks`]); which ones, the pool keeps by owner
     /// (`KvPool::state_pins`), so that a holding stays small.
     pinned: u8,
+    /// Whether it pins a later copy of some content (`KvPool::copy_pins`).
+    copies: bool,
 }
 
 impl Alloc {
@@ -182,10 +184,12 @@ impl Lru {
     }
 
     /// A new pinned entry (not on the list).
+    #[inline]
     fn alloc(&mut self, key: u64, state: bool) -> u32 {
         self.alloc_entry(Entry { key, refs: 1, state, nameless: 0, prev: NIL, next: NIL })
     }
 
+    #[inline]
     fn alloc_entry(&mut self, e: Entry) -> u32 {
         if self.free_slot != NIL {
             let i = self.free_slot;
@@ -198,6 +202,7 @@ impl Lru {
         }
     }
 
+    #[inline]
     fn push_back(&mut self, i: u32) {
         let tail = self.tail;
         let e = &mut self.slots[i as usize];
@@ -211,6 +216,7 @@ impl Lru {
         self.len += 1;
     }
 
+    #[inline]
     fn unlink(&mut self, i: u32) {
         let Entry { prev, next, .. } = self.slots[i as usize];
         if prev == NIL {
@@ -228,6 +234,7 @@ impl Lru {
 
     /// Takes the least recently unpinned entry off the list and frees its
     /// slot; returns the slot and the entry.
+    #[inline]
     fn pop_front(&mut self) -> Option<(u32, Entry)> {
         let i = self.head;
         if i == NIL {
@@ -553,6 +560,7 @@ impl KvPool {
     /// An evicted copy (slot `i`) of `key` leaves the key map: the first
     /// copy's place goes to the next copy, if any (vLLM's
     /// `BlockHashToBlockMap` serves the first block it holds for a hash).
+    #[inline]
     fn forget_copy(&mut self, key: u64, i: u32) {
         if self.copies.is_empty() {
             self.entries.remove(&key);
@@ -576,6 +584,7 @@ impl KvPool {
     /// Keeps the LRU list's head named: nameless blocks with no named entry
     /// before them are next to be reused and nothing can hit them, so they
     /// are plain free blocks (which lets the decoding set take them ahead).
+    #[inline]
     fn absorb_front(&mut self) {
         while self.lru.head_nameless() {
             let (_, e) = self.lru.pop_front().expect("a head");
@@ -852,7 +861,7 @@ impl KvPool {
         // Freed in reverse (vLLM's `free_blocks(reversed(...))`): its own
         // blocks, then the shared ones.
         self.free_nameless(nameless);
-        self.unpin(alloc.shared, prefix, prompt, alloc.owner);
+        self.unpin(alloc.shared, prefix, prompt, alloc.owner, alloc.copies);
         // Then the state entries, the later block first (vLLM frees each
         // group's blocks in reverse, group by group).
         if alloc.pinned != 0 {
@@ -1062,7 +1071,7 @@ impl KvPool {
         let t = self.hit_tokens(n);
         let need = self.private_need(t, t, false, n) - if sk != 0 { self.state_groups } else { 0 };
         if let Err(e) = self.take(need, true) {
-            self.unpin(n, prefix, prompt, alloc.owner);
+            self.unpin(n, prefix, prompt, alloc.owner, false);
             if sk != 0 {
                 self.unref(sk);
             }
@@ -1085,6 +1094,7 @@ impl KvPool {
             stable_to: Tokens::ZERO,
             owner: alloc.owner,
             pinned: 0,
+            copies: false,
         };
         if sk != 0 {
             let pins = [(0, 0), (sk, self.state_index(t))];
@@ -1245,8 +1255,11 @@ impl KvPool {
         e.refs += 1;
         if e.refs == 1 {
             let state = e.state;
+            let was_head = self.lru.head == i;
             self.lru.unlink(i);
-            self.absorb_front();
+            if was_head {
+                self.absorb_front();
+            }
             let blocks = self.entry_blocks(state);
             self.cached_free -= blocks;
             self.shared += blocks;
@@ -1261,6 +1274,7 @@ impl KvPool {
     }
 
     /// [`KvPool::unref`] of the entry in slot `i`.
+    #[inline]
     fn unref_slot(&mut self, i: u32) {
         let e = &mut self.lru.slots[i as usize];
         e.refs -= 1;
@@ -1303,14 +1317,17 @@ impl KvPool {
     /// `free` → `block_pool.free_blocks(reversed(...))`): the end of a
     /// prompt is evicted before its start, so an eviction costs later
     /// requests the fewest leading hits.
-    fn unpin(&mut self, n: u32, prefix: &PrefixIds, prompt: Tokens, owner: u64) {
-        let copies = if self.copy_pins.is_empty() { None } else { self.copy_pins.remove(&owner) };
+    /// `copies`: the holding pins later copies of some content
+    /// (`KvPool::copy_pins`, in block order).
+    fn unpin(&mut self, n: u32, prefix: &PrefixIds, prompt: Tokens, owner: u64, copies: bool) {
+        let mut copies = if copies { self.copy_pins.remove(&owner).unwrap_or_default() } else { Vec::new() };
         for i in (0..n).rev() {
-            let copy = copies.as_ref().and_then(|c| c.iter().find(|&&(b, _)| b == i)).map(|&(_, slot)| slot);
-            let slot = copy.unwrap_or_else(|| {
+            let slot = if copies.last().is_some_and(|&(b, _)| b == i) {
+                copies.pop().expect("checked").1
+            } else {
                 let k = self.key(prefix, prompt, owner, i);
                 *self.entries.get(&k).expect("pinned entry exists")
-            });
+            };
             self.unref_slot(slot);
         }
     }
@@ -1419,6 +1436,7 @@ impl KvPool {
         } else {
             self.copies.entry(k).or_default().push(slot);
             self.copy_pins.entry(alloc.owner).or_default().push((alloc.shared, slot));
+            alloc.copies = true;
         }
         self.shared += self.fa_groups;
         self.private -= self.fa_groups;
