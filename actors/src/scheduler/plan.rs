@@ -263,7 +263,11 @@ pub(super) struct Run {
     /// No blocks of an earlier cut run were held ahead at its plan (its
     /// block counts after each step are then the stepping ones).
     exact: bool,
-    /// Steps the last run ran: the first chunk of the next is twice that.
+    /// Steps the last run ran: the first chunk of the next is as many (at
+    /// least `MIN_CHUNK`). Runs on a rank that handoffs or arrivals keep
+    /// cutting tend to run alike; twice as many priced half a chunk of steps
+    /// that never ran (Llama 1P1D, 2,000 requests: 58.3k step-time calls
+    /// for 37.7k steps, now 51.5k).
     last: u64,
 }
 
@@ -356,7 +360,7 @@ impl Core {
             }
             self.run.most = most;
             self.run.exact = self.ahead.members.is_empty();
-            let chunk = most.min((2 * self.run.last).max(MIN_CHUNK));
+            let chunk = most.min(self.run.last.max(MIN_CHUNK));
             while k < chunk && end < horizon {
                 shape.next_decode_step();
                 end += time(self, k, &shape);
