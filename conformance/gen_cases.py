@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Seeded random cases for the conformance suite.
 
-  gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed]
+  gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|window-only|mamba-only|sizes]
 
 (window: full attention + a sliding window; mamba: full attention + a
-Mamba state + a tail ring; mixed: either, drawn per case)
+Mamba state + a tail ring; mixed: either, drawn per case; window-only: a
+sliding window alone; mamba-only: a Mamba state and a tail ring; sizes:
+full attention beside a window of twice its block size)
 
 writes OUT_DIR/gen-SEED-K.json for K in 0..COUNT: block sizes, token
 budgets, max_num_seqs, pool sizes (small enough to preempt), prefix
@@ -52,6 +54,27 @@ def case(rng, groups):
             {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": False},
         ]
         c["num_blocks"] = 1 + need + 8 + rng.randint(0, 3 * need)
+    elif kind == "window-only":
+        # No full-attention group: vLLM's sliding-window manager hits alone.
+        c["cache_groups"] = [
+            {"kind": "sliding_window", "block_size_tokens": bs, "window_tokens": rng.randint(1, 4) * bs + rng.choice([0, 1]),
+             "prefix_cacheable": True},
+        ]
+    elif kind == "mamba-only":
+        c["cache_groups"] = [
+            {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": False},
+        ]
+        c["num_blocks"] = 1 + 8 + rng.randint(0, need)
+    elif kind == "sizes":
+        # Full attention beside a window group of twice its block size: hits
+        # aligned to the lcm.
+        c["cache_groups"] = [
+            {"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "sliding_window", "block_size_tokens": 2 * bs, "window_tokens": rng.randint(1, 3) * 2 * bs,
+             "prefix_cacheable": True},
+        ]
+        c["num_blocks"] = 1 + 2 * need + rng.randint(0, 3 * need)
     elif kind != "full":
         raise SystemExit(f"unknown --groups {groups}")
     return c
