@@ -30,11 +30,17 @@
 //! freed blocks that hold no cached content are reused first (vLLM puts
 //! them at the front of its free queue), cached ones are evicted least
 //! recently freed first (it appends them at the back). vLLM has hashed
-//! every full block of computed KV, so a finished request's own full blocks
-//! wait their turn in that order too: pdsim keeps them as a nameless run on
-//! the LRU list ([`KvPool::release`]), a count with no keys, since nothing
-//! can hit them. Nameless blocks with no named entry before them are next
-//! in line and can never hit, so they are plain free blocks.
+//! every full block of computed KV, so a finished request's own
+//! full-attention blocks wait their turn in that order too: pdsim keeps
+//! them as a nameless run on the LRU list ([`KvPool::release`]), a count
+//! with no keys, since nothing can hit them. Nameless blocks with no named
+//! entry before them are next in line and can never hit, so they are plain
+//! free blocks. Where pdsim departs: vLLM caches a window group's blocks
+//! too (and frees those leaving the window into the cache), which pdsim
+//! frees as plain blocks; and with several full-attention groups vLLM
+//! frees group by group (own blocks then shared ones, group 0 first),
+//! where one pdsim entry stands for a block in each, so all the groups'
+//! own blocks go ahead of the shared entries.
 //!
 //! The same content computed twice (two requests that did not hit it, or
 //! a landed handoff whose content another request cached meanwhile) is
@@ -302,7 +308,8 @@ pub struct KvPool {
     lru: Lru,
     /// Most blocks ever in use (private + shared).
     peak_used: u64,
-    /// Cached blocks evicted to make room.
+    /// Cached blocks evicted to make room (named ones: a nameless run's
+    /// blocks become plain when the entry before them goes, uncounted).
     evicted_blocks: u64,
     /// Set while some blocks are held ahead of the step that needs them, so
     /// that they never count towards the peak.
@@ -827,7 +834,7 @@ impl KvPool {
     /// pins them.
     ///
     /// With prefix caching, vLLM has hashed (cached) every full block of
-    /// computed KV, so its full blocks past the shared ones (its own and
+    /// computed KV, so its full-attention blocks past the shared ones (its own and
     /// generated content) take their turn in the eviction order, as a
     /// nameless run, instead of being reused first; nothing can hit them
     /// (a finished request never comes back), so only their place in the
@@ -1051,8 +1058,10 @@ impl KvPool {
 
     /// Pins the first `n` cached blocks of the prompt for an empty `alloc`
     /// (`n` from [`KvPool::cached_prefix`]) and allocates the other groups' blocks
-    /// at that point; its state becomes "`n` blocks computed". On a
-    /// shortfall nothing changes.
+    /// at that point; its state becomes "`n` blocks computed". Called only
+    /// after [`KvPool::can_pin_and_take`] said it fits; on a shortfall all
+    /// is given back, but the unpinned entries rejoin the LRU tail (a
+    /// nameless run they headed may have become plain).
     fn pin(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, n: u32) -> Result<(), Shortfall> {
         debug_assert!(alloc.is_empty());
         if n == 0 {
@@ -1320,7 +1329,9 @@ impl KvPool {
     /// `copies`: the holding pins later copies of some content
     /// (`KvPool::copy_pins`, in block order).
     fn unpin(&mut self, n: u32, prefix: &PrefixIds, prompt: Tokens, owner: u64, copies: bool) {
-        let mut copies = if copies { self.copy_pins.remove(&owner).unwrap_or_default() } else { Vec::new() };
+        // One holding per owner in a pool (as for `state_pins`).
+        let mut copies =
+            if copies { self.copy_pins.remove(&owner).expect("a flagged holding has copy pins") } else { Vec::new() };
         for i in (0..n).rev() {
             let slot = if copies.last().is_some_and(|&(b, _)| b == i) {
                 copies.pop().expect("checked").1
@@ -1330,12 +1341,14 @@ impl KvPool {
             };
             self.unref_slot(slot);
         }
+        debug_assert!(copies.is_empty(), "copy pins past the shared blocks");
     }
 
     /// Once a step that brings the request to `computed` tokens is
     /// scheduled (vLLM caches blocks at allocation): registers
-    /// its newly full, named full-attention blocks in the cache (or, when another request already
-    /// cached the same content, shares that copy and frees its own).
+    /// its newly full, named full-attention blocks in the cache (content
+    /// another request already cached becomes a later copy,
+    /// `register_block`).
     pub fn register(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
         if !self.caching || prefix.ids.is_empty() {
             return;
@@ -1362,7 +1375,8 @@ impl KvPool {
     /// by `align::aligned_chunk`), or a landed handoff's at `computed` (on
     /// a decode rank vLLM caches the loaded state at T when T is
     /// block-aligned). Another request's copy of the same state is shared
-    /// instead, as `register_block` does.
+    /// and this one's freed. Where pdsim departs: vLLM keeps both state
+    /// blocks, as it does full-attention ones (`register_block`).
     fn register_state(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
         let (Some(sb), Some(fb)) = (self.align, self.fa_block) else { return };
         let to = computed;
@@ -1466,6 +1480,20 @@ impl KvPool {
             .filter(|e| e.refs == 0)
             .map(|e| self.entry_blocks(e.state))
             .sum();
+        for (owner, pins) in &self.copy_pins {
+            if pins.is_empty() || !pins.windows(2).all(|w| w[0].0 < w[1].0) {
+                return Err(format!("holding {owner}: copy pins {pins:?} empty or out of block order"));
+            }
+            for &(_, slot) in pins {
+                let e = &self.lru.slots[slot as usize];
+                // A later copy, or one promoted first since.
+                let live = self.entries.get(&e.key) == Some(&slot)
+                    || self.copies.get(&e.key).is_some_and(|c| c.contains(&slot));
+                if e.refs == 0 || !live {
+                    return Err(format!("holding {owner}: copy pin on slot {slot}, not a pinned copy"));
+                }
+            }
+        }
         let mut nameless = 0;
         let mut i = self.lru.head;
         while i != NIL {

@@ -288,6 +288,39 @@ fn content_cached_twice_keeps_both_copies_until_the_last_is_evicted() {
 }
 
 #[test]
+fn the_next_copy_in_caching_order_takes_an_evicted_first_copys_place() {
+    // vLLM's map serves a hash's first block still cached (insertion
+    // order). A, B, C compute key K (copies 1, 2, 3); X computes another.
+    // Freed A, B, X, C: the order is [K1, K2, X, K3]. 5 blocks, B = 16.
+    let mut pool = fa_pool(5);
+    let reqs: Vec<Box<Request>> = (0..3).map(|i| prefixed(i, &[5], 1)).chain([prefixed(3, &[9], 1)]).collect();
+    let mut allocs: Vec<Alloc> = (0..4).map(Alloc::owned_by).collect();
+    for (r, a) in reqs.iter().zip(allocs.iter_mut()) {
+        pool.pin_and_allocate(a, &r.prefix, r.prompt, 0, (Tokens::ZERO, r.prompt), false).unwrap();
+        pool.register(a, &r.prefix, r.prompt, r.prompt);
+    }
+    for i in [0, 1, 3, 2] {
+        pool.release(&mut allocs[i], &reqs[i].prefix, reqs[i].prompt, reqs[i].prompt);
+    }
+    pool.check().unwrap();
+    // Two blocks: the plain one, then K1 goes and K2 is first.
+    let mut y = Alloc::owned_by(4);
+    pool.pin_and_allocate(&mut y, &PrefixIds::none(), Tokens::new(32), 0, (Tokens::ZERO, Tokens::new(32)), false)
+        .unwrap();
+    assert_eq!(pool.evicted_blocks(), 1);
+    // D hits K (pins K2, leaving [X, K3]) and needs one block more: X goes.
+    // Had K3 taken K1's place, D would pin it and K2 would go, not X.
+    let d = prefixed(5, &[5, 6], 1);
+    let mut da = Alloc::owned_by(5);
+    assert_eq!(pool.cached_prefix(&d.prefix, d.prompt, 5, d.prompt), 1);
+    pool.pin_and_allocate(&mut da, &d.prefix, d.prompt, 1, (Tokens::new(16), Tokens::new(17)), false).unwrap();
+    assert_eq!(pool.evicted_blocks(), 2);
+    assert_eq!(pool.cached_prefix(&reqs[3].prefix, reqs[3].prompt, 6, Tokens::new(17)), 0, "X evicted");
+    assert_eq!(pool.cached_prefix(&d.prefix, d.prompt, 6, d.prompt), 1, "K still cached");
+    pool.check().unwrap();
+}
+
+#[test]
 fn a_source_release_frees_what_the_rule_frees_per_group() {
     // Full attention and a window of 32 tokens, B = 16: a 1,024-token
     // prefill in one step holds 64 + 64 blocks; the source keeps 64 + 2

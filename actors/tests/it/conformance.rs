@@ -16,7 +16,8 @@ use serde_json::Value;
 
 /// (case, the vLLM rule pdsim does not follow yet).
 /// Mamba hybrids with prefix caching ("align" mode).
-const MAMBA: &str = "Mamba align mode later in a run: an admission vLLM refuses a step longer; states of own content";
+const MAMBA: &str = "Mamba align mode, a recompute after a preemption: vLLM caches a request's own states at the \
+     boundaries it passes and frees them into the eviction order as it moves on";
 /// Hits in hybrid models.
 const HYBRID_HIT: &str =
     "a hybrid model's hit must hold in every group (window blocks in the window cached too), aligned to all groups";
