@@ -4,6 +4,10 @@
 
 usage: compare.py PDSIM.jsonl VLLM.jsonl  -> prints one verdict line,
 exit 0 if step-identical, 1 if not.
+       compare.py --batch LIST  -> LIST has one `NAME PDSIM.jsonl VLLM.jsonl`
+per line; prints `NAME: verdict` for each and a last line `N/M cases
+step-identical`; exit 0 if all are (one process for many cases: Python's
+start-up dominates a case's comparison).
 
 A step matches when the same requests are scheduled with the same tokens
 in the same order, the same ones are preempted, and the same ones finish
@@ -36,16 +40,36 @@ def first_difference(pd, vl):
     return None
 
 
-def main():
-    pd = [norm_pdsim(json.loads(l)) for l in open(sys.argv[1]) if l.strip()]
-    vl = [norm_vllm(json.loads(l)) for l in open(sys.argv[2]) if l.strip()]
+def verdict(pdsim_path, vllm_path):
+    """(identical, the verdict line) for one case."""
+    pd = [norm_pdsim(json.loads(l)) for l in open(pdsim_path) if l.strip()]
+    vl = [norm_vllm(json.loads(l)) for l in open(vllm_path) if l.strip()]
     d = first_difference(pd, vl)
     if d is None:
-        print(f"identical ({len(vl)} steps)")
-        return 0
+        return True, f"identical ({len(vl)} steps)"
     i, a, b = d
-    print(f"differs at step {i} of {len(vl)} (pdsim {len(pd)}): pdsim {a} vLLM {b}")
-    return 1
+    return False, f"differs at step {i} of {len(vl)} (pdsim {len(pd)}): pdsim {a} vLLM {b}"
+
+
+def main():
+    if sys.argv[1] == "--batch":
+        same = total = 0
+        for line in open(sys.argv[2]):
+            if not line.strip():
+                continue
+            name, mine, theirs = line.split()
+            total += 1
+            try:
+                ok, text = verdict(mine, theirs)
+            except OSError as e:
+                ok, text = False, f"no log: {e}"
+            same += ok
+            print(f"{name}: {text}")
+        print(f"{same}/{total} cases step-identical")
+        return 0 if same == total else 1
+    ok, text = verdict(sys.argv[1], sys.argv[2])
+    print(text)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

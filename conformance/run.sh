@@ -34,16 +34,21 @@ if [[ $recorded -eq 0 ]]; then
   fi
 fi
 
-same=0
+# pdsim's logs first, then one comparing process for all of them.
+failed=0
+: > "$work/list"
 for case in "$@"; do
   name="$(basename "$case" .json)"
   if [[ $recorded -eq 1 ]]; then theirs="${case%.json}.vllm.jsonl"; else theirs="$work/vllm/$name.vllm.jsonl"; fi
   if ! "$pdsim" steps "$case" > "$work/$name.pdsim.jsonl" 2> "$work/$name.err"; then
     echo "$name: pdsim failed: $(cat "$work/$name.err")"
+    failed=$((failed + 1))
     continue
   fi
-  if verdict="$(python3 "$here/compare.py" "$work/$name.pdsim.jsonl" "$theirs")"; then same=$((same + 1)); fi
-  echo "$name: $verdict"
+  echo "$name $work/$name.pdsim.jsonl $theirs" >> "$work/list"
 done
+if ! out="$(python3 "$here/compare.py" --batch "$work/list")"; then :; fi
+echo "$out" | sed '$d'
+same="$(echo "$out" | tail -n 1 | cut -d/ -f1)"
 echo "$same/$# cases step-identical"
-[[ $same -eq $# ]]
+[[ $same -eq $# && $failed -eq 0 ]]
