@@ -845,7 +845,7 @@ impl DecodeRank {
         ids.sort_unstable();
         for id in ids {
             let InTransfer { req, reservation } = self.transferring.remove(&id).expect("listed");
-            self.core.sched.cancel_reservation(reservation, &req);
+            self.core.sched.cancel_reservation(reservation);
             out.push(req);
         }
         out
@@ -921,7 +921,7 @@ impl Side for DecodeRank {
             }
             Msg::CancelDestination(id, reason) => {
                 if let Some(InTransfer { mut req, reservation }) = self.transferring.remove(&id) {
-                    self.core.sched.cancel_reservation(reservation, &req);
+                    self.core.sched.cancel_reservation(reservation);
                     req.fail(reason, now);
                     self.core.finish(req, ctx);
                 } else {

@@ -53,7 +53,6 @@ use crate::model::CacheGroup;
 use crate::request::{ReqId, Request};
 use crate::steptime::StepTimeModel;
 use crate::units::Tokens;
-use crate::workload::PrefixIds;
 use plan::{Ahead, StepKv, StepLog};
 use pool::{Alloc, KvPool, Whole};
 use seqs::{Seq, SeqKey, Seqs};
@@ -102,8 +101,6 @@ pub(crate) enum Finished {
 #[must_use = "a source's blocks stay held until released"]
 pub(crate) struct Source {
     alloc: Alloc,
-    prefix: PrefixIds,
-    prompt: Tokens,
 }
 
 /// A decode rank's reservation for a handoff: the blocks the landed KV goes
@@ -355,7 +352,7 @@ impl Scheduler {
     /// blocks its step needed (its blocks given back); the rank fails it.
     pub(crate) fn take_stuck(&mut self) -> Option<(Box<Request>, u64)> {
         let (mut seq, needed) = self.core.stuck.pop()?;
-        self.core.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, seq.computed);
+        self.core.pool.release(&mut seq.alloc, seq.computed);
         Some((seq.req, needed))
     }
 
@@ -391,10 +388,10 @@ impl Scheduler {
 
     /// Gives back a prefill's source (transfer done, cancelled or expired).
     pub(crate) fn release_source(&mut self, source: Source) {
-        let Source { mut alloc, prefix, prompt } = source;
+        let Source { mut alloc } = source;
         // Its KV is computed through its holding's end (the prompt).
         let computed = alloc.tokens();
-        self.core.pool.release(&mut alloc, &prefix, prompt, computed);
+        self.core.pool.release(&mut alloc, computed);
     }
 
     /// Queues a decode rank's handoff as a remote load: a schedule call
@@ -446,10 +443,10 @@ impl Scheduler {
     }
 
     /// Gives back a reservation whose transfer will not land.
-    pub(crate) fn cancel_reservation(&mut self, reservation: Reservation, req: &Request) {
+    pub(crate) fn cancel_reservation(&mut self, reservation: Reservation) {
         let mut alloc = reservation.alloc;
         // Nothing landed: no block of it holds computed KV.
-        self.core.pool.release(&mut alloc, &req.prefix, req.prompt, Tokens::ZERO);
+        self.core.pool.release(&mut alloc, Tokens::ZERO);
     }
 
     /// The KV of `req` landed in `reservation`: its blocks go into the
@@ -546,12 +543,12 @@ impl Scheduler {
         core.batch.clear();
         let mut out = Vec::new();
         for mut seq in core.seqs.drain() {
-            core.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, seq.computed);
+            core.pool.release(&mut seq.alloc, seq.computed);
             out.push(seq.req);
         }
         // Reserved loads the rank has not taken yet (none between its calls).
         for (req, _, mut alloc, _) in core.reserved.drain(..) {
-            core.pool.release(&mut alloc, &req.prefix, req.prompt, Tokens::ZERO);
+            core.pool.release(&mut alloc, Tokens::ZERO);
             out.push(req);
         }
         out
@@ -599,15 +596,13 @@ fn core_finished(pool: &mut KvPool, mode: Mode, seq: Seq) -> Finished {
     let Seq { mut req, mut alloc, computed, .. } = seq;
     match mode {
         Mode::Generate => {
-            pool.release(&mut alloc, &req.prefix, req.prompt, computed);
+            pool.release(&mut alloc, computed);
             Finished::Completed(req)
         }
         Mode::PrefillOnly => {
             pool.release_to_source(&mut alloc);
-            let prefix = if req.prefix.ids.is_empty() { PrefixIds::none() } else { req.prefix.clone() };
-            let prompt = req.prompt;
             req.transferred_tokens = computed;
-            Finished::Prefilled { req, source: Source { alloc, prefix, prompt } }
+            Finished::Prefilled { req, source: Source { alloc } }
         }
     }
 }

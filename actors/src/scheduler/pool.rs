@@ -68,7 +68,9 @@ const STATE_ENTRY: u64 = 0x7374_6174_655f_6b65;
 /// fixed arrays on its hot path).
 pub const MAX_GROUPS: usize = 16;
 
-/// One request's holding in a pool.
+/// One request's holding in a pool. The pool keeps part of a holding's
+/// state by its owner (the cached entries it pins), so a pool has at most
+/// one holding per owner.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Alloc {
     /// Tokens whose KV was present before the step.
@@ -93,8 +95,6 @@ pub struct Alloc {
     /// [`KvPool::group_blocks`]); which ones, the pool keeps by owner
     /// (`KvPool::state_pins`), so that a holding stays small.
     pinned: u8,
-    /// Whether it pins a later copy of some content (`KvPool::copy_pins`).
-    copies: bool,
 }
 
 impl Alloc {
@@ -302,9 +302,13 @@ pub struct KvPool {
     /// The later copies of a full-attention key, in the order they were
     /// cached (rare: see `KvPool::register_block`).
     copies: FxHashMap<u64, Vec<u32>>,
-    /// By owner: (block index, slot) of each later copy a holding pins in
-    /// place of the first one.
-    copy_pins: FxHashMap<u64, Vec<(u32, u32)>>,
+    /// By owner: the slots of the cached entries a holding's shared
+    /// full-attention blocks pin, in block order (the copy each pins, and
+    /// unpinning without recomputing keys). One holding per owner in a
+    /// pool, as for `state_pins`.
+    held_slots: FxHashMap<u64, Vec<u32>>,
+    /// Emptied `held_slots` lists, for reuse.
+    spare_slot_lists: Vec<Vec<u32>>,
     lru: Lru,
     /// Most blocks ever in use (private + shared).
     peak_used: u64,
@@ -369,7 +373,8 @@ impl KvPool {
             caching,
             entries: FxHashMap::default(),
             copies: FxHashMap::default(),
-            copy_pins: FxHashMap::default(),
+            held_slots: FxHashMap::default(),
+            spare_slot_lists: Vec::new(),
             lru: Lru::new(),
             peak_used: 0,
             evicted_blocks: 0,
@@ -842,7 +847,7 @@ impl KvPool {
     /// (59 computed) holding 1 shared block: 3 full blocks, 2 of them its
     /// own, go to the LRU tail, then the shared one; its partial fourth
     /// block is reused first.
-    pub fn release(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+    pub fn release(&mut self, alloc: &mut Alloc, computed: Tokens) {
         let nameless = match self.fa_block {
             Some(b) if self.caching => {
                 let held = alloc.to.blocks_ceil(b).get().max(alloc.from.blocks_ceil(b).get());
@@ -868,7 +873,7 @@ impl KvPool {
         // Freed in reverse (vLLM's `free_blocks(reversed(...))`): its own
         // blocks, then the shared ones.
         self.free_nameless(nameless);
-        self.unpin(alloc.shared, prefix, prompt, alloc.owner, alloc.copies);
+        self.unpin(alloc.shared, alloc.owner);
         // Then the state entries, the later block first (vLLM frees each
         // group's blocks in reverse, group by group).
         if alloc.pinned != 0 {
@@ -1069,10 +1074,14 @@ impl KvPool {
         }
         // Pin first, so the cached blocks cannot be evicted to make room for
         // the window and state blocks.
+        let mut slots = self.spare_slot_lists.pop().unwrap_or_default();
         for i in 0..n {
             let k = self.key(prefix, prompt, alloc.owner, i);
-            self.ref_entry(k);
+            let slot = *self.entries.get(&k).expect("a hit's entries exist");
+            self.ref_slot(slot);
+            slots.push(slot);
         }
+        self.held_slots.insert(alloc.owner, slots);
         let sk = self.hit_entry(prefix, prompt, alloc.owner, n);
         if sk != 0 {
             self.ref_entry(sk);
@@ -1080,7 +1089,7 @@ impl KvPool {
         let t = self.hit_tokens(n);
         let need = self.private_need(t, t, false, n) - if sk != 0 { self.state_groups } else { 0 };
         if let Err(e) = self.take(need, true) {
-            self.unpin(n, prefix, prompt, alloc.owner, false);
+            self.unpin(n, alloc.owner);
             if sk != 0 {
                 self.unref(sk);
             }
@@ -1103,7 +1112,6 @@ impl KvPool {
             stable_to: Tokens::ZERO,
             owner: alloc.owner,
             pinned: 0,
-            copies: false,
         };
         if sk != 0 {
             let pins = [(0, 0), (sk, self.state_index(t))];
@@ -1260,6 +1268,12 @@ impl KvPool {
 
     fn ref_entry(&mut self, k: u64) {
         let i = *self.entries.get(&k).expect("entry exists");
+        self.ref_slot(i);
+    }
+
+    /// [`KvPool::ref_entry`] of the entry in slot `i`.
+    #[inline]
+    fn ref_slot(&mut self, i: u32) {
         let e = &mut self.lru.slots[i as usize];
         e.refs += 1;
         if e.refs == 1 {
@@ -1326,22 +1340,17 @@ impl KvPool {
     /// `free` → `block_pool.free_blocks(reversed(...))`): the end of a
     /// prompt is evicted before its start, so an eviction costs later
     /// requests the fewest leading hits.
-    /// `copies`: the holding pins later copies of some content
-    /// (`KvPool::copy_pins`, in block order).
-    fn unpin(&mut self, n: u32, prefix: &PrefixIds, prompt: Tokens, owner: u64, copies: bool) {
-        // One holding per owner in a pool (as for `state_pins`).
-        let mut copies =
-            if copies { self.copy_pins.remove(&owner).expect("a flagged holding has copy pins") } else { Vec::new() };
-        for i in (0..n).rev() {
-            let slot = if copies.last().is_some_and(|&(b, _)| b == i) {
-                copies.pop().expect("checked").1
-            } else {
-                let k = self.key(prefix, prompt, owner, i);
-                *self.entries.get(&k).expect("pinned entry exists")
-            };
+    fn unpin(&mut self, n: u32, owner: u64) {
+        if n == 0 {
+            return;
+        }
+        let mut slots = self.held_slots.remove(&owner).expect("a holding with shared blocks has its slots");
+        debug_assert_eq!(slots.len(), n as usize);
+        for &slot in slots.iter().rev() {
             self.unref_slot(slot);
         }
-        debug_assert!(copies.is_empty(), "copy pins past the shared blocks");
+        slots.clear();
+        self.spare_slot_lists.push(slots);
     }
 
     /// Once a step that brings the request to `computed` tokens is
@@ -1449,9 +1458,12 @@ impl KvPool {
             v.insert(slot);
         } else {
             self.copies.entry(k).or_default().push(slot);
-            self.copy_pins.entry(alloc.owner).or_default().push((alloc.shared, slot));
-            alloc.copies = true;
         }
+        if alloc.shared == 0 {
+            let fresh = self.spare_slot_lists.pop().unwrap_or_default();
+            self.held_slots.insert(alloc.owner, fresh);
+        }
+        self.held_slots.get_mut(&alloc.owner).expect("inserted at its first shared block").push(slot);
         self.shared += self.fa_groups;
         self.private -= self.fa_groups;
         alloc.private -= self.fa_groups;
@@ -1480,18 +1492,26 @@ impl KvPool {
             .filter(|e| e.refs == 0)
             .map(|e| self.entry_blocks(e.state))
             .sum();
-        for (owner, pins) in &self.copy_pins {
-            if pins.is_empty() || !pins.windows(2).all(|w| w[0].0 < w[1].0) {
-                return Err(format!("holding {owner}: copy pins {pins:?} empty or out of block order"));
+        // Every pin of a full-attention entry is a holding's listed slot.
+        let mut listed: FxHashMap<u32, u32> = FxHashMap::default();
+        for (owner, slots) in &self.held_slots {
+            if slots.is_empty() {
+                return Err(format!("holding {owner}: an empty slot list"));
             }
-            for &(_, slot) in pins {
+            for &slot in slots {
                 let e = &self.lru.slots[slot as usize];
-                // A later copy, or one promoted first since.
                 let live = self.entries.get(&e.key) == Some(&slot)
                     || self.copies.get(&e.key).is_some_and(|c| c.contains(&slot));
-                if e.refs == 0 || !live {
-                    return Err(format!("holding {owner}: copy pin on slot {slot}, not a pinned copy"));
+                if e.state || !live {
+                    return Err(format!("holding {owner}: slot {slot} is no live full-attention entry"));
                 }
+                *listed.entry(slot).or_default() += 1;
+            }
+        }
+        for &slot in self.entries.values().chain(self.copies.values().flatten()) {
+            let e = &self.lru.slots[slot as usize];
+            if !e.state && e.refs != listed.get(&slot).copied().unwrap_or(0) {
+                return Err(format!("entry in slot {slot}: {} pins, {:?} holdings list it", e.refs, listed.get(&slot)));
             }
         }
         let mut nameless = 0;

@@ -147,7 +147,7 @@ impl<'a> Step<'a> {
         let seq = core.seqs.get_mut(key);
         // Its full blocks stay cached for its recompute, generated ones too.
         core.pool.register_own(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, seq.computed);
-        core.pool.release(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, seq.computed);
+        core.pool.release(&mut seq.alloc, seq.computed);
         seq.computed = Tokens::ZERO;
         seq.looked_up = false;
         seq.req.preemptions += 1;

@@ -164,12 +164,12 @@ fn a_failed_pin_and_allocate_changes_nothing_and_evicts_nothing() {
     let mut a = Alloc::default();
     pool.pin_and_allocate(&mut a, &a_req.prefix, a_req.prompt, 0, (Tokens::ZERO, a_req.prompt), false).unwrap();
     pool.register(&mut a, &a_req.prefix, a_req.prompt, a_req.prompt);
-    pool.release(&mut a, &a_req.prefix, a_req.prompt, a_req.prompt);
+    pool.release(&mut a, a_req.prompt);
     assert_eq!((pool.cached_free(), pool.free_plain()), (4, 6));
     let b_req = prefixed(1, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], 1);
     let hit = pool.cached_prefix(&b_req.prefix, b_req.prompt, b_req.id, b_req.prompt);
     assert_eq!(hit, 4);
-    let mut b = Alloc::default();
+    let mut b = Alloc::owned_by(1);
     // 12 blocks in all, 4 of them the hit: 8 more, 6 plain free.
     let short = pool
         .pin_and_allocate(&mut b, &b_req.prefix, b_req.prompt, hit, (Tokens::new(64), b_req.prompt), false)
@@ -185,16 +185,17 @@ fn eviction_takes_the_least_recently_freed_cached_block_first() {
     let mut pool = fa_pool(3);
     // Three one-block requests, freed in the order 2, 0, 1.
     let reqs: Vec<Box<Request>> = (0..3).map(|i| prefixed(i, &[100 + i], 1)).collect();
-    let mut allocs = [Alloc::default(); 3];
+    // One holding per request (the pool keeps a holding's pins by owner).
+    let mut allocs: Vec<Alloc> = (0..3).map(Alloc::owned_by).collect();
     for (r, a) in reqs.iter().zip(allocs.iter_mut()) {
         pool.pin_and_allocate(a, &r.prefix, r.prompt, 0, (Tokens::ZERO, r.prompt), false).unwrap();
         pool.register(a, &r.prefix, r.prompt, r.prompt);
     }
     for i in [2, 0, 1] {
-        pool.release(&mut allocs[i], &reqs[i].prefix, reqs[i].prompt, reqs[i].prompt);
+        pool.release(&mut allocs[i], reqs[i].prompt);
     }
     // One plain block needed: request 2's block goes (freed first).
-    let mut x = Alloc::default();
+    let mut x = Alloc::owned_by(3);
     pool.pin_and_allocate(&mut x, &PrefixIds::none(), Tokens::new(16), 0, (Tokens::ZERO, Tokens::new(16)), false)
         .unwrap();
     assert_eq!(pool.evicted_blocks(), 1);
@@ -214,7 +215,7 @@ fn a_finished_requests_own_full_blocks_wait_their_turn_in_the_eviction_order() {
     let mut x = Alloc::owned_by(0);
     pool.pin_and_allocate(&mut x, &x_req.prefix, x_req.prompt, 0, (Tokens::ZERO, x_req.prompt), false).unwrap();
     pool.register(&mut x, &x_req.prefix, x_req.prompt, x_req.prompt);
-    pool.release(&mut x, &x_req.prefix, x_req.prompt, x_req.prompt);
+    pool.release(&mut x, x_req.prompt);
     // A: 40 prompt tokens, the first block named (its prefix ids), and 20
     // generated: 59 computed, 4 blocks, 3 of them full. Freed: its partial
     // block plain, its 2 own full blocks a nameless run, then its named
@@ -226,7 +227,7 @@ fn a_finished_requests_own_full_blocks_wait_their_turn_in_the_eviction_order() {
     pool.register(&mut a, &a_prefix, a_prompt, a_prompt);
     pool.resize(&mut a, Tokens::new(58), Tokens::new(59), false).unwrap();
     assert_eq!(pool.used(), 4);
-    pool.release(&mut a, &a_prefix, a_prompt, Tokens::new(59));
+    pool.release(&mut a, Tokens::new(59));
     // 6 − 1 (X) − 4 (A) = 1 plain, plus A's partial block: 2; X and A0
     // cached (the run is evictable but counts as no cached content).
     assert_eq!((pool.free_plain(), pool.cached_free(), pool.free(), pool.evicted_blocks()), (2, 2, 6, 0));
@@ -268,7 +269,7 @@ fn content_cached_twice_keeps_both_copies_until_the_last_is_evicted() {
     assert_eq!((pool.used(), pool.free_plain()), (2, 2));
     // A's copy becomes evictable; B still holds its own (one copy for
     // both would stay pinned by B).
-    pool.release(&mut a, &a_req.prefix, a_req.prompt, a_req.prompt);
+    pool.release(&mut a, a_req.prompt);
     assert_eq!((pool.used(), pool.cached_free(), pool.free_plain()), (1, 1, 2));
     pool.check().unwrap();
     // Three blocks evict A's copy; B's keeps the content cached.
@@ -280,8 +281,8 @@ fn content_cached_twice_keeps_both_copies_until_the_last_is_evicted() {
     assert_eq!(pool.cached_prefix(&c_req.prefix, c_req.prompt, 3, c_req.prompt), 1);
     pool.check().unwrap();
     // B's copy, freed, is the one left to hit.
-    pool.release(&mut b, &b_req.prefix, b_req.prompt, b_req.prompt);
-    pool.release(&mut y, &PrefixIds::none(), Tokens::new(48), Tokens::ZERO);
+    pool.release(&mut b, b_req.prompt);
+    pool.release(&mut y, Tokens::ZERO);
     assert_eq!((pool.cached_free(), pool.free_plain()), (1, 3));
     assert_eq!(pool.cached_prefix(&c_req.prefix, c_req.prompt, 3, c_req.prompt), 1);
     pool.check().unwrap();
@@ -300,7 +301,7 @@ fn the_next_copy_in_caching_order_takes_an_evicted_first_copys_place() {
         pool.register(a, &r.prefix, r.prompt, r.prompt);
     }
     for i in [0, 1, 3, 2] {
-        pool.release(&mut allocs[i], &reqs[i].prefix, reqs[i].prompt, reqs[i].prompt);
+        pool.release(&mut allocs[i], reqs[i].prompt);
     }
     pool.check().unwrap();
     // Two blocks: the plain one, then K1 goes and K2 is first.
