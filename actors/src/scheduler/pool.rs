@@ -596,8 +596,16 @@ impl KvPool {
     /// Keeps the LRU list's head named: nameless blocks with no named entry
     /// before them are next to be reused and nothing can hit them, so they
     /// are plain free blocks (which lets the decoding set take them ahead).
-    #[inline]
+    #[inline(always)]
     fn absorb_front(&mut self) {
+        if self.lru.head_nameless() {
+            self.absorb_front_runs();
+        }
+    }
+
+    /// [`KvPool::absorb_front`]'s work, kept out of line.
+    #[inline(never)]
+    fn absorb_front_runs(&mut self) {
         while self.lru.head_nameless() {
             let (_, e) = self.lru.pop_front().expect("a head");
             self.cached_free -= e.nameless;
@@ -1365,13 +1373,15 @@ impl KvPool {
         let full =
             computed.min(alloc.to).blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
         let b = self.fa_block.expect("caching needs a full-attention group");
-        while u64::from(alloc.shared) < full {
-            // Only content the prefix ids name, which others may share.
-            let end = Tokens::new((u64::from(alloc.shared) + 1) * b.get());
-            if prefix.key_through(end, prompt).is_none() {
-                break;
+        if u64::from(alloc.shared) < full {
+            let mut slots = self.take_slots(alloc);
+            while u64::from(alloc.shared) < full {
+                // Only content the prefix ids name, which others may share.
+                let end = Tokens::new((u64::from(alloc.shared) + 1) * b.get());
+                let Some(k) = prefix.key_through(end, prompt) else { break };
+                self.register_block(alloc, k, &mut slots);
             }
-            self.register_block(alloc, prefix, prompt);
+            self.put_slots(alloc.owner, slots);
         }
         if self.state_groups > 0 {
             self.register_state(alloc, prefix, prompt, computed);
@@ -1437,13 +1447,38 @@ impl KvPool {
         // holds every full block through `computed`.
         let full = computed.blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
         debug_assert!(full <= alloc.to.max(computed).blocks_ceil(self.fa_block.expect("checked")).get());
-        while u64::from(alloc.shared) < full {
-            self.register_block(alloc, prefix, prompt);
+        if u64::from(alloc.shared) < full {
+            let mut slots = self.take_slots(alloc);
+            while u64::from(alloc.shared) < full {
+                let k = self.key(prefix, prompt, alloc.owner, alloc.shared);
+                self.register_block(alloc, k, &mut slots);
+            }
+            self.put_slots(alloc.owner, slots);
+        }
+    }
+
+    /// The slot list of `alloc`'s pinned entries, taken out of the map while
+    /// blocks are registered (a new one if it pins none).
+    fn take_slots(&mut self, alloc: &Alloc) -> Vec<u32> {
+        if alloc.shared == 0 {
+            self.spare_slot_lists.pop().unwrap_or_default()
+        } else {
+            self.held_slots.remove(&alloc.owner).expect("a holding with shared blocks has its slots")
+        }
+    }
+
+    /// Puts back a slot list [`KvPool::take_slots`] took.
+    fn put_slots(&mut self, owner: u64, slots: Vec<u32>) {
+        if slots.is_empty() {
+            self.spare_slot_lists.push(slots);
+        } else {
+            self.held_slots.insert(owner, slots);
         }
     }
 
     /// Registers `alloc`'s first private full-attention block (the one after
-    /// its shared ones).
+    /// its shared ones) under key `k`, its slot appended to `slots` (the
+    /// holding's list, out of the map meanwhile).
     ///
     /// Content another request cached meanwhile (a landed handoff's, on a
     /// decode rank) is cached again as a later copy, which this holding
@@ -1451,19 +1486,14 @@ impl KvPool {
     /// blocks per hash and serves the first), so each is freed into the
     /// eviction order by its own holders, and the content stays cached
     /// until its last copy is evicted.
-    fn register_block(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens) {
-        let k = self.key(prefix, prompt, alloc.owner, alloc.shared);
+    fn register_block(&mut self, alloc: &mut Alloc, k: u64, slots: &mut Vec<u32>) {
         let slot = self.lru.alloc(k, false);
         if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
             v.insert(slot);
         } else {
             self.copies.entry(k).or_default().push(slot);
         }
-        if alloc.shared == 0 {
-            let fresh = self.spare_slot_lists.pop().unwrap_or_default();
-            self.held_slots.insert(alloc.owner, fresh);
-        }
-        self.held_slots.get_mut(&alloc.owner).expect("inserted at its first shared block").push(slot);
+        slots.push(slot);
         self.shared += self.fa_groups;
         self.private -= self.fa_groups;
         alloc.private -= self.fa_groups;
