@@ -574,10 +574,6 @@ impl KvPool {
     /// `BlockHashToBlockMap` serves the first block it holds for a hash).
     #[inline]
     fn forget_copy(&mut self, key: u64, i: u32) {
-        if self.copies.is_empty() {
-            self.entries.remove(&key);
-            return;
-        }
         let Some(later) = self.copies.get_mut(&key) else {
             self.entries.remove(&key);
             return;
@@ -858,8 +854,7 @@ impl KvPool {
     pub fn release(&mut self, alloc: &mut Alloc, computed: Tokens) {
         let nameless = match self.fa_block {
             Some(b) if self.caching => {
-                let held = alloc.to.blocks_ceil(b).get().max(alloc.from.blocks_ceil(b).get());
-                let full = computed.blocks_floor(b).get().min(held);
+                let full = computed.blocks_floor(b).get().min(alloc.to.blocks_ceil(b).get());
                 full.saturating_sub(u64::from(alloc.shared)) * self.fa_groups
             }
             _ => 0,
@@ -1082,14 +1077,14 @@ impl KvPool {
         }
         // Pin first, so the cached blocks cannot be evicted to make room for
         // the window and state blocks.
-        let mut slots = self.spare_slot_lists.pop().unwrap_or_default();
+        let mut slots = self.take_slots(alloc);
         for i in 0..n {
             let k = self.key(prefix, prompt, alloc.owner, i);
             let slot = *self.entries.get(&k).expect("a hit's entries exist");
             self.ref_slot(slot);
             slots.push(slot);
         }
-        self.held_slots.insert(alloc.owner, slots);
+        self.put_slots(alloc.owner, slots);
         let sk = self.hit_entry(prefix, prompt, alloc.owner, n);
         if sk != 0 {
             self.ref_entry(sk);
