@@ -23,7 +23,7 @@ const PINNED: [(&str, u64, u64, u64); 11] = [
     ("glm-5.3-flash-2p1d-pressure.toml", 0x0d3c_f9ec_c900_b44a, 0x77e9_710b_7122_35c0, 0x2692_fbb9_ed84_ad3b),
     ("glm-5.3-flash-2p2d.toml", 0xa1af_d4a3_c4a3_6728, 0x79dc_4927_d920_7515, 0xa5ef_a247_7440_7989),
     ("glm-5.3-flash-p4d8.toml", 0xf79c_1f19_f1b2_c7e3, 0x2bd3_a37a_9687_41e0, 0x52f1_e036_5b19_1106),
-    ("gpt-oss-1p1d.toml", 0x8a2c_8f55_22dd_1d7e, 0x5c74_d7c6_8f01_617a, 0x08f4_946c_fa33_2a04),
+    ("gpt-oss-1p1d.toml", 0x058e_10c7_0196_b162, 0x5c74_d7c6_8f01_617a, 0xa6ab_27dd_2b64_1e30),
     ("llama-3.1-8b-1p1d.toml", 0xeb6a_187d_f8a0_90c2, 0x1d29_5e94_fcc3_1516, 0xe3c6_8609_2f1c_2cdf),
     ("llama-3.1-8b-aggregated.toml", 0xb2e4_463f_8ca1_608c, 0x82da_4816_8d2f_a3fa, 0x9f76_0390_7cbc_bc39),
     ("llama-3.1-8b-h200-tp1.toml", 0x8fee_a5e2_c3cf_0ec8, 0xe143_0827_41a4_55e9, 0xf377_9f63_5be2_2611),

@@ -456,6 +456,7 @@ impl Core {
         // once given back.
         let exact = if self.stepping && self.log.planned > 1 { self.run.exact } else { self.ahead.members.is_empty() };
         let mut step_changes = std::mem::take(&mut self.ahead.step_changes);
+        let window_cache = self.pool.window_cached();
         let result = loop {
             let n = match self.dec.changes.peek() {
                 Some(&Reverse((n, ..))) if n <= e => n,
@@ -466,6 +467,10 @@ impl Core {
             step_changes.clear();
             let mut grow = 0u64;
             let mut net = 0i64;
+            // With the window cache, blocks leaving the window go into the
+            // eviction order, where nothing can take them back: a step that
+            // frees some is never taken ahead.
+            let mut caches = false;
             while let Some(&Reverse((m, key, g))) = self.dec.changes.peek() {
                 if m != n {
                     break;
@@ -479,10 +484,30 @@ impl Core {
                     // live entry carries on.
                     continue;
                 }
-                let delta = self.pool.change_in_blocks(&seq.alloc, to - Tokens::new(1), to);
-                grow += delta.max(0) as u64;
+                let from = to - Tokens::new(1);
+                let delta = self.pool.change_in_blocks(&seq.alloc, from, to);
+                // (Blocks freed into the eviction order are not plain free.)
+                let mut cached = 0;
+                if window_cache {
+                    cached = self.pool.cached_by_step(&seq.alloc, from) as i64;
+                    caches |= self.pool.skips_cached(&seq.alloc, from);
+                }
+                grow += (delta + cached).max(0) as u64;
                 net += delta;
                 step_changes.push((key, g, to));
+            }
+            if caches {
+                // Window blocks join the eviction order in running order, as
+                // stepping one by one frees them; with sequences outside the
+                // set running too, only stepping one by one has that order.
+                if self.seqs.running.len() as u64 > self.dec.count {
+                    for &(key, g, _) in &step_changes {
+                        self.dec.changes.push(Reverse((n, key, g)));
+                    }
+                    break Err(n);
+                }
+                let seqs = &self.seqs;
+                step_changes.sort_unstable_by_key(|&(key, ..)| seqs.get(key).admitted);
             }
             if !ahead && !self.ahead.members.is_empty() {
                 self.make_room(grow);
@@ -501,7 +526,7 @@ impl Core {
             // its end, when stepping one by one retries them. Step n must
             // then start a plan of its own and run alone.
             let waiters = !self.seqs.waiting.is_empty();
-            if grow > self.pool.free_plain() || (net < 0 && waiters && ahead) {
+            if grow > self.pool.free_plain() || (net < 0 && waiters && ahead) || (caches && ahead) {
                 for &(key, g, _) in &step_changes {
                     self.dec.changes.push(Reverse((n, key, g)));
                 }

@@ -18,8 +18,9 @@
 //! as free-but-cached and are evicted least recently used first when free
 //! blocks run out (a freed request's tail first, as vLLM frees in
 //! reverse). Hits are counted in whole full-attention blocks (one
-//! cached entry covers the block in every full-attention group); the window
-//! and state blocks at the hit position are allocated fresh.
+//! cached entry covers the block in every full-attention group); without
+//! the window cache below, the window and state blocks at the hit position
+//! are allocated fresh.
 //!
 //! A request's blocks that its prefix ids do not name (its own prompt
 //! content, its generated tokens) have keys of the request's own; they are
@@ -35,9 +36,17 @@
 //! them as a nameless run on the LRU list ([`KvPool::release`]), a count
 //! with no keys, since nothing can hit them. Nameless blocks with no named
 //! entry before them are next in line and can never hit, so they are plain
-//! free blocks. Where pdsim departs: vLLM caches a window group's blocks
-//! too (and frees those leaving the window into the cache), which pdsim
-//! frees as plain blocks; and with several full-attention groups vLLM
+//! free blocks.
+//!
+//! The window cache ([`Win`]): a sliding-window group's full blocks are
+//! cached too, as vLLM's are: those of named content as pinned entries of
+//! their own kind, registered with the full-attention ones; blocks leaving
+//! the window go into the eviction order (the request's own under keys of
+//! its own); a hit also needs the window blocks before its end cached
+//! ([`KvPool::lookup`]), so a window-only model hits as well. Where pdsim
+//! departs: other mixes of groups (a window beside a state group, windows
+//! of different specs) free window blocks as plain blocks and hit on full
+//! attention alone; and with several full-attention groups vLLM
 //! frees group by group (own blocks then shared ones, group 0 first),
 //! where one pdsim entry stands for a block in each, so all the groups'
 //! own blocks go ahead of the shared entries.
@@ -63,6 +72,9 @@ const OWN_CONTENT: u64 = 0x6f77_6e5f_636f_6e74;
 
 /// Salts the keys of cached states (align mode) from their block's key.
 const STATE_ENTRY: u64 = 0x7374_6174_655f_6b65;
+
+/// Salts the keys of cached window blocks from their position's key.
+const WINDOW_ENTRY: u64 = 0x7769_6e64_6f77_5f6b;
 
 /// Most cache groups a model may have (a pool keeps per-group counts in
 /// fixed arrays on its hot path).
@@ -95,6 +107,11 @@ pub struct Alloc {
     /// [`KvPool::group_blocks`]); which ones, the pool keeps by owner
     /// (`KvPool::state_pins`), so that a holding stays small.
     pinned: u8,
+    /// With the window cache: the window blocks `wfirst .. wfirst +
+    /// wpinned` are cached entries it pins (the pool keeps their slots by
+    /// owner, `KvPool::win_slots`); its other window blocks are its own.
+    wfirst: u32,
+    wpinned: u32,
 }
 
 impl Alloc {
@@ -113,7 +130,7 @@ impl Alloc {
     }
     /// Whether it holds nothing.
     pub fn is_empty(&self) -> bool {
-        self.private == 0 && self.shared == 0 && self.pinned == 0
+        self.private == 0 && self.shared == 0 && self.pinned == 0 && self.wpinned == 0
     }
 
     /// Cached state entries it pins.
@@ -149,6 +166,42 @@ pub struct Shortfall {
 /// No slot: the end of the LRU list, or of the free-slot list.
 const NIL: u32 = u32::MAX;
 
+/// What a cached entry stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// One block in each full-attention group.
+    Full,
+    /// One block in each aligned state group (align mode).
+    State,
+    /// One block in each sliding-window group (the window cache).
+    Window,
+}
+
+/// The window cache: vLLM caches a sliding-window group's full blocks as
+/// it does full-attention ones, frees those that leave the window into the
+/// eviction order, and a hit needs the `need = cdiv(W − 1, B)` window blocks
+/// before its end cached (`single_type_kv_cache_manager.py`
+/// `SlidingWindowManager.find_longest_cache_hit`). pdsim keeps it when
+/// every other group is a full-attention one and the window groups share
+/// one window and one block size, a multiple of the full-attention
+/// groups' (if any).
+#[derive(Clone, Copy, Debug)]
+struct Win {
+    block: Tokens,
+    window: Tokens,
+    /// Window groups: a window entry is one block in each.
+    groups: u64,
+    /// Cached window blocks a hit needs before its end.
+    need: u32,
+}
+
+impl Win {
+    /// Window blocks skipped (freed) by a step starting at `from`.
+    fn skipped(self, from: Tokens) -> u32 {
+        u32::try_from(rules::skipped_blocks(from, self.window, self.block).get()).unwrap_or(u32::MAX)
+    }
+}
+
 /// A cached entry, in the pool's slab.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -156,9 +209,9 @@ struct Entry {
     key: u64,
     /// Requests pinning it; while zero it is on the LRU list.
     refs: u32,
-    /// A state entry (one block in each aligned state group), not a
-    /// full-attention one (one block in each full-attention group).
-    state: bool,
+    /// What it caches: one block in each full-attention group, each
+    /// aligned state group, or each cached window group.
+    kind: Kind,
     /// A nameless run: this many cached blocks no lookup can name (a
     /// finished request's own and generated content), keeping their place
     /// in the eviction order; no key, never pinned. Zero for a named entry.
@@ -191,8 +244,8 @@ impl Lru {
 
     /// A new pinned entry (not on the list).
     #[inline]
-    fn alloc(&mut self, key: u64, state: bool) -> u32 {
-        self.alloc_entry(Entry { key, refs: 1, state, nameless: 0, prev: NIL, next: NIL })
+    fn alloc(&mut self, key: u64, kind: Kind) -> u32 {
+        self.alloc_entry(Entry { key, refs: 1, kind, nameless: 0, prev: NIL, next: NIL })
     }
 
     #[inline]
@@ -262,7 +315,7 @@ impl Lru {
             self.slots[self.tail as usize].nameless += blocks;
             return;
         }
-        let i = self.alloc_entry(Entry { key: 0, refs: 0, state: false, nameless: blocks, prev: NIL, next: NIL });
+        let i = self.alloc_entry(Entry { key: 0, refs: 0, kind: Kind::Full, nameless: blocks, prev: NIL, next: NIL });
         self.push_back(i);
     }
 
@@ -333,6 +386,11 @@ pub struct KvPool {
     /// The state entries each holding that pins any does (key, block
     /// index; key 0: none), by owner.
     state_pins: FxHashMap<u64, [(u64, u32); 2]>,
+    /// The window cache, if the model's groups allow it ([`Win`]).
+    win: Option<Win>,
+    /// By owner: the slots of the window entries a holding pins, in block
+    /// order (`Alloc::wfirst ..`).
+    win_slots: FxHashMap<u64, Vec<u32>>,
 }
 
 impl KvPool {
@@ -353,7 +411,10 @@ impl KvPool {
         } else {
             0
         };
+        let win = Self::window_cache(&groups, prefix_caching, caching, fa_block);
         KvPool {
+            win,
+            win_slots: FxHashMap::default(),
             align,
             state_groups,
             states_this_step: Vec::new(),
@@ -382,6 +443,63 @@ impl KvPool {
         }
     }
 
+    /// The window cache of a pool of `groups`: every non-full-attention
+    /// group a prefix-cacheable sliding window, all with one window and one
+    /// block size, a multiple of the full-attention groups' (if any), and
+    /// those cached. Otherwise none: window blocks are then freed as plain blocks
+    /// and hits are taken on the full-attention groups alone (a departure
+    /// from vLLM, named in the README).
+    fn window_cache(
+        groups: &[CacheGroup],
+        prefix_caching: bool,
+        caching: bool,
+        fa_block: Option<Tokens>,
+    ) -> Option<Win> {
+        let first = groups.iter().find(|g| g.kind() != CacheGroupKind::FullAttention)?;
+        let (block, window) = (first.block_size(), first.window()?);
+        let same = groups.iter().filter(|g| g.kind() != CacheGroupKind::FullAttention).all(|g| {
+            g.kind() == CacheGroupKind::SlidingWindow
+                && g.prefix_cacheable()
+                && g.block_size() == block
+                && g.window() == Some(window)
+        });
+        let fa_ok = fa_block.is_none_or(|b| caching && block.get().is_multiple_of(b.get()));
+        if !prefix_caching || !same || !fa_ok {
+            return None;
+        }
+        let groups = groups.iter().filter(|g| g.kind() == CacheGroupKind::SlidingWindow).count() as u64;
+        let need = window.get().saturating_sub(1).div_ceil(block.get()).max(1);
+        Some(Win { block, window, groups, need: u32::try_from(need).unwrap_or(u32::MAX) })
+    }
+
+    /// The prefix cache's block size: the full-attention groups', or with
+    /// none, the window groups'.
+    fn cache_block(&self) -> Tokens {
+        self.fa_block.or(self.win.map(|w| w.block)).expect("caching needs a full-attention or a cached window group")
+    }
+
+    /// Window blocks pinned by a hit of `n` blocks (0 without a window cache).
+    #[inline]
+    fn win_pins(&self, n: u32) -> u32 {
+        self.win.map_or(0, |w| self.win_blocks(n).min(w.need))
+    }
+
+    /// The window blocks a hit of `n` cache blocks covers (a hit is a
+    /// multiple of the window's block size).
+    #[inline]
+    fn win_blocks(&self, n: u32) -> u32 {
+        match (self.win, self.fa_block) {
+            (Some(w), Some(b)) => u32::try_from(u64::from(n) * b.get() / w.block.get()).unwrap_or(u32::MAX),
+            _ => n,
+        }
+    }
+
+    /// Window blocks per window entry (0 without a window cache).
+    #[inline]
+    fn wg(&self) -> u64 {
+        self.win.map_or(0, |w| w.groups)
+    }
+
     /// The budget.
     pub fn num_blocks(&self) -> u64 {
         self.num_blocks
@@ -396,7 +514,10 @@ impl KvPool {
     }
     /// Blocks `alloc` holds, its share of cached blocks included.
     pub fn held_by(&self, alloc: &Alloc) -> u64 {
-        alloc.private + u64::from(alloc.shared) * self.fa_groups + alloc.pinned_states() * self.state_groups
+        alloc.private
+            + u64::from(alloc.shared) * self.fa_groups
+            + alloc.pinned_states() * self.state_groups
+            + u64::from(alloc.wpinned) * self.wg()
     }
 
     /// The state entries `alloc` pins (key, block index; key 0: none).
@@ -416,8 +537,12 @@ impl KvPool {
     }
 
     /// Blocks one cached entry stands for.
-    fn entry_blocks(&self, state: bool) -> u64 {
-        if state { self.state_groups } else { self.fa_groups }
+    fn entry_blocks(&self, kind: Kind) -> u64 {
+        match kind {
+            Kind::Full => self.fa_groups,
+            Kind::State => self.state_groups,
+            Kind::Window => self.win.map_or(0, |w| w.groups),
+        }
     }
 
     /// The state-group block indices the step `from..to` holds in align
@@ -476,21 +601,77 @@ impl KvPool {
     /// (negative: gives back); no side effects.
     pub fn change_in_blocks(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> i64 {
         let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
-        (self.private_need(from, to, false, alloc.shared) - kept) as i64 - alloc.private as i64
+        let wkept = if self.win.is_some() { self.win_step(alloc, from).0 } else { 0 };
+        (self.private_need(from, to, false, alloc.shared) - kept - wkept) as i64 - alloc.private as i64
+    }
+
+    /// Whether the pool keeps a window cache ([`Win`]).
+    #[inline]
+    pub fn window_cached(&self) -> bool {
+        self.win.is_some()
+    }
+
+    /// With the window cache, whether moving `alloc` to a step from `from`
+    /// frees window blocks (into the eviction order, so not ahead of time).
+    #[inline]
+    pub fn skips_cached(&self, alloc: &Alloc, from: Tokens) -> bool {
+        self.win.is_some_and(|w| w.skipped(from) > w.skipped(alloc.from) && !alloc.to.is_zero())
+    }
+
+    /// Blocks of `alloc`'s own that a step from `from` frees into the
+    /// eviction order (window blocks leaving the window; 0 without the
+    /// window cache): they leave it but do not become plain free blocks.
+    #[inline]
+    pub fn cached_by_step(&self, alloc: &Alloc, from: Tokens) -> u64 {
+        if self.win.is_some() { self.win_step(alloc, from).1 } else { 0 }
+    }
+
+    /// With the window cache, for `alloc` moving to a step from `from`: the
+    /// blocks of the window entries it still pins, and of its own window
+    /// blocks the step frees into the eviction order.
+    #[inline(never)]
+    fn win_step(&self, alloc: &Alloc, from: Tokens) -> (u64, u64) {
+        let Some(w) = self.win else { return (0, 0) };
+        let (old, new) = (w.skipped(alloc.from), w.skipped(from));
+        if new <= old || alloc.to.is_zero() {
+            return (u64::from(alloc.wpinned) * w.groups, 0);
+        }
+        let held_end = u32::try_from(alloc.to.blocks_ceil(w.block).get()).unwrap_or(u32::MAX);
+        let new = new.min(held_end);
+        let dropped =
+            if alloc.wpinned == 0 { 0 } else { new.min(alloc.wfirst + alloc.wpinned).saturating_sub(alloc.wfirst) };
+        let own = new.saturating_sub(old) - dropped;
+        (u64::from(alloc.wpinned - dropped) * w.groups, u64::from(own) * w.groups)
     }
 
     /// How many more blocks moving `alloc` to the step `from..to` takes (0
     /// if it gives blocks back); no side effects.
     pub fn extra_needed(&self, alloc: &Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
         let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
-        (self.private_need(from, to, checkpoints, alloc.shared) - kept).saturating_sub(alloc.private)
+        let (wkept, cached) = if self.win.is_some() { self.win_step(alloc, from) } else { (0, 0) };
+        (self.private_need(from, to, checkpoints, alloc.shared) - kept - wkept).saturating_sub(alloc.private - cached)
     }
 
     /// Blocks a new allocation holds for the step `from..to` after pinning
     /// `hit` cached blocks; no side effects.
     pub fn blocks_after_hit(&self, hit: u32, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
         let all = self.all_blocks(from, to, checkpoints);
-        all.saturating_sub(u64::from(hit) * self.fa_groups)
+        let wpins = self.win_blocks(hit) - self.win_lo(hit, from);
+        all.saturating_sub(u64::from(hit) * self.fa_groups + u64::from(wpins) * self.wg())
+    }
+
+    /// With the window cache, the first window block a hit of `hit` blocks
+    /// pins for a first step from `from`: of the `need` before its end,
+    /// those in that step's window (a decode rank's reservation starts past
+    /// its hit, and vLLM never touches the hit's blocks below the window,
+    /// `add_local_computed_blocks`). `hit` without a window cache.
+    #[inline]
+    fn win_lo(&self, hit: u32, from: Tokens) -> u32 {
+        let n = self.win_blocks(hit);
+        match self.win {
+            Some(w) => (n - n.min(w.need)).max(w.skipped(from)).min(n),
+            None => n,
+        }
     }
 
     /// Blocks every group holds together for an allocation state.
@@ -559,7 +740,7 @@ impl KvPool {
             // The head is named (`absorb_front`).
             let (i, e) = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
             self.forget_copy(e.key, i);
-            let blocks = self.entry_blocks(e.state);
+            let blocks = self.entry_blocks(e.kind);
             self.cached_free -= blocks;
             self.free += blocks;
             self.evicted_blocks += blocks;
@@ -667,7 +848,9 @@ impl KvPool {
             (alloc.from, alloc.to) = (from, to);
             return Ok(());
         }
-        if self.align.is_none() {
+        if let Some(w) = self.win {
+            self.resize_win(w, alloc, (from, to), evict, decode_step)
+        } else if self.align.is_none() {
             self.resize_plain(alloc, (from, to), checkpoints, evict, decode_step)
         } else {
             self.resize_aligned(alloc, (from, to), checkpoints, evict, decode_step)
@@ -780,6 +963,130 @@ impl KvPool {
         Ok(())
     }
 
+    /// [`KvPool::resize_inner`] with the window cache: the window blocks the
+    /// step skips are freed into the eviction order first, and stay freed
+    /// if the rest does not fit (vLLM's `allocate_slots` calls
+    /// `remove_skipped_blocks` before it checks the free blocks); then the
+    /// growth is all or nothing.
+    #[inline(never)]
+    fn resize_win(
+        &mut self,
+        w: Win,
+        alloc: &mut Alloc,
+        (from, to): (Tokens, Tokens),
+        evict: bool,
+        decode_step: bool,
+    ) -> Result<(), Shortfall> {
+        if self.skips_cached(alloc, from) {
+            debug_assert!(from <= alloc.to.max(alloc.stable_to), "a step starts inside what its holding covers");
+            self.skip_window(w, alloc, from, false);
+        }
+        debug_assert!(
+            w.skipped(from) >= w.skipped(alloc.from),
+            "window blocks freed into the cache are not taken back"
+        );
+        let mut all = 0u64;
+        let mut deltas = [0i64; MAX_GROUPS];
+        for (i, g) in self.groups.iter().enumerate() {
+            let new = rules::blocks_for_step(g, from, to, false).get();
+            let old = rules::blocks_for_step(g, alloc.from, alloc.to, false).get();
+            all += new;
+            deltas[i] = new as i64 - old as i64;
+        }
+        let need = all - u64::from(alloc.shared) * self.fa_groups - u64::from(alloc.wpinned) * w.groups;
+        if need > alloc.private {
+            self.take(need - alloc.private, evict)?;
+        } else {
+            self.free += alloc.private - need;
+        }
+        self.commit_resize(alloc, (from, to), false, need, &deltas, decode_step, evict);
+        Ok(())
+    }
+
+    /// Frees `alloc`'s window blocks below the window of a step from
+    /// `from` into the eviction order, the last first (vLLM's
+    /// `_remove_blocks_in_range` frees them backwards, all hashed): its
+    /// own under keys of its own (its recompute after a preemption may hit
+    /// them), or with `nameless` as a nameless run (a finished prefill's,
+    /// never computed again), then the entries it pins. Its holding then
+    /// starts at `from`.
+    fn skip_window(&mut self, w: Win, alloc: &mut Alloc, from: Tokens, nameless: bool) {
+        // A decoding holding kept its state while its blocks stayed the same
+        // (`stable_to`): its blocks are those of the step ending at `from`.
+        alloc.to = alloc.to.max(from);
+        let old = w.skipped(alloc.from);
+        let held_end = u32::try_from(alloc.to.blocks_ceil(w.block).get()).unwrap_or(u32::MAX);
+        let new = w.skipped(from).min(held_end);
+        let pin_end = alloc.wfirst + alloc.wpinned;
+        let pinned = |i: u32| alloc.wpinned > 0 && i >= alloc.wfirst && i < pin_end;
+        let own = (old..new).filter(|&i| !pinned(i)).count() as u64;
+        if nameless {
+            self.free_nameless(own * w.groups);
+        } else {
+            for i in (old..new).rev().filter(|&i| !pinned(i)) {
+                let k = mix(mix(alloc.owner ^ OWN_CONTENT, (u64::from(i) + 1) * w.block.get()), WINDOW_ENTRY);
+                let slot = self.new_entry(k, Kind::Window);
+                self.lru.slots[slot as usize].refs = 0;
+                self.lru.push_back(slot);
+            }
+            self.cached_free += own * w.groups;
+        }
+        self.private -= own * w.groups;
+        alloc.private -= own * w.groups;
+        for (i, g) in self.groups.iter().enumerate() {
+            if g.kind() == CacheGroupKind::SlidingWindow {
+                self.group_used[i] -= own;
+            }
+        }
+        let dropped = if alloc.wpinned == 0 { 0 } else { new.min(pin_end).saturating_sub(alloc.wfirst) };
+        if dropped > 0 {
+            let mut slots =
+                self.win_slots.remove(&alloc.owner).expect("a holding pinning window entries has their slots");
+            for &slot in slots[..dropped as usize].iter().rev() {
+                self.unref_slot(slot);
+            }
+            slots.drain(..dropped as usize);
+            alloc.wfirst += dropped;
+            alloc.wpinned -= dropped;
+            self.put_win_slots(alloc.owner, slots);
+        }
+        alloc.from = from;
+        alloc.stable_to = Tokens::ZERO;
+    }
+
+    /// Drops every pin `alloc` holds on window entries, the last block first.
+    fn unpin_window(&mut self, alloc: &mut Alloc) {
+        if alloc.wpinned == 0 {
+            return;
+        }
+        let mut slots = self.win_slots.remove(&alloc.owner).expect("a holding pinning window entries has their slots");
+        for &slot in slots.iter().rev() {
+            self.unref_slot(slot);
+        }
+        slots.clear();
+        self.spare_slot_lists.push(slots);
+        alloc.wpinned = 0;
+    }
+
+    /// Puts back a holding's window slot list.
+    fn put_win_slots(&mut self, owner: u64, slots: Vec<u32>) {
+        if slots.is_empty() {
+            self.spare_slot_lists.push(slots);
+        } else {
+            self.win_slots.insert(owner, slots);
+        }
+    }
+
+    /// Takes a holding's window slot list out of the map (a spare one if it
+    /// pins none).
+    fn take_win_slots(&mut self, alloc: &Alloc) -> Vec<u32> {
+        if alloc.wpinned == 0 {
+            self.spare_slot_lists.pop().unwrap_or_default()
+        } else {
+            self.win_slots.remove(&alloc.owner).expect("a holding pinning window entries has their slots")
+        }
+    }
+
     /// The end of a resize both forms share: the groups' counts, the
     /// private count and the holding's new span (`need` private blocks).
     #[inline(always)]
@@ -859,8 +1166,17 @@ impl KvPool {
             }
             _ => 0,
         };
-        debug_assert!(nameless <= alloc.private);
-        self.free += alloc.private - nameless;
+        // With the window cache, the window groups' full blocks of its own
+        // too (the ones it pins are unpinned).
+        let win_nameless = self.win.map_or(0, |w| {
+            let held_end = alloc.to.blocks_ceil(w.block).get();
+            let full = computed.blocks_floor(w.block).get().min(held_end);
+            let start =
+                u64::from(w.skipped(alloc.from).max(if alloc.wpinned > 0 { alloc.wfirst + alloc.wpinned } else { 0 }));
+            full.saturating_sub(start) * w.groups
+        });
+        debug_assert!(nameless + win_nameless <= alloc.private);
+        self.free += alloc.private - nameless - win_nameless;
         self.private -= alloc.private;
         let align = self.align.is_some();
         let pinned = alloc.pinned_states();
@@ -869,14 +1185,19 @@ impl KvPool {
             let shared = match g.kind() {
                 CacheGroupKind::FullAttention => u64::from(alloc.shared),
                 CacheGroupKind::State if align && g.prefix_cacheable() => pinned,
+                CacheGroupKind::SlidingWindow if self.win.is_some() => u64::from(alloc.wpinned),
                 _ => 0,
             };
             self.group_used[i] -= held - shared;
         }
-        // Freed in reverse (vLLM's `free_blocks(reversed(...))`): its own
-        // blocks, then the shared ones.
+        // Freed in reverse (vLLM's `free_blocks(reversed(...))`), group by
+        // group: its own blocks, then the shared ones.
         self.free_nameless(nameless);
         self.unpin(alloc.shared, alloc.owner);
+        if self.win.is_some() {
+            self.free_nameless(win_nameless);
+            self.unpin_window(alloc);
+        }
         // Then the state entries, the later block first (vLLM frees each
         // group's blocks in reverse, group by group).
         if alloc.pinned != 0 {
@@ -897,8 +1218,13 @@ impl KvPool {
     /// else one of the request's own (content no other request has: the
     /// rest of its prompt, and its generated tokens).
     fn key(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, block: u32) -> u64 {
-        let b = self.fa_block.expect("caching needs a full-attention group");
-        let end = Tokens::new((u64::from(block) + 1) * b.get());
+        let b = self.cache_block();
+        Self::key_at(prefix, prompt, owner, Tokens::new((u64::from(block) + 1) * b.get()))
+    }
+
+    /// The cache key of a request's content through `end` tokens (see
+    /// [`KvPool::key`]).
+    fn key_at(prefix: &PrefixIds, prompt: Tokens, owner: u64, end: Tokens) -> u64 {
         prefix.key_through(end, prompt).unwrap_or_else(|| mix(owner ^ OWN_CONTENT, end.get()))
     }
 
@@ -917,7 +1243,7 @@ impl KvPool {
     /// after it was preempted ([`KvPool::register_own`]), so only its
     /// recompute hits them.
     pub fn cached_prefix(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
-        if self.state_groups == 0 {
+        if self.state_groups == 0 && self.win.is_none() {
             return self.fa_hit(prefix, prompt, owner, goal);
         }
         self.lookup(prefix, prompt, owner, goal).0
@@ -936,8 +1262,14 @@ impl KvPool {
     /// a preemption) is taken as holding in the state groups, since vLLM
     /// saves a state at every block boundary it passes and pdsim keeps only
     /// those of content the prefix ids name.
+    ///
+    /// With the window cache, a hit also needs the window blocks before its
+    /// end cached ([`KvPool::window_hit`]).
     #[inline]
     pub fn lookup(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> (u32, Tokens) {
+        if let Some(w) = self.win {
+            return (self.window_hit(w, prefix, prompt, owner, goal), Tokens::ZERO);
+        }
         let n = self.fa_hit(prefix, prompt, owner, goal);
         if self.state_groups == 0 || n == 0 {
             return (n, Tokens::ZERO);
@@ -952,6 +1284,47 @@ impl KvPool {
         }
         let junction = if m < n { self.hit_tokens(n) } else { Tokens::ZERO };
         (m, junction)
+    }
+
+    /// The window cache's hit, as vLLM's `SlidingWindowManager.find_longest_cache_hit`
+    /// after the full-attention one (`kv_cache_coordinator.py:806`, one
+    /// pass for one full-attention and one other kind of group): from the
+    /// end of the full-attention hit (with no full-attention group, of what
+    /// may hit: `cdiv` of all but the last token, floored) back, the first
+    /// place where `need = cdiv(W − 1, B)` cached window blocks in a row
+    /// end; with none, the run of cached window blocks from the start.
+    ///
+    /// W = 33, B = 16 (need 2), a full-attention hit of 5 blocks, window
+    /// blocks 0, 1, 2 and 4 cached: block 4 alone, then 2 and 1 in a row:
+    /// the hit is 1 + 2 = 3 blocks.
+    fn window_hit(&self, w: Win, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
+        let n = if self.fa_groups > 0 {
+            self.win_blocks(self.fa_hit(prefix, prompt, owner, goal))
+        } else {
+            u32::try_from(goal.saturating_sub(Tokens::new(1)).blocks_floor(w.block).get()).unwrap_or(u32::MAX)
+        };
+        let mut run = 0u32;
+        let mut hit = None;
+        for i in (0..n).rev() {
+            if self.entries.contains_key(&self.win_key(prefix, prompt, owner, i)) {
+                run += 1;
+                if run >= w.need {
+                    hit = Some(i + w.need);
+                    break;
+                }
+            } else {
+                run = 0;
+            }
+        }
+        // In cache blocks.
+        let per = self.fa_block.map_or(1, |b| w.block.get() / b.get());
+        u32::try_from(u64::from(hit.unwrap_or(run)) * per).unwrap_or(u32::MAX)
+    }
+
+    /// The key of window block `block` of a request.
+    fn win_key(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, block: u32) -> u64 {
+        let b = self.win.expect("a window cache").block;
+        mix(Self::key_at(prefix, prompt, owner, Tokens::new((u64::from(block) + 1) * b.get())), WINDOW_ENTRY)
     }
 
     /// The key of the state cached after the first `n` full-attention
@@ -1009,7 +1382,7 @@ impl KvPool {
 
     /// The tokens `blocks` cached full-attention blocks cover.
     pub fn hit_tokens(&self, blocks: u32) -> Tokens {
-        self.fa_block.map_or(Tokens::ZERO, |b| Blocks::new(u64::from(blocks)).tokens(b))
+        self.fa_block.or(self.win.map(|w| w.block)).map_or(Tokens::ZERO, |b| Blocks::new(u64::from(blocks)).tokens(b))
     }
 
     /// Whether pinning the first `n` cached blocks of the prompt and then
@@ -1025,7 +1398,7 @@ impl KvPool {
         prefix: &PrefixIds,
         prompt: Tokens,
         owner: u64,
-        n: u32,
+        (n, from): (u32, Tokens),
         need: u64,
         keep: u64,
     ) -> Result<(), Shortfall> {
@@ -1033,10 +1406,20 @@ impl KvPool {
         let sb = if sk != 0 { self.state_groups } else { 0 };
         let need = self.pin_and_take_need(n, need).saturating_sub(sb);
         let mut available = (self.free + self.cached_free).saturating_sub(keep);
-        for i in 0..n {
-            let k = self.key(prefix, prompt, owner, i);
-            if self.entries.get(&k).is_some_and(|&i| self.lru.slots[i as usize].refs == 0) {
-                available -= self.fa_groups;
+        if self.fa_groups > 0 && self.caching {
+            for i in 0..n {
+                let k = self.key(prefix, prompt, owner, i);
+                if self.entries.get(&k).is_some_and(|&i| self.lru.slots[i as usize].refs == 0) {
+                    available -= self.fa_groups;
+                }
+            }
+        }
+        if self.win.is_some() {
+            for i in self.win_lo(n, from)..self.win_blocks(n) {
+                let k = self.win_key(prefix, prompt, owner, i);
+                if self.entries.get(&k).is_some_and(|&i| self.lru.slots[i as usize].refs == 0) {
+                    available -= self.wg();
+                }
             }
         }
         if sk != 0 {
@@ -1060,8 +1443,22 @@ impl KvPool {
     /// `need` holds at once: a window group may hold one block more at the
     /// hit than after it.
     pub(crate) fn pin_and_take_need(&self, n: u32, need: u64) -> u64 {
+        need.max(if n == 0 { 0 } else { self.hit_private(n) })
+    }
+
+    /// Private blocks a holding has right after pinning a hit of `n` blocks
+    /// (the window and state blocks at the hit not pinned).
+    #[inline]
+    fn hit_private(&self, n: u32) -> u64 {
         let t = self.hit_tokens(n);
-        need.max(if n == 0 { 0 } else { self.private_need(t, t, false, n) })
+        self.private_need(t, t, false, self.fa_pins(n)) - u64::from(self.win_pins(n)) * self.wg()
+    }
+
+    /// Full-attention entries a hit of `n` blocks pins (none without a
+    /// full-attention group).
+    #[inline]
+    fn fa_pins(&self, n: u32) -> u32 {
+        if self.fa_groups > 0 { n } else { 0 }
     }
 
     /// Pins the first `n` cached blocks of the prompt for an empty `alloc`
@@ -1077,22 +1474,40 @@ impl KvPool {
         }
         // Pin first, so the cached blocks cannot be evicted to make room for
         // the window and state blocks.
-        let mut slots = self.take_slots(alloc);
-        for i in 0..n {
-            let k = self.key(prefix, prompt, alloc.owner, i);
-            let slot = *self.entries.get(&k).expect("a hit's entries exist");
-            self.ref_slot(slot);
-            slots.push(slot);
+        let fa = self.fa_pins(n);
+        if fa > 0 {
+            let mut slots = self.take_slots(alloc);
+            for i in 0..fa {
+                let k = self.key(prefix, prompt, alloc.owner, i);
+                let slot = *self.entries.get(&k).expect("a hit's entries exist");
+                self.ref_slot(slot);
+                slots.push(slot);
+            }
+            self.put_slots(alloc.owner, slots);
         }
-        self.put_slots(alloc.owner, slots);
+        // With the window cache, the window blocks before the hit's end.
+        let wpins = self.win_pins(n);
+        let nw = self.win_blocks(n);
+        if wpins > 0 {
+            let mut slots = self.take_win_slots(alloc);
+            for i in nw - wpins..nw {
+                let k = self.win_key(prefix, prompt, alloc.owner, i);
+                let slot = *self.entries.get(&k).expect("a hit's window entries exist");
+                self.ref_slot(slot);
+                slots.push(slot);
+            }
+            self.put_win_slots(alloc.owner, slots);
+        }
         let sk = self.hit_entry(prefix, prompt, alloc.owner, n);
         if sk != 0 {
             self.ref_entry(sk);
         }
         let t = self.hit_tokens(n);
-        let need = self.private_need(t, t, false, n) - if sk != 0 { self.state_groups } else { 0 };
+        let need = self.hit_private(n) - if sk != 0 { self.state_groups } else { 0 };
         if let Err(e) = self.take(need, true) {
-            self.unpin(n, alloc.owner);
+            self.unpin(fa, alloc.owner);
+            let mut pinned = Alloc { wpinned: wpins, ..*alloc };
+            self.unpin_window(&mut pinned);
             if sk != 0 {
                 self.unref(sk);
             }
@@ -1101,7 +1516,11 @@ impl KvPool {
         let align = self.align.is_some();
         for (i, g) in self.groups.iter().enumerate() {
             if g.kind() != CacheGroupKind::FullAttention {
-                let pinned = u64::from(sk != 0 && g.kind() == CacheGroupKind::State && g.prefix_cacheable());
+                let pinned = match g.kind() {
+                    CacheGroupKind::State => u64::from(sk != 0 && g.prefix_cacheable()),
+                    CacheGroupKind::SlidingWindow => u64::from(wpins),
+                    _ => 0,
+                };
                 self.group_used[i] += Self::group_blocks(g, align, t, t, false) - pinned;
             }
         }
@@ -1110,11 +1529,13 @@ impl KvPool {
             from: t,
             to: t,
             checkpoints: false,
-            shared: n,
+            shared: fa,
             private: need,
             stable_to: Tokens::ZERO,
             owner: alloc.owner,
             pinned: 0,
+            wfirst: nw - wpins,
+            wpinned: wpins,
         };
         if sk != 0 {
             let pins = [(0, 0), (sk, self.state_index(t))];
@@ -1161,15 +1582,75 @@ impl KvPool {
     ) -> Result<(), Shortfall> {
         debug_assert!(alloc.is_empty());
         let need = self.blocks_after_hit(hit, from, to, checkpoints);
-        if let Err(short) = self.can_pin_and_take(prefix, prompt, alloc.owner, hit, need, keep) {
+        if let Err(short) = self.can_pin_and_take(prefix, prompt, alloc.owner, (hit, from), need, keep) {
             let needed = need + u64::from(hit) * self.fa_groups;
             return Err(Shortfall { needed, available: short.available });
+        }
+        if self.win.is_some() && from > self.hit_tokens(hit) {
+            self.pin_into(alloc, prefix, prompt, hit, (from, to));
+            return Ok(());
         }
         self.pin(alloc, prefix, prompt, hit).expect("checked: pinning fits");
         // The check covered the larger of the pinned state and the step's, so
         // the step fits too.
         self.resize(alloc, from, to, checkpoints).expect("checked: the step fits after pinning");
         Ok(())
+    }
+
+    /// With the window cache, [`KvPool::pin_and_allocate`] for a first
+    /// step that starts past the hit (a decode rank's reservation): pins
+    /// the hit's blocks in that step's window only and allocates the step
+    /// in one go, as vLLM's `allocate_slots` does for a remote load. Called
+    /// after the check.
+    fn pin_into(
+        &mut self,
+        alloc: &mut Alloc,
+        prefix: &PrefixIds,
+        prompt: Tokens,
+        hit: u32,
+        (from, to): (Tokens, Tokens),
+    ) {
+        debug_assert!(alloc.is_empty());
+        let fa = self.fa_pins(hit);
+        if fa > 0 {
+            let mut slots = self.take_slots(alloc);
+            for i in 0..fa {
+                let slot = *self.entries.get(&self.key(prefix, prompt, alloc.owner, i)).expect("a hit's entries exist");
+                self.ref_slot(slot);
+                slots.push(slot);
+            }
+            self.put_slots(alloc.owner, slots);
+        }
+        let lo = self.win_lo(hit, from);
+        let nw = self.win_blocks(hit);
+        if lo < nw {
+            let mut slots = self.take_win_slots(alloc);
+            for i in lo..nw {
+                let k = self.win_key(prefix, prompt, alloc.owner, i);
+                let slot = *self.entries.get(&k).expect("a hit's window entries exist");
+                self.ref_slot(slot);
+                slots.push(slot);
+            }
+            self.put_win_slots(alloc.owner, slots);
+        }
+        let mut need = 0;
+        for (i, g) in self.groups.iter().enumerate() {
+            let held = rules::blocks_for_step(g, from, to, false).get();
+            let pinned = match g.kind() {
+                CacheGroupKind::FullAttention => u64::from(fa),
+                CacheGroupKind::SlidingWindow => u64::from(nw - lo),
+                _ => 0,
+            };
+            self.group_used[i] += held - pinned;
+            need += held - pinned;
+        }
+        self.take(need, true).expect("checked: the step fits");
+        self.private += need;
+        let decode_step = from + Tokens::new(1) == to;
+        *alloc =
+            Alloc { from, to, shared: fa, private: need, wfirst: lo, wpinned: nw - lo, ..Alloc::owned_by(alloc.owner) };
+        alloc.stable_to = if decode_step { self.stable_to(to) } else { Tokens::ZERO };
+        self.note_peak();
     }
 
     /// Whether a sequence new to the pool, pinning `hit` cached blocks, could
@@ -1200,9 +1681,38 @@ impl KvPool {
         hit: u32,
         whole: Whole,
     ) -> Result<(), Shortfall> {
-        let need = self.whole_blocks(whole).saturating_sub(u64::from(hit) * self.fa_groups);
-        self.can_pin_and_take(prefix, prompt, owner, hit, need, 0)
+        let need = match self.win {
+            Some(w) => self.whole_blocks_after_window_hit(w, hit, whole),
+            None => self.whole_blocks(whole).saturating_sub(u64::from(hit) * self.fa_groups),
+        };
+        self.can_pin_and_take(prefix, prompt, owner, (hit, self.hit_tokens(hit)), need, 0)
             .map_err(|short| Shortfall { needed: need + u64::from(hit) * self.fa_groups, available: short.available })
+    }
+
+    /// With the window cache, the blocks beyond a hit of `hit` blocks that
+    /// admission counts for the whole known sequence, as vLLM's
+    /// `get_num_blocks_to_allocate` does for a new request: per group, its
+    /// blocks for the whole sequence (a window group's capped, see
+    /// [`KvPool::whole_fits`]) less the hit's (the window group's hit list
+    /// counting its skipped blocks too).
+    ///
+    /// W = 33, B = 16, a budget of 32, a hit of 4 blocks, 200 tokens known:
+    /// full attention cdiv(200, 16) − 4 = 9, the window min(13, 5) − 4 = 1.
+    fn whole_blocks_after_window_hit(&self, w: Win, hit: u32, whole: Whole) -> u64 {
+        let nw = u64::from(self.win_blocks(hit));
+        let hit = u64::from(hit);
+        self.groups
+            .iter()
+            .map(|g| {
+                let blocks = whole.to.blocks_ceil(g.block_size()).get();
+                if g.kind() == CacheGroupKind::SlidingWindow {
+                    let cap = (w.window.get() - 1 + whole.in_flight.get()).div_ceil(w.block.get()) + 1;
+                    blocks.min(cap).saturating_sub(nw)
+                } else {
+                    blocks.saturating_sub(hit)
+                }
+            })
+            .sum()
     }
 
     /// Blocks a sequence holds for its whole known sequence (`from..to`),
@@ -1233,6 +1743,14 @@ impl KvPool {
     /// keeping the source. Freed blocks go back to the free list; full
     /// attention frees nothing, so cached blocks stay cached.
     pub fn release_to_source(&mut self, alloc: &mut Alloc) {
+        // With the window cache, the window blocks below the window go into
+        // the eviction order (all full, so hashed), its own as a nameless
+        // run: a finished prefill never computes them again.
+        if let Some(w) = self.win
+            && self.skips_cached(alloc, alloc.to)
+        {
+            self.skip_window(w, alloc, alloc.to, true);
+        }
         let mut freed = 0u64;
         let align = self.align.is_some();
         // A cached state it started the last step from is unpinned instead.
@@ -1280,16 +1798,16 @@ impl KvPool {
         let e = &mut self.lru.slots[i as usize];
         e.refs += 1;
         if e.refs == 1 {
-            let state = e.state;
+            let kind = e.kind;
             let was_head = self.lru.head == i;
             self.lru.unlink(i);
             if was_head {
                 self.absorb_front();
             }
-            let blocks = self.entry_blocks(state);
+            let blocks = self.entry_blocks(kind);
             self.cached_free -= blocks;
             self.shared += blocks;
-            self.used_add(state, 1);
+            self.used_add(kind, 1);
         }
     }
 
@@ -1305,34 +1823,27 @@ impl KvPool {
         let e = &mut self.lru.slots[i as usize];
         e.refs -= 1;
         if e.refs == 0 {
-            let state = e.state;
+            let kind = e.kind;
             self.lru.push_back(i);
-            let blocks = self.entry_blocks(state);
+            let blocks = self.entry_blocks(kind);
             self.shared -= blocks;
             self.cached_free += blocks;
-            self.used_add(state, -1);
+            self.used_add(kind, -1);
         }
     }
 
     /// Adds one block (or takes one) to the count of every group an entry
-    /// spans: the full-attention groups, or the aligned state groups.
-    fn used_add(&mut self, state: bool, delta: i64) {
-        if state {
-            for (i, g) in self.groups.iter().enumerate() {
-                if g.kind() == CacheGroupKind::State && g.prefix_cacheable() {
-                    self.group_used[i] = self.group_used[i].checked_add_signed(delta).expect("count stays >= 0");
-                }
-            }
-        } else {
-            self.fa_used_add(delta);
-        }
-    }
-
-    /// Adds one block (or takes one, `-1`) to every full-attention group's count.
-    fn fa_used_add(&mut self, delta: i64) {
+    /// of `kind` spans: the full-attention groups, the aligned state groups
+    /// or the cached window groups.
+    fn used_add(&mut self, kind: Kind, delta: i64) {
+        let spans = |g: &CacheGroup| match kind {
+            Kind::Full => g.kind() == CacheGroupKind::FullAttention,
+            Kind::State => g.kind() == CacheGroupKind::State && g.prefix_cacheable(),
+            Kind::Window => g.kind() == CacheGroupKind::SlidingWindow,
+        };
         for (i, g) in self.groups.iter().enumerate() {
-            if g.kind() == CacheGroupKind::FullAttention {
-                self.group_used[i] = self.group_used[i].checked_add_signed(delta).expect("group count stays >= 0");
+            if spans(g) {
+                self.group_used[i] = self.group_used[i].checked_add_signed(delta).expect("count stays >= 0");
             }
         }
     }
@@ -1362,7 +1873,13 @@ impl KvPool {
     /// another request already cached becomes a later copy,
     /// `register_block`).
     pub fn register(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
-        if !self.caching || prefix.ids.is_empty() {
+        if prefix.ids.is_empty() {
+            return;
+        }
+        if let Some(w) = self.win {
+            self.register_window(w, alloc, prefix, prompt, computed);
+        }
+        if !self.caching {
             return;
         }
         let full =
@@ -1381,6 +1898,37 @@ impl KvPool {
         if self.state_groups > 0 {
             self.register_state(alloc, prefix, prompt, computed);
         }
+    }
+
+    /// With the window cache, registers the newly full window blocks of
+    /// content the prefix ids name that the step holds, as pinned entries
+    /// (vLLM caches every group's full blocks at allocation; the blocks
+    /// below the window are freed into the eviction order at the next step,
+    /// [`KvPool::skip_window`]).
+    fn register_window(&mut self, w: Win, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+        let full = u32::try_from(computed.min(alloc.to).blocks_floor(w.block).get()).unwrap_or(u32::MAX);
+        // Past its pins (named content comes first), else from the window.
+        let mut i = if alloc.wpinned > 0 { alloc.wfirst + alloc.wpinned } else { w.skipped(alloc.from) };
+        if i >= full {
+            return;
+        }
+        let mut slots = self.take_win_slots(alloc);
+        while i < full {
+            let Some(k) = prefix.key_through(Tokens::new((u64::from(i) + 1) * w.block.get()), prompt) else { break };
+            let k = mix(k, WINDOW_ENTRY);
+            if alloc.wpinned == 0 {
+                alloc.wfirst = i;
+            }
+            debug_assert_eq!(alloc.wfirst + alloc.wpinned, i, "a holding's window pins are contiguous");
+            let slot = self.new_entry(k, Kind::Window);
+            slots.push(slot);
+            self.shared += w.groups;
+            self.private -= w.groups;
+            alloc.private -= w.groups;
+            alloc.wpinned += 1;
+            i += 1;
+        }
+        self.put_win_slots(alloc.owner, slots);
     }
 
     /// In align mode, a state on a block boundary of content the prefix ids
@@ -1413,11 +1961,11 @@ impl KvPool {
         let Some(slot) = pins.iter().position(|&(key, _)| key == 0) else { return };
         let sg = self.state_groups;
         if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
-            v.insert(self.lru.alloc(k, true));
+            v.insert(self.lru.alloc(k, Kind::State));
             self.shared += sg;
         } else {
             self.free += sg;
-            self.used_add(true, -1);
+            self.used_add(Kind::State, -1);
             self.ref_entry(k);
         }
         self.private -= sg;
@@ -1434,6 +1982,9 @@ impl KvPool {
     /// included). Other requests never hit them, so pdsim registers them
     /// only here.
     pub fn register_own(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+        if let Some(w) = self.win {
+            self.register_own_window(w, alloc, prefix, prompt, computed);
+        }
         if !self.caching {
             return;
         }
@@ -1450,6 +2001,32 @@ impl KvPool {
             }
             self.put_slots(alloc.owner, slots);
         }
+    }
+
+    /// [`KvPool::register_own`] for the window groups: its full window
+    /// blocks past those it pins, through `computed` tokens.
+    fn register_own_window(&mut self, w: Win, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+        let held_end = u32::try_from(alloc.to.max(computed).blocks_ceil(w.block).get()).unwrap_or(u32::MAX);
+        let full = u32::try_from(computed.blocks_floor(w.block).get()).unwrap_or(u32::MAX).min(held_end);
+        let start = if alloc.wpinned > 0 { alloc.wfirst + alloc.wpinned } else { w.skipped(alloc.from) };
+        if start >= full {
+            return;
+        }
+        let mut slots = self.take_win_slots(alloc);
+        if alloc.wpinned == 0 {
+            alloc.wfirst = start;
+        }
+        for i in start..full {
+            let k = self.win_key(prefix, prompt, alloc.owner, i);
+            let slot = self.new_entry(k, Kind::Window);
+            slots.push(slot);
+        }
+        let n = full - start;
+        self.shared += u64::from(n) * w.groups;
+        self.private -= u64::from(n) * w.groups;
+        alloc.private -= u64::from(n) * w.groups;
+        alloc.wpinned += n;
+        self.put_win_slots(alloc.owner, slots);
     }
 
     /// The slot list of `alloc`'s pinned entries, taken out of the map while
@@ -1482,17 +2059,24 @@ impl KvPool {
     /// eviction order by its own holders, and the content stays cached
     /// until its last copy is evicted.
     fn register_block(&mut self, alloc: &mut Alloc, k: u64, slots: &mut Vec<u32>) {
-        let slot = self.lru.alloc(k, false);
-        if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
-            v.insert(slot);
-        } else {
-            self.copies.entry(k).or_default().push(slot);
-        }
+        let slot = self.new_entry(k, Kind::Full);
         slots.push(slot);
         self.shared += self.fa_groups;
         self.private -= self.fa_groups;
         alloc.private -= self.fa_groups;
         alloc.shared += 1;
+    }
+
+    /// A new pinned entry of `kind` under key `k`: the key's first copy, or
+    /// a later one if the content is cached already.
+    fn new_entry(&mut self, k: u64, kind: Kind) -> u32 {
+        let slot = self.lru.alloc(k, kind);
+        if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
+            v.insert(slot);
+        } else {
+            self.copies.entry(k).or_default().push(slot);
+        }
+        slot
     }
 
     /// Checks `private + shared + cached_free + free = num_blocks` and the
@@ -1515,7 +2099,7 @@ impl KvPool {
             .chain(self.copies.values().flatten())
             .map(|&i| &self.lru.slots[i as usize])
             .filter(|e| e.refs == 0)
-            .map(|e| self.entry_blocks(e.state))
+            .map(|e| self.entry_blocks(e.kind))
             .sum();
         // Every pin of a full-attention entry is a holding's listed slot.
         let mut listed: FxHashMap<u32, u32> = FxHashMap::default();
@@ -1527,15 +2111,29 @@ impl KvPool {
                 let e = &self.lru.slots[slot as usize];
                 let live = self.entries.get(&e.key) == Some(&slot)
                     || self.copies.get(&e.key).is_some_and(|c| c.contains(&slot));
-                if e.state || !live {
+                if e.kind != Kind::Full || !live {
                     return Err(format!("holding {owner}: slot {slot} is no live full-attention entry"));
+                }
+                *listed.entry(slot).or_default() += 1;
+            }
+        }
+        for (owner, slots) in &self.win_slots {
+            if slots.is_empty() {
+                return Err(format!("holding {owner}: an empty window slot list"));
+            }
+            for &slot in slots {
+                let e = &self.lru.slots[slot as usize];
+                let live = self.entries.get(&e.key) == Some(&slot)
+                    || self.copies.get(&e.key).is_some_and(|c| c.contains(&slot));
+                if e.kind != Kind::Window || !live {
+                    return Err(format!("holding {owner}: slot {slot} is no live window entry"));
                 }
                 *listed.entry(slot).or_default() += 1;
             }
         }
         for &slot in self.entries.values().chain(self.copies.values().flatten()) {
             let e = &self.lru.slots[slot as usize];
-            if !e.state && e.refs != listed.get(&slot).copied().unwrap_or(0) {
+            if e.kind != Kind::State && e.refs != listed.get(&slot).copied().unwrap_or(0) {
                 return Err(format!("entry in slot {slot}: {} pins, {:?} holdings list it", e.refs, listed.get(&slot)));
             }
         }

@@ -58,6 +58,8 @@ pub(crate) struct Seq {
     /// group has not cached yet (vLLM's `request.shared_prefix_boundary`;
     /// zero for none): its prefill chunks stop there in "align" mode.
     pub(super) junction: Tokens,
+    /// Its admission's number: running sequences are in this order.
+    pub(super) admitted: u64,
 }
 
 impl Seq {
@@ -84,6 +86,7 @@ impl Seq {
             reservation: 0,
             finished: false,
             junction: Tokens::ZERO,
+            admitted: 0,
         }
     }
 
@@ -117,9 +120,18 @@ pub(super) struct Seqs {
     /// Waiting remote loads (a decode rank's handoffs before their
     /// reservation).
     remote: usize,
+    /// Admissions so far (`Seq::admitted`).
+    admissions: u64,
 }
 
 impl Seqs {
+    /// Appends the admitted `key` to the running sequences.
+    pub(super) fn admit(&mut self, key: SeqKey) {
+        self.admissions += 1;
+        self.map[key].admitted = self.admissions;
+        self.running.push(key);
+    }
+
     /// Adds `seq`, which holds no blocks, at the back of the waiting queue.
     pub(super) fn enqueue(&mut self, seq: Seq) {
         debug_assert!(seq.alloc.is_empty());

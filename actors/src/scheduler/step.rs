@@ -183,7 +183,7 @@ impl<'a> Step<'a> {
         }
         let core = &mut *self.core;
         core.seqs.unqueue(wi, held);
-        core.seqs.running.push(key);
+        core.seqs.admit(key);
         // A sequence whose first step is already a decode step (a handoff
         // landed: one token left to compute) joins the decoding set at once.
         // Not a recompute with one token left: its first token's gap runs

@@ -340,6 +340,96 @@ fn a_source_release_frees_what_the_rule_frees_per_group() {
     pool.check().unwrap();
 }
 
+/// A prefix-cacheable sliding window of `w` tokens, blocks of `b`.
+fn cached_window(b: u64, w: u64) -> CacheGroup {
+    CacheGroupSpec {
+        name: "window".into(),
+        kind: CacheGroupKind::SlidingWindow,
+        block_size_tokens: Tokens::new(b),
+        page_bytes: Bytes::new(1),
+        transfer_bytes_per_block: Some(Bytes::new(1)),
+        prefix_cacheable: Some(true),
+        window_tokens: Some(Tokens::new(w)),
+        checkpoint_blocks: Some(Blocks::ZERO),
+        heads: None,
+    }
+    .validate(Role::Aggregated, 0)
+    .unwrap()
+}
+
+/// Request `id` with the five 16-token blocks named 1..=5 (80 tokens),
+/// computed in one step and then one decode step (80..81) on `pool`.
+fn five_named_blocks(pool: &mut KvPool, id: u64) -> (Box<Request>, Alloc) {
+    let r = prefixed(id, &[1, 2, 3, 4, 5], 2);
+    let mut a = Alloc::owned_by(id);
+    pool.pin_and_allocate(&mut a, &r.prefix, r.prompt, 0, (Tokens::ZERO, r.prompt), false).unwrap();
+    pool.register(&mut a, &r.prefix, r.prompt, r.prompt);
+    pool.resize(&mut a, Tokens::new(80), Tokens::new(81), false).unwrap();
+    pool.check().unwrap();
+    (r, a)
+}
+
+#[test]
+fn a_hit_needs_the_window_blocks_before_its_end_cached() {
+    // Full attention beside a window of W = 33, B = 16: vLLM caches the
+    // window group's full blocks too, frees those leaving the window into
+    // the eviction order, and a hit needs cdiv(W − 1, B) = 2 cached window
+    // blocks in a row before its end (`SlidingWindowManager`). 15 blocks.
+    let groups = vec![group(CacheGroupKind::FullAttention, 16, None), cached_window(16, 33)];
+    let mut pool = KvPool::new(groups, 15, true);
+    // A: 80 tokens in one step (5 + 5 blocks), then 80..81: the window
+    // skips floor((80 − 33 + 1) / 16) = 3 blocks, freed into the order
+    // last first ([w2, w1, w0]); it holds full attention 6, window 3.
+    let (b, _a) = five_named_blocks(&mut pool, 0);
+    assert_eq!(pool.group_used(), [6, 3]);
+    assert_eq!((pool.free_plain(), pool.cached_free()), (15 - 9 - 3, 3));
+    // B, the same prompt: full attention hits floor(79 / 16) = 4 blocks;
+    // window blocks 3 (A's) and 2 (cached) end there: 4.
+    let hit = |pool: &KvPool| pool.cached_prefix(&b.prefix, b.prompt, 1, b.prompt);
+    assert_eq!(hit(&pool), 4);
+    // 32 tokens of a request without a name, 2 + 2 blocks: 3 plain, so w2
+    // goes. From
+    // block 3 back: 3 cached, 2 not; then 1 and 0 in a row: the hit ends
+    // at 0 + 2 = 2 blocks, though 4 full-attention blocks are cached.
+    let mut x = Alloc::owned_by(2);
+    pool.pin_and_allocate(&mut x, &PrefixIds::none(), Tokens::new(48), 0, (Tokens::ZERO, Tokens::new(32)), false)
+        .unwrap();
+    assert_eq!(pool.evicted_blocks(), 1);
+    assert_eq!(hit(&pool), 2);
+    // X finishes: its 2 + 2 full blocks of its own join the order as a
+    // nameless run behind w1, w0. B's hit of 2 then pins window blocks 0
+    // and 1 off the order (and A's full-attention blocks 0 and 1), the run
+    // at the head becomes 4 plain blocks, and the step 32..48 takes 1 + 1.
+    pool.release(&mut x, Tokens::new(32));
+    assert_eq!((pool.free_plain(), pool.cached_free(), pool.free()), (0, 2, 6));
+    let mut bb = Alloc::owned_by(1);
+    pool.pin_and_allocate(&mut bb, &b.prefix, b.prompt, 2, (Tokens::new(32), Tokens::new(48)), false).unwrap();
+    assert_eq!((pool.free_plain(), pool.cached_free()), (2, 0));
+    assert_eq!(pool.group_used(), [6 + 1, 3 + 3]);
+    pool.check().unwrap();
+}
+
+#[test]
+fn a_window_only_model_hits_on_its_window_blocks() {
+    // No full-attention group: vLLM's window manager hits alone. W = 33,
+    // B = 16, 12 blocks. A computes 80 tokens and 80..81, then finishes:
+    // its window blocks 4 and 3 (named) follow 2, 1, 0 into the order, its
+    // partial block 5 is freed plain.
+    let mut pool = KvPool::new(vec![cached_window(16, 33)], 12, true);
+    let (b, mut a) = five_named_blocks(&mut pool, 0);
+    pool.release(&mut a, Tokens::new(81));
+    assert_eq!((pool.free_plain(), pool.cached_free()), (12 - 5, 5));
+    // B, the same prompt: of floor(79 / 16) = 4 blocks, window blocks 3
+    // and 2 end the hit: 64 tokens, pinning 2 blocks.
+    assert_eq!(pool.cached_prefix(&b.prefix, b.prompt, 1, b.prompt), 4);
+    assert_eq!(pool.hit_tokens(4), Tokens::new(64));
+    let mut bb = Alloc::owned_by(1);
+    pool.pin_and_allocate(&mut bb, &b.prefix, b.prompt, 4, (Tokens::new(64), Tokens::new(80)), false).unwrap();
+    // Window blocks 2, 3 pinned and 4 new: 3 held, 3 cached left.
+    assert_eq!((pool.used(), pool.cached_free()), (3, 3));
+    pool.check().unwrap();
+}
+
 #[test]
 fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
     // A seeded mix of prompts, outputs and shared prefixes on a small pool

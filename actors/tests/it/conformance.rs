@@ -18,22 +18,7 @@ use serde_json::Value;
 /// Mamba hybrids with prefix caching ("align" mode).
 const MAMBA: &str = "Mamba align mode, a recompute after a preemption: vLLM caches a request's own states at the \
      boundaries it passes and frees them into the eviction order as it moves on";
-/// Hits in hybrid models.
-const HYBRID_HIT: &str =
-    "a hybrid model's hit must hold in every group (window blocks in the window cached too), aligned to all groups";
-
-const NOT_YET: &[(&str, &str)] = &[
-    ("gen-3-15", MAMBA),
-    ("gen-3-17", MAMBA),
-    ("gen-3-21", HYBRID_HIT),
-    ("gen-3-33", HYBRID_HIT),
-    ("gen-3-43", HYBRID_HIT),
-    ("gen-3-55", MAMBA),
-    ("gen-3-65", HYBRID_HIT),
-    ("gen-3-70", HYBRID_HIT),
-    ("gen-3-76", HYBRID_HIT),
-    ("gen-3-99", HYBRID_HIT),
-];
+const NOT_YET: &[(&str, &str)] = &[("gen-3-15", MAMBA), ("gen-3-17", MAMBA), ("gen-3-55", MAMBA)];
 
 /// (batch in scheduling order, preempted, finished after, reserved loads of
 /// a decode case).
