@@ -19,16 +19,16 @@ use crate::common::scenario_file;
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 11] = [
     ("default.toml", 0xca4c_6c38_228c_19e2, 0x21f6_8370_4d3c_25a9, 0x273e_3717_d2d8_b675),
-    ("glm-5.3-flash-1p1d.toml", 0xa48b_8bf5_fea3_933a, 0x9eb0_1f13_dc88_0c51, 0xa69d_56ae_58c1_cb5c),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0x0d3c_f9ec_c900_b44a, 0x77e9_710b_7122_35c0, 0x2692_fbb9_ed84_ad3b),
-    ("glm-5.3-flash-2p2d.toml", 0xa1af_d4a3_c4a3_6728, 0x79dc_4927_d920_7515, 0xa5ef_a247_7440_7989),
-    ("glm-5.3-flash-p4d8.toml", 0xf79c_1f19_f1b2_c7e3, 0x2bd3_a37a_9687_41e0, 0x52f1_e036_5b19_1106),
+    ("glm-5.3-flash-1p1d.toml", 0xf576_7949_65c2_f03c, 0x9eb0_1f13_dc88_0c51, 0xea7c_2ca2_2a96_5f94),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0x91a1_b724_0c1b_b4df, 0xecd9_3446_cecb_6199, 0x4e84_5171_de44_030c),
+    ("glm-5.3-flash-2p2d.toml", 0xb277_4b03_84d4_b9e2, 0x79dc_4927_d920_7515, 0x0678_3253_eb25_2af3),
+    ("glm-5.3-flash-p4d8.toml", 0xcc2c_4637_85a3_65b8, 0x2bd3_a37a_9687_41e0, 0xdfb2_781e_5337_95f7),
     ("gpt-oss-1p1d.toml", 0x058e_10c7_0196_b162, 0x5c74_d7c6_8f01_617a, 0xa6ab_27dd_2b64_1e30),
     ("llama-3.1-8b-1p1d.toml", 0xeb6a_187d_f8a0_90c2, 0x1d29_5e94_fcc3_1516, 0xe3c6_8609_2f1c_2cdf),
     ("llama-3.1-8b-aggregated.toml", 0xb2e4_463f_8ca1_608c, 0x82da_4816_8d2f_a3fa, 0x9f76_0390_7cbc_bc39),
     ("llama-3.1-8b-h200-tp1.toml", 0x8fee_a5e2_c3cf_0ec8, 0xe143_0827_41a4_55e9, 0xf377_9f63_5be2_2611),
     ("llama-3.1-8b-h200-tp4.toml", 0xfd47_ba9d_9836_a2d4, 0xdf38_2258_9bbf_62db, 0xc738_fb79_3b09_abf8),
-    ("mamba2-hybrid-1p1d.toml", 0x60e6_6120_d39f_9cfd, 0x14bd_7564_db8f_e8fb, 0xc492_7f9a_757c_4dfe),
+    ("mamba2-hybrid-1p1d.toml", 0x7360_9d38_7b72_c0fa, 0x14bd_7564_db8f_e8fb, 0x4261_a6ef_6c75_66d2),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -143,7 +143,7 @@ fn streamed_timelines_give_the_pinned_timeline() {
 #[test]
 fn a_shipped_scenarios_page_gives_its_pinned_bytes() {
     use crate::common::{outcome, pdsim_in, scratch_dir};
-    const PINNED_PAGE: u64 = 0x8046_7285_0d22_49c6;
+    const PINNED_PAGE: u64 = 0x9d9e_2f6f_23fa_2dcc;
     let dir = scratch_dir("pinned-page");
     // From the package root, by a relative path: the page names the
     // scenario as the command line did, and a clone may live anywhere.

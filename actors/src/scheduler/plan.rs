@@ -457,6 +457,7 @@ impl Core {
         let exact = if self.stepping && self.log.planned > 1 { self.run.exact } else { self.ahead.members.is_empty() };
         let mut step_changes = std::mem::take(&mut self.ahead.step_changes);
         let window_cache = self.pool.window_cached();
+        let align = self.pool.align();
         let result = loop {
             let n = match self.dec.changes.peek() {
                 Some(&Reverse((n, ..))) if n <= e => n,
@@ -491,6 +492,9 @@ impl Core {
                 if window_cache {
                     cached = self.pool.cached_by_step(&seq.alloc, from) as i64;
                     caches |= self.pool.skips_cached(&seq.alloc, from);
+                }
+                if align.is_some() {
+                    caches |= self.pool.caches_state(&seq.alloc, from, to);
                 }
                 grow += (delta + cached).max(0) as u64;
                 net += delta;
@@ -542,6 +546,11 @@ impl Core {
                 self.pool
                     .resize_from_free(&mut seq.alloc, to - Tokens::new(1), to)
                     .expect("the step's growth fits the plain free blocks");
+                if align.is_some_and(|b| to.get().is_multiple_of(b.get())) {
+                    // The state it writes on the boundary is cached, as
+                    // stepping one by one caches it (`Step::put`).
+                    self.pool.register_state(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, to);
+                }
                 if ahead {
                     self.ahead.members.push((key, g));
                     self.ahead.freed += self.pool.free_plain().saturating_sub(free_before);

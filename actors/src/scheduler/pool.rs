@@ -605,6 +605,16 @@ impl KvPool {
         (self.private_need(from, to, false, alloc.shared) - kept - wkept) as i64 - alloc.private as i64
     }
 
+    /// In align mode, whether the decode step `from..to` caches the state it
+    /// writes (it ends on a block boundary) or frees a cached one `alloc`
+    /// pins (into the eviction order, so not ahead of time either).
+    #[inline]
+    pub fn caches_state(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> bool {
+        let Some(sb) = self.align else { return false };
+        to.get().is_multiple_of(sb.get())
+            || (alloc.pinned != 0 && self.states_kept(alloc, from, to) < alloc.pinned_states())
+    }
+
     /// Whether the pool keeps a window cache ([`Win`]).
     #[inline]
     pub fn window_cached(&self) -> bool {
@@ -849,7 +859,7 @@ impl KvPool {
             return Ok(());
         }
         if let Some(w) = self.win {
-            self.resize_win(w, alloc, (from, to), evict, decode_step)
+            self.resize_win(w, alloc, (from, to), checkpoints, evict, decode_step)
         } else if self.align.is_none() {
             self.resize_plain(alloc, (from, to), checkpoints, evict, decode_step)
         } else {
@@ -858,9 +868,29 @@ impl KvPool {
     }
 
     /// [`KvPool::resize_inner`] in align mode: state entries pinned and
-    /// unpinned too.
+    /// unpinned too. On a shortfall the state the step no longer needs is
+    /// freed all the same (into the eviction order if cached): vLLM's
+    /// `allocate_slots` runs `remove_skipped_blocks` (`last_state_block_idx`)
+    /// before it checks the free blocks, and a preemption then frees the
+    /// rest after it.
     #[inline(never)]
     fn resize_aligned(
+        &mut self,
+        alloc: &mut Alloc,
+        (from, to): (Tokens, Tokens),
+        checkpoints: bool,
+        evict: bool,
+        decode_step: bool,
+    ) -> Result<(), Shortfall> {
+        let result = self.resize_aligned_once(alloc, (from, to), checkpoints, evict, decode_step);
+        if result.is_err() && evict && from == alloc.to && self.state_blocks_held(alloc.from, alloc.to)[0].is_some() {
+            self.resize_aligned_once(alloc, (from, from), false, evict, false).expect("giving blocks back fits");
+        }
+        result
+    }
+
+    /// [`KvPool::resize_aligned`]'s move, all or nothing.
+    fn resize_aligned_once(
         &mut self,
         alloc: &mut Alloc,
         (from, to): (Tokens, Tokens),
@@ -974,6 +1004,7 @@ impl KvPool {
         w: Win,
         alloc: &mut Alloc,
         (from, to): (Tokens, Tokens),
+        checkpoints: bool,
         evict: bool,
         decode_step: bool,
     ) -> Result<(), Shortfall> {
@@ -988,8 +1019,8 @@ impl KvPool {
         let mut all = 0u64;
         let mut deltas = [0i64; MAX_GROUPS];
         for (i, g) in self.groups.iter().enumerate() {
-            let new = rules::blocks_for_step(g, from, to, false).get();
-            let old = rules::blocks_for_step(g, alloc.from, alloc.to, false).get();
+            let new = rules::blocks_for_step(g, from, to, checkpoints).get();
+            let old = rules::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
             all += new;
             deltas[i] = new as i64 - old as i64;
         }
@@ -999,7 +1030,7 @@ impl KvPool {
         } else {
             self.free += alloc.private - need;
         }
-        self.commit_resize(alloc, (from, to), false, need, &deltas, decode_step, evict);
+        self.commit_resize(alloc, (from, to), checkpoints, need, &deltas, decode_step, evict);
         Ok(())
     }
 
@@ -1130,7 +1161,13 @@ impl KvPool {
             let end_of_block = t.div_ceil(b) * b;
             let g_stable = match (g.kind(), g.window()) {
                 (CacheGroupKind::State, _) if align && g.prefix_cacheable() => {
-                    if Self::moves_block(g, to.saturating_sub(Tokens::new(1)), to) { t } else { end_of_block }
+                    // Up to the step that ends on the boundary, which caches
+                    // the state it writes (`register_state`).
+                    if Self::moves_block(g, to.saturating_sub(Tokens::new(1)), to) || t == end_of_block {
+                        t
+                    } else {
+                        end_of_block - 1
+                    }
                 }
                 (CacheGroupKind::State, _) => u64::MAX,
                 (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
@@ -1257,11 +1294,9 @@ impl KvPool {
     /// (`HybridKVCacheCoordinator.find_longest_cache_hit`,
     /// `kv_cache_coordinator.py:806`; `MambaManager.find_longest_cache_hit`
     /// searches right to left for a cached state): the longest full-attention
-    /// hit is cut back to the last block whose state entry is cached. Where
-    /// pdsim departs: a hit on a request's own content (its recompute after
-    /// a preemption) is taken as holding in the state groups, since vLLM
-    /// saves a state at every block boundary it passes and pdsim keeps only
-    /// those of content the prefix ids name.
+    /// hit is cut back to the last block whose state entry is cached (a
+    /// request's own states too: vLLM caches a state at every block
+    /// boundary it passes, `register_state`).
     ///
     /// With the window cache, a hit also needs the window blocks before its
     /// end cached ([`KvPool::window_hit`]).
@@ -1276,8 +1311,7 @@ impl KvPool {
         }
         let mut m = n;
         while m > 0 {
-            let named = prefix.key_through(self.hit_tokens(m), prompt).is_some();
-            if !named || self.entries.contains_key(&self.state_key(prefix, prompt, owner, m)) {
+            if self.entries.contains_key(&self.state_key(prefix, prompt, owner, m)) {
                 break;
             }
             m -= self.hit_align.min(m);
@@ -1873,6 +1907,11 @@ impl KvPool {
     /// another request already cached becomes a later copy,
     /// `register_block`).
     pub fn register(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+        // States of its own content too (vLLM caches every state block it
+        // fills, align mode).
+        if self.state_groups > 0 && self.caching {
+            self.register_state(alloc, prefix, prompt, computed);
+        }
         if prefix.ids.is_empty() {
             return;
         }
@@ -1894,9 +1933,6 @@ impl KvPool {
                 self.register_block(alloc, k, &mut slots);
             }
             self.put_slots(alloc.owner, slots);
-        }
-        if self.state_groups > 0 {
-            self.register_state(alloc, prefix, prompt, computed);
         }
     }
 
@@ -1931,15 +1967,19 @@ impl KvPool {
         self.put_win_slots(alloc.owner, slots);
     }
 
-    /// In align mode, a state on a block boundary of content the prefix ids
-    /// name is cached: the one a step that ends there writes (vLLM caches a
-    /// state block once full, at allocation; a non-final chunk ends there
-    /// by `align::aligned_chunk`), or a landed handoff's at `computed` (on
-    /// a decode rank vLLM caches the loaded state at T when T is
-    /// block-aligned). Another request's copy of the same state is shared
-    /// and this one's freed. Where pdsim departs: vLLM keeps both state
-    /// blocks, as it does full-attention ones (`register_block`).
-    fn register_state(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+    /// In align mode, a state on a block boundary is cached: the one a step
+    /// that ends there writes (vLLM caches a state block once full, at
+    /// allocation; a non-final chunk ends there by `align::aligned_chunk`;
+    /// a decode step at every boundary it reaches), or a landed handoff's at
+    /// `computed` (on a decode rank vLLM caches the loaded state at T when T
+    /// is block-aligned); of content the prefix ids name or of the
+    /// request's own (its recompute after a preemption may hit it). It is
+    /// freed into the eviction order when the holding moves on (vLLM's
+    /// `remove_skipped_blocks`, `last_state_block_idx`). Another request's
+    /// copy of the same state is shared and this one's freed. Where pdsim
+    /// departs: vLLM keeps both state blocks, as it does full-attention
+    /// ones (`register_block`).
+    pub(crate) fn register_state(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
         let (Some(sb), Some(fb)) = (self.align, self.fa_block) else { return };
         let to = computed;
         if self.state_groups == 0 || to.is_zero() || !to.get().is_multiple_of(sb.get()) {
@@ -1948,7 +1988,7 @@ impl KvPool {
         if !self.state_blocks_held(alloc.from, alloc.to).contains(&Some(self.state_index(to))) {
             return;
         }
-        if !to.get().is_multiple_of(fb.get()) || prefix.key_through(to, prompt).is_none() {
+        if !to.get().is_multiple_of(fb.get()) {
             return;
         }
         let n = u32::try_from(to.get() / fb.get()).unwrap_or(u32::MAX);

@@ -14,11 +14,8 @@ use std::path::{Path, PathBuf};
 use actors::steps::{Case, StepLine, run_case};
 use serde_json::Value;
 
-/// (case, the vLLM rule pdsim does not follow yet).
-/// Mamba hybrids with prefix caching ("align" mode).
-const MAMBA: &str = "Mamba align mode, a recompute after a preemption: vLLM caches a request's own states at the \
-     boundaries it passes and frees them into the eviction order as it moves on";
-const NOT_YET: &[(&str, &str)] = &[("gen-3-15", MAMBA), ("gen-3-17", MAMBA), ("gen-3-55", MAMBA)];
+/// (case, the vLLM rule pdsim does not follow yet): none at present.
+const NOT_YET: &[(&str, &str)] = &[];
 
 /// (batch in scheduling order, preempted, finished after, reserved loads of
 /// a decode case).
