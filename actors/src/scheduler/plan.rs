@@ -447,9 +447,12 @@ impl Core {
     /// shortfall (for the next step, the caller then plans every sequence
     /// one by one, with evictions and preemptions in their order). A window
     /// group's holding also shrinks as tokens leave the window; since the
-    /// growth alone must fit, the order stepping one by one visits the
-    /// members in cannot matter, and blocks freed by one member never serve
-    /// another's growth in the same step earlier than stepping would.
+    /// growth alone must fit, blocks freed by one member never serve
+    /// another's growth in the same step earlier than stepping would. Blocks
+    /// freed into the eviction order (the window cache, Mamba states in
+    /// align mode) are never freed ahead, and the members of a step that
+    /// frees some are visited in running order, the order stepping one by
+    /// one frees them in.
     fn take_blocks(&mut self, e: u64) -> Result<(), u64> {
         // Pool counts read while blocks of a cut run are still held ahead
         // are not the stepping ones, so they only count towards the peak

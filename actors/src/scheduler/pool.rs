@@ -191,8 +191,11 @@ struct Win {
     window: Tokens,
     /// Window groups: a window entry is one block in each.
     groups: u64,
-    /// Cached window blocks a hit needs before its end.
+    /// Cached window blocks a hit needs before its end (at least one).
     need: u32,
+    /// Window blocks a holding keeps at a block-aligned hit: `cdiv(W − 1,
+    /// B)`, `need` but for a window of one token (0).
+    held: u32,
 }
 
 impl Win {
@@ -347,13 +350,14 @@ pub struct KvPool {
     /// Blocks of the nameless runs on the LRU list (of `cached_free`).
     nameless: u64,
     /// Blocks in use per group: each allocation's own blocks, plus one per
-    /// pinned cache entry in every full-attention group.
+    /// pinned cache entry in every group it spans (full attention, aligned
+    /// states, cached windows).
     group_used: Vec<u64>,
     caching: bool,
     /// Cache key -> slot in `lru` of its first copy, the one a hit pins.
     entries: FxHashMap<u64, u32>,
-    /// The later copies of a full-attention key, in the order they were
-    /// cached (rare: see `KvPool::register_block`).
+    /// The later copies of a full-attention or window key, in the order
+    /// they were cached (rare: see `KvPool::register_block`).
     copies: FxHashMap<u64, Vec<u32>>,
     /// By owner: the slots of the cached entries a holding's shared
     /// full-attention blocks pin, in block order (the copy each pins, and
@@ -468,8 +472,8 @@ impl KvPool {
             return None;
         }
         let groups = groups.iter().filter(|g| g.kind() == CacheGroupKind::SlidingWindow).count() as u64;
-        let need = window.get().saturating_sub(1).div_ceil(block.get()).max(1);
-        Some(Win { block, window, groups, need: u32::try_from(need).unwrap_or(u32::MAX) })
+        let held = u32::try_from(window.get().saturating_sub(1).div_ceil(block.get())).unwrap_or(u32::MAX);
+        Some(Win { block, window, groups, need: held.max(1), held })
     }
 
     /// The prefix cache's block size: the full-attention groups', or with
@@ -481,7 +485,7 @@ impl KvPool {
     /// Window blocks pinned by a hit of `n` blocks (0 without a window cache).
     #[inline]
     fn win_pins(&self, n: u32) -> u32 {
-        self.win.map_or(0, |w| self.win_blocks(n).min(w.need))
+        self.win.map_or(0, |w| self.win_blocks(n).min(w.held))
     }
 
     /// The window blocks a hit of `n` cache blocks covers (a hit is a
@@ -671,7 +675,7 @@ impl KvPool {
     }
 
     /// With the window cache, the first window block a hit of `hit` blocks
-    /// pins for a first step from `from`: of the `need` before its end,
+    /// pins for a first step from `from`: of the `held` before its end,
     /// those in that step's window (a decode rank's reservation starts past
     /// its hit, and vLLM never touches the hit's blocks below the window,
     /// `add_local_computed_blocks`). `hit` without a window cache.
@@ -679,7 +683,7 @@ impl KvPool {
     fn win_lo(&self, hit: u32, from: Tokens) -> u32 {
         let n = self.win_blocks(hit);
         match self.win {
-            Some(w) => (n - n.min(w.need)).max(w.skipped(from)).min(n),
+            Some(w) => (n - n.min(w.held)).max(w.skipped(from)).min(n),
             None => n,
         }
     }
@@ -832,14 +836,17 @@ impl KvPool {
 
     /// Moves `alloc` to the step `from..to` (with or without checkpoint
     /// blocks), taking or returning private blocks. On a shortfall nothing
-    /// changes.
+    /// changes but what vLLM frees before it checks the free blocks (and
+    /// keeps freed): window blocks leaving the window with the window
+    /// cache, in align mode the state the step no longer needs.
     pub fn resize(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> Result<(), Shortfall> {
         self.resize_inner(alloc, from, to, checkpoints, true)
     }
 
     /// [`KvPool::resize`] from plain free blocks only: never evicts a cached
     /// block (and leaves the peak alone), so that taking blocks ahead of the
-    /// step that needs them can be undone exactly.
+    /// step that needs them can be undone exactly (the decoding set never
+    /// takes ahead a step that frees blocks into the eviction order).
     pub fn resize_from_free(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens) -> Result<(), Shortfall> {
         self.resize_inner(alloc, from, to, false, false)
     }
@@ -1439,33 +1446,33 @@ impl KvPool {
         let sk = self.hit_entry(prefix, prompt, owner, n);
         let sb = if sk != 0 { self.state_groups } else { 0 };
         let need = self.pin_and_take_need(n, need).saturating_sub(sb);
-        let mut available = (self.free + self.cached_free).saturating_sub(keep);
+        // The hit's entries no request pins leave the eviction order when
+        // pinned, so they count against the free and evictable blocks.
+        let evictable = |k: u64| self.entries.get(&k).is_some_and(|&i| self.lru.slots[i as usize].refs == 0);
+        let mut touched = 0u64;
         if self.fa_groups > 0 && self.caching {
             for i in 0..n {
-                let k = self.key(prefix, prompt, owner, i);
-                if self.entries.get(&k).is_some_and(|&i| self.lru.slots[i as usize].refs == 0) {
-                    available -= self.fa_groups;
+                if evictable(self.key(prefix, prompt, owner, i)) {
+                    touched += self.fa_groups;
                 }
             }
         }
         if self.win.is_some() {
             for i in self.win_lo(n, from)..self.win_blocks(n) {
-                let k = self.win_key(prefix, prompt, owner, i);
-                if self.entries.get(&k).is_some_and(|&i| self.lru.slots[i as usize].refs == 0) {
-                    available -= self.wg();
+                if evictable(self.win_key(prefix, prompt, owner, i)) {
+                    touched += self.wg();
                 }
             }
         }
-        if sk != 0 {
-            if self.states_this_step.contains(&sk) {
-                // vLLM's Mamba manager cannot use a state another request
-                // caches in the same step (`get_num_blocks_to_allocate`
-                // returns more blocks than the pool has): it waits.
-                return Err(Shortfall { needed: self.num_blocks + 1, available });
-            }
-            if self.entries.get(&sk).is_some_and(|&i| self.lru.slots[i as usize].refs == 0) {
-                available = available.saturating_sub(sb);
-            }
+        if sk != 0 && evictable(sk) {
+            touched += sb;
+        }
+        let available = (self.free + self.cached_free).saturating_sub(keep + touched);
+        if sk != 0 && self.states_this_step.contains(&sk) {
+            // vLLM's Mamba manager cannot use a state another request
+            // caches in the same step (`get_num_blocks_to_allocate`
+            // returns more blocks than the pool has): it waits.
+            return Err(Shortfall { needed: self.num_blocks + 1, available });
         }
         if need > available {
             return Err(Shortfall { needed: need, available });
@@ -1617,7 +1624,7 @@ impl KvPool {
         debug_assert!(alloc.is_empty());
         let need = self.blocks_after_hit(hit, from, to, checkpoints);
         if let Err(short) = self.can_pin_and_take(prefix, prompt, alloc.owner, (hit, from), need, keep) {
-            let needed = need + u64::from(hit) * self.fa_groups;
+            let needed = self.all_blocks(from, to, checkpoints);
             return Err(Shortfall { needed, available: short.available });
         }
         if self.win.is_some() && from > self.hit_tokens(hit) {
@@ -1719,8 +1726,10 @@ impl KvPool {
             Some(w) => self.whole_blocks_after_window_hit(w, hit, whole),
             None => self.whole_blocks(whole).saturating_sub(u64::from(hit) * self.fa_groups),
         };
-        self.can_pin_and_take(prefix, prompt, owner, (hit, self.hit_tokens(hit)), need, 0)
-            .map_err(|short| Shortfall { needed: need + u64::from(hit) * self.fa_groups, available: short.available })
+        self.can_pin_and_take(prefix, prompt, owner, (hit, self.hit_tokens(hit)), need, 0).map_err(|short| Shortfall {
+            needed: need + u64::from(hit) * self.fa_groups + u64::from(self.win_pins(hit)) * self.wg(),
+            available: short.available,
+        })
     }
 
     /// With the window cache, the blocks beyond a hit of `hit` blocks that

@@ -109,10 +109,11 @@ impl<'a> Step<'a> {
     }
 
     /// Gives the running sequence at `i` the blocks of its next `k` tokens
-    /// (at most what it has left) and puts them in the step. `false`, with
-    /// nothing changed, when the pool cannot give them, or when `i` is a
-    /// member of the decoding set (already in the step). Call it once per
-    /// sequence per step.
+    /// (at most what it has left) and puts them in the step. `false` when
+    /// the pool cannot give them (nothing changed but the blocks vLLM frees
+    /// before it checks, `KvPool::resize`), or when `i` is a member of the
+    /// decoding set (already in the step). Call it once per sequence per
+    /// step.
     pub fn schedule_running(&mut self, i: usize, k: u64) -> bool {
         let core = &mut *self.core;
         let key = core.seqs.running[i];

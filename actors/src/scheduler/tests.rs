@@ -431,6 +431,52 @@ fn a_window_only_model_hits_on_its_window_blocks() {
 }
 
 #[test]
+fn a_reservation_counts_the_hits_evictable_blocks_against_what_it_must_leave() {
+    // Window-only, W = 33, B = 16, 10 blocks: A's five named window blocks
+    // are cached and unpinned. B (96 tokens) hits 5 blocks; its
+    // reservation for the step 95..96 pins blocks 3 and 4 (in that step's
+    // window, floor(63 / 16) = 3 skipped) and takes 6 − 3 − 2 = 1 more:
+    // 1 + 2 touched + 9 to leave > 10, so it fails, changing nothing.
+    let mut pool = KvPool::new(vec![cached_window(16, 33)], 10, true);
+    let a_req = prefixed(0, &[1, 2, 3, 4, 5], 1);
+    let mut a = Alloc::owned_by(0);
+    pool.pin_and_allocate(&mut a, &a_req.prefix, a_req.prompt, 0, (Tokens::ZERO, a_req.prompt), false).unwrap();
+    pool.register(&mut a, &a_req.prefix, a_req.prompt, a_req.prompt);
+    pool.release(&mut a, a_req.prompt);
+    let b = prefixed(1, &[1, 2, 3, 4, 5, 6], 1);
+    let hit = pool.cached_prefix(&b.prefix, b.prompt, 1, b.prompt);
+    assert_eq!(hit, 5);
+    let mut bb = Alloc::owned_by(1);
+    let span = (Tokens::new(95), Tokens::new(96));
+    assert!(pool.pin_and_allocate_leaving(&mut bb, &b.prefix, b.prompt, hit, span, false, 9).is_err());
+    assert_eq!((pool.free(), pool.cached_free()), (10, 5));
+    // Leaving 7 it fits: 3 blocks held, 2 of them the hit's.
+    pool.pin_and_allocate_leaving(&mut bb, &b.prefix, b.prompt, hit, span, false, 7).unwrap();
+    assert_eq!((pool.used(), pool.cached_free()), (3, 3));
+    pool.check().unwrap();
+}
+
+#[test]
+fn a_one_token_window_hits_without_holding_a_window_block() {
+    // W = 1: a hit needs one cached window block before its end, but a
+    // holding at a block-aligned hit keeps cdiv(0, 16) = 0 of them.
+    let groups = vec![group(CacheGroupKind::FullAttention, 16, None), cached_window(16, 1)];
+    let mut pool = KvPool::new(groups, 20, true);
+    let a_req = prefixed(0, &[1, 2], 1);
+    let mut a = Alloc::owned_by(0);
+    pool.pin_and_allocate(&mut a, &a_req.prefix, a_req.prompt, 0, (Tokens::ZERO, a_req.prompt), false).unwrap();
+    pool.register(&mut a, &a_req.prefix, a_req.prompt, a_req.prompt);
+    pool.release(&mut a, a_req.prompt);
+    let b = prefixed(1, &[1, 2, 3], 1);
+    assert_eq!(pool.cached_prefix(&b.prefix, b.prompt, 1, b.prompt), 2);
+    let mut bb = Alloc::owned_by(1);
+    pool.pin_and_allocate(&mut bb, &b.prefix, b.prompt, 2, (Tokens::new(32), Tokens::new(48)), false).unwrap();
+    // Full attention 2 pinned + 1; the window's block 2 alone.
+    assert_eq!(pool.group_used(), [3, 1]);
+    pool.check().unwrap();
+}
+
+#[test]
 fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
     // A seeded mix of prompts, outputs and shared prefixes on a small pool
     // (preemptions included), decoding set on: the pool balances after
