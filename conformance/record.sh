@@ -3,8 +3,8 @@
 # the first 60 full-attention cases of seed 2 and the 16 of its first 2,000
 # that need a finished request's own blocks cached (69, 129, ...), 100 hybrid
 # cases of seed 3 (window or Mamba groups), and the first 30 window-only
-# cases of seed 22 and sizes cases of seed 23 (the window cache), with vLLM
-# 0.33.0's step logs.
+# cases of seed 22 and sizes cases of seed 23 (the window cache) and
+# Mamba-only cases of seed 43, with vLLM 0.33.0's step logs.
 #
 #   conformance/record.sh
 #
@@ -19,10 +19,11 @@ python3 "$here/gen_cases.py" 2 2000 "$work"
 python3 "$here/gen_cases.py" 3 100 "$work" --groups mixed
 python3 "$here/gen_cases.py" 22 30 "$work" --groups window-only
 python3 "$here/gen_cases.py" 23 30 "$work" --groups sizes
-rm -f "$here"/cases/gen-2-* "$here"/cases/gen-3-* "$here"/cases/gen-22-* "$here"/cases/gen-23-*
+python3 "$here/gen_cases.py" 43 30 "$work" --groups mamba-only
+rm -f "$here"/cases/gen-2-* "$here"/cases/gen-3-* "$here"/cases/gen-22-* "$here"/cases/gen-23-* "$here"/cases/gen-43-*
 for k in $(seq 0 59) 69 129 209 210 374 591 795 877 878 900 997 1017 1235 1566 1873 1937; do cp "$work/gen-2-$k.json" "$here/cases/"; done
-cp "$work"/gen-3-*.json "$work"/gen-22-*.json "$work"/gen-23-*.json "$here/cases/"
+cp "$work"/gen-3-*.json "$work"/gen-22-*.json "$work"/gen-23-*.json "$work"/gen-43-*.json "$here/cases/"
 cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py cases cases/gen-2-*.json cases/gen-3-*.json \
-  cases/gen-22-*.json cases/gen-23-*.json \
+  cases/gen-22-*.json cases/gen-23-*.json cases/gen-43-*.json \
   2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls cases/gen-*.vllm.jsonl | wc -l) cases"

@@ -448,9 +448,10 @@ impl KvPool {
     }
 
     /// The window cache of a pool of `groups`: every non-full-attention
-    /// group a prefix-cacheable sliding window, all with one window and one
-    /// block size, a multiple of the full-attention groups' (if any), and
-    /// those cached. Otherwise none: window blocks are then freed as plain blocks
+    /// group a prefix-cacheable sliding window (or a state group that opts
+    /// out of prefix caching), the windows with one window and one block
+    /// size, a multiple of the full-attention groups' (if any), and those
+    /// cached. Otherwise none: window blocks are then freed as plain blocks
     /// and hits are taken on the full-attention groups alone (a departure
     /// from vLLM, named in the README).
     fn window_cache(
@@ -459,13 +460,16 @@ impl KvPool {
         caching: bool,
         fa_block: Option<Tokens>,
     ) -> Option<Win> {
-        let first = groups.iter().find(|g| g.kind() != CacheGroupKind::FullAttention)?;
+        let first = groups.iter().find(|g| g.kind() == CacheGroupKind::SlidingWindow)?;
         let (block, window) = (first.block_size(), first.window()?);
+        // (Groups that opt out of prefix caching, such as a tail ring, take
+        // no part in hits: vLLM's coordinator skips them.)
         let same = groups.iter().filter(|g| g.kind() != CacheGroupKind::FullAttention).all(|g| {
-            g.kind() == CacheGroupKind::SlidingWindow
+            (g.kind() == CacheGroupKind::SlidingWindow
                 && g.prefix_cacheable()
                 && g.block_size() == block
-                && g.window() == Some(window)
+                && g.window() == Some(window))
+                || (g.kind() == CacheGroupKind::State && !g.prefix_cacheable())
         });
         let fa_ok = fa_block.is_none_or(|b| caching && block.get().is_multiple_of(b.get()));
         if !prefix_caching || !same || !fa_ok {
@@ -479,7 +483,7 @@ impl KvPool {
     /// The prefix cache's block size: the full-attention groups', or with
     /// none, the window groups'.
     fn cache_block(&self) -> Tokens {
-        self.fa_block.or(self.win.map(|w| w.block)).expect("caching needs a full-attention or a cached window group")
+        self.fa_block.or(self.win.map(|w| w.block)).or(self.align).expect("caching needs a cacheable group")
     }
 
     /// Window blocks pinned by a hit of `n` blocks (0 without a window cache).
@@ -1312,7 +1316,14 @@ impl KvPool {
         if let Some(w) = self.win {
             return (self.window_hit(w, prefix, prompt, owner, goal), Tokens::ZERO);
         }
-        let n = self.fa_hit(prefix, prompt, owner, goal);
+        // With no full-attention group, vLLM's Mamba manager hits alone:
+        // the last cached state before the last token.
+        let n = if self.fa_groups == 0 && self.state_groups > 0 {
+            let b = self.cache_block();
+            u32::try_from(goal.saturating_sub(Tokens::new(1)).blocks_floor(b).get()).unwrap_or(u32::MAX)
+        } else {
+            self.fa_hit(prefix, prompt, owner, goal)
+        };
         if self.state_groups == 0 || n == 0 {
             return (n, Tokens::ZERO);
         }
@@ -1323,7 +1334,7 @@ impl KvPool {
             }
             m -= self.hit_align.min(m);
         }
-        let junction = if m < n { self.hit_tokens(n) } else { Tokens::ZERO };
+        let junction = if m < n && self.fa_groups > 0 { self.hit_tokens(n) } else { Tokens::ZERO };
         (m, junction)
     }
 
@@ -1423,7 +1434,10 @@ impl KvPool {
 
     /// The tokens `blocks` cached full-attention blocks cover.
     pub fn hit_tokens(&self, blocks: u32) -> Tokens {
-        self.fa_block.or(self.win.map(|w| w.block)).map_or(Tokens::ZERO, |b| Blocks::new(u64::from(blocks)).tokens(b))
+        self.fa_block
+            .or(self.win.map(|w| w.block))
+            .or(self.align)
+            .map_or(Tokens::ZERO, |b| Blocks::new(u64::from(blocks)).tokens(b))
     }
 
     /// Whether pinning the first `n` cached blocks of the prompt and then
@@ -1918,7 +1932,7 @@ impl KvPool {
     pub fn register(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
         // States of its own content too (vLLM caches every state block it
         // fills, align mode).
-        if self.state_groups > 0 && self.caching {
+        if self.state_groups > 0 && (self.caching || self.fa_groups == 0) {
             self.register_state(alloc, prefix, prompt, computed);
         }
         if prefix.ids.is_empty() {
@@ -1989,7 +2003,8 @@ impl KvPool {
     /// departs: vLLM keeps both state blocks, as it does full-attention
     /// ones (`register_block`).
     pub(crate) fn register_state(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
-        let (Some(sb), Some(fb)) = (self.align, self.fa_block) else { return };
+        let Some(sb) = self.align else { return };
+        let fb = self.fa_block.unwrap_or(sb);
         let to = computed;
         if self.state_groups == 0 || to.is_zero() || !to.get().is_multiple_of(sb.get()) {
             return;
