@@ -994,7 +994,7 @@ impl KvPool {
             all += new;
             deltas[i] = new as i64 - old as i64;
         }
-        let need = all - u64::from(alloc.shared) * self.fa_groups;
+        let need = all - u64::from(alloc.shared) * self.fa_groups - u64::from(alloc.wpinned) * self.wg();
         if need > alloc.private {
             self.take(need - alloc.private, evict)?;
         } else {
@@ -1027,22 +1027,8 @@ impl KvPool {
             w.skipped(from) >= w.skipped(alloc.from),
             "window blocks freed into the cache are not taken back"
         );
-        let mut all = 0u64;
-        let mut deltas = [0i64; MAX_GROUPS];
-        for (i, g) in self.groups.iter().enumerate() {
-            let new = rules::blocks_for_step(g, from, to, checkpoints).get();
-            let old = rules::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
-            all += new;
-            deltas[i] = new as i64 - old as i64;
-        }
-        let need = all - u64::from(alloc.shared) * self.fa_groups - u64::from(alloc.wpinned) * w.groups;
-        if need > alloc.private {
-            self.take(need - alloc.private, evict)?;
-        } else {
-            self.free += alloc.private - need;
-        }
-        self.commit_resize(alloc, (from, to), checkpoints, need, &deltas, decode_step, evict);
-        Ok(())
+        // Then as any other model (its pins are kept).
+        self.resize_plain(alloc, (from, to), checkpoints, evict, decode_step)
     }
 
     /// Frees `alloc`'s window blocks below the window of a step from
@@ -1530,29 +1516,10 @@ impl KvPool {
         // Pin first, so the cached blocks cannot be evicted to make room for
         // the window and state blocks.
         let fa = self.fa_pins(n);
-        if fa > 0 {
-            let mut slots = self.take_slots(alloc);
-            for i in 0..fa {
-                let k = self.key(prefix, prompt, alloc.owner, i);
-                let slot = *self.entries.get(&k).expect("a hit's entries exist");
-                self.ref_slot(slot);
-                slots.push(slot);
-            }
-            self.put_slots(alloc.owner, slots);
-        }
         // With the window cache, the window blocks before the hit's end.
         let wpins = self.win_pins(n);
         let nw = self.win_blocks(n);
-        if wpins > 0 {
-            let mut slots = self.take_win_slots(alloc);
-            for i in nw - wpins..nw {
-                let k = self.win_key(prefix, prompt, alloc.owner, i);
-                let slot = *self.entries.get(&k).expect("a hit's window entries exist");
-                self.ref_slot(slot);
-                slots.push(slot);
-            }
-            self.put_win_slots(alloc.owner, slots);
-        }
+        self.pin_hit_entries(alloc, prefix, prompt, fa, nw - wpins..nw);
         let sk = self.hit_entry(prefix, prompt, alloc.owner, n);
         if sk != 0 {
             self.ref_entry(sk);
@@ -1598,6 +1565,37 @@ impl KvPool {
         }
         self.note_peak();
         Ok(())
+    }
+
+    /// Pins a hit's entries for the empty `alloc`: the first `fa`
+    /// full-attention ones and the window ones of blocks `window`.
+    fn pin_hit_entries(
+        &mut self,
+        alloc: &Alloc,
+        prefix: &PrefixIds,
+        prompt: Tokens,
+        fa: u32,
+        window: std::ops::Range<u32>,
+    ) {
+        if fa > 0 {
+            let mut slots = self.take_slots(alloc);
+            for i in 0..fa {
+                let slot = *self.entries.get(&self.key(prefix, prompt, alloc.owner, i)).expect("a hit's entries exist");
+                self.ref_slot(slot);
+                slots.push(slot);
+            }
+            self.put_slots(alloc.owner, slots);
+        }
+        if !window.is_empty() {
+            let mut slots = self.take_win_slots(alloc);
+            for i in window {
+                let k = self.win_key(prefix, prompt, alloc.owner, i);
+                let slot = *self.entries.get(&k).expect("a hit's window entries exist");
+                self.ref_slot(slot);
+                slots.push(slot);
+            }
+            self.put_win_slots(alloc.owner, slots);
+        }
     }
 
     /// Pins the first `hit` cached blocks of the prompt for an empty
@@ -1667,27 +1665,9 @@ impl KvPool {
     ) {
         debug_assert!(alloc.is_empty());
         let fa = self.fa_pins(hit);
-        if fa > 0 {
-            let mut slots = self.take_slots(alloc);
-            for i in 0..fa {
-                let slot = *self.entries.get(&self.key(prefix, prompt, alloc.owner, i)).expect("a hit's entries exist");
-                self.ref_slot(slot);
-                slots.push(slot);
-            }
-            self.put_slots(alloc.owner, slots);
-        }
         let lo = self.win_lo(hit, from);
         let nw = self.win_blocks(hit);
-        if lo < nw {
-            let mut slots = self.take_win_slots(alloc);
-            for i in lo..nw {
-                let k = self.win_key(prefix, prompt, alloc.owner, i);
-                let slot = *self.entries.get(&k).expect("a hit's window entries exist");
-                self.ref_slot(slot);
-                slots.push(slot);
-            }
-            self.put_win_slots(alloc.owner, slots);
-        }
+        self.pin_hit_entries(alloc, prefix, prompt, fa, lo..nw);
         let mut need = 0;
         for (i, g) in self.groups.iter().enumerate() {
             let held = rules::blocks_for_step(g, from, to, false).get();
@@ -2165,34 +2145,23 @@ impl KvPool {
             .filter(|e| e.refs == 0)
             .map(|e| self.entry_blocks(e.kind))
             .sum();
-        // Every pin of a full-attention entry is a holding's listed slot.
+        // Every pin of a full-attention or window entry is a holding's
+        // listed slot.
         let mut listed: FxHashMap<u32, u32> = FxHashMap::default();
-        for (owner, slots) in &self.held_slots {
-            if slots.is_empty() {
-                return Err(format!("holding {owner}: an empty slot list"));
-            }
-            for &slot in slots {
-                let e = &self.lru.slots[slot as usize];
-                let live = self.entries.get(&e.key) == Some(&slot)
-                    || self.copies.get(&e.key).is_some_and(|c| c.contains(&slot));
-                if e.kind != Kind::Full || !live {
-                    return Err(format!("holding {owner}: slot {slot} is no live full-attention entry"));
+        for (lists, kind) in [(&self.held_slots, Kind::Full), (&self.win_slots, Kind::Window)] {
+            for (owner, slots) in lists {
+                if slots.is_empty() {
+                    return Err(format!("holding {owner}: an empty {kind:?} slot list"));
                 }
-                *listed.entry(slot).or_default() += 1;
-            }
-        }
-        for (owner, slots) in &self.win_slots {
-            if slots.is_empty() {
-                return Err(format!("holding {owner}: an empty window slot list"));
-            }
-            for &slot in slots {
-                let e = &self.lru.slots[slot as usize];
-                let live = self.entries.get(&e.key) == Some(&slot)
-                    || self.copies.get(&e.key).is_some_and(|c| c.contains(&slot));
-                if e.kind != Kind::Window || !live {
-                    return Err(format!("holding {owner}: slot {slot} is no live window entry"));
+                for &slot in slots {
+                    let e = &self.lru.slots[slot as usize];
+                    let live = self.entries.get(&e.key) == Some(&slot)
+                        || self.copies.get(&e.key).is_some_and(|c| c.contains(&slot));
+                    if e.kind != kind || !live {
+                        return Err(format!("holding {owner}: slot {slot} is no live {kind:?} entry"));
+                    }
+                    *listed.entry(slot).or_default() += 1;
                 }
-                *listed.entry(slot).or_default() += 1;
             }
         }
         for &slot in self.entries.values().chain(self.copies.values().flatten()) {
