@@ -476,12 +476,35 @@ fn a_one_token_window_hits_without_holding_a_window_block() {
     pool.check().unwrap();
 }
 
-#[test]
-fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
-    // A seeded mix of prompts, outputs and shared prefixes on a small pool
-    // (preemptions included), decoding set on: the pool balances after
-    // every step (check_invariants) and holds nothing at the end.
-    let mut s = sched(Mode::Generate, 256, 16, 40);
+/// A state group of `b`-token blocks; `cacheable`: Mamba-type (align mode
+/// with prefix caching), else a tail ring that opts out.
+fn state_group(b: u64, cacheable: bool) -> CacheGroup {
+    CacheGroupSpec {
+        name: "state".into(),
+        kind: CacheGroupKind::State,
+        block_size_tokens: Tokens::new(b),
+        page_bytes: Bytes::new(1),
+        transfer_bytes_per_block: Some(Bytes::new(1)),
+        prefix_cacheable: Some(cacheable),
+        window_tokens: None,
+        checkpoint_blocks: Some(Blocks::ZERO),
+        heads: None,
+    }
+    .validate(Role::Aggregated, 0)
+    .unwrap()
+}
+
+/// A seeded run of 40 requests with shared prefixes on `pool` (16-token
+/// prefix ids): each request as it ended (id, end, preemptions, tokens
+/// generated, prefix hit), in the order they ended, the preemptions, and
+/// the pool's counts at the end. The pool balances after every step
+/// (check_invariants).
+type Ended = (u64, SimTime, u32, Tokens, Tokens);
+fn seeded_run(pool: KvPool, lazy: bool) -> (Vec<Ended>, u64, (u64, usize, usize)) {
+    let limits = Limits { max_num_batched_tokens: 64, max_num_seqs: 16 };
+    let mut s = Scheduler::with_pool(Mode::Generate, limits, false, pool, Box::new(Fixed), Box::new(VllmPolicy));
+    s.set_check_invariants(true);
+    s.set_lazy_decoding(lazy);
     s.set_max_run(7);
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let mut next = |m: u64| {
@@ -495,9 +518,16 @@ fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
         s.enqueue(prefixed(id, &ids, 1 + next(40)), Tokens::ZERO);
     }
     let (mut now, mut completed, mut steps) = (SimTime::ZERO, 0, 0);
+    let mut log = Vec::new();
+    let mut done = Vec::new();
     while let Some(dt) = s.start_step(now, SimTime::MAX, started) {
         now += dt;
-        completed += finish(&mut s).len();
+        s.finish_step(now, &mut done);
+        for f in done.drain(..) {
+            let (Finished::Completed(r) | Finished::Prefilled { req: r, .. }) = f;
+            log.push((r.id, r.t.finished.unwrap_or(now), r.preemptions, r.generated, r.prefill_hit));
+            completed += 1;
+        }
         while s.take_stuck().is_some() {
             completed += 1;
         }
@@ -505,8 +535,34 @@ fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
         assert!(steps < 100_000, "the run ends");
     }
     assert_eq!(completed, 40);
-    assert!(s.stats().preemptions > 0, "the pool was under pressure");
-    let c = s.counts();
-    assert_eq!((c.used, c.waiting, c.running), (0, 0, 0));
     s.check().unwrap();
+    let preemptions = s.stats().preemptions;
+    let c = s.counts();
+    (log, preemptions, (c.used, c.waiting, c.running))
+}
+
+#[test]
+fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
+    // A seeded mix of prompts, outputs and shared prefixes on small pools
+    // of every kind of cache group (preemptions included): the pool
+    // balances after every step and holds nothing at the end, and the
+    // decoding set's runs schedule what stepping one by one schedules.
+    let fa = || group(CacheGroupKind::FullAttention, 16, None);
+    let pools: Vec<(&str, Vec<CacheGroup>, u64)> = vec![
+        ("full attention", vec![fa()], 40),
+        ("window cache", vec![fa(), cached_window(16, 33)], 60),
+        ("window cache, B 32", vec![fa(), cached_window(32, 64)], 60),
+        ("window only", vec![cached_window(16, 40)], 24),
+        ("window beside a tail ring", vec![fa(), cached_window(16, 17), state_group(16, false)], 70),
+        ("Mamba align mode", vec![fa(), state_group(16, true), state_group(16, false)], 50),
+        ("Mamba only", vec![state_group(16, true), state_group(16, false)], 12),
+    ];
+    for (name, groups, blocks) in pools {
+        let (fast, preemptions, end) = seeded_run(KvPool::new(groups.clone(), blocks, true), true);
+        let (slow, _, _) = seeded_run(KvPool::new(groups, blocks, true), false);
+        assert!(preemptions > 0, "{name}: the pool was under pressure");
+        assert_eq!(end, (0, 0, 0), "{name}: every block back");
+        assert!(fast.iter().any(|e| e.4 > Tokens::ZERO), "{name}: some prompts hit the cache");
+        assert_eq!(fast, slow, "{name}");
+    }
 }
