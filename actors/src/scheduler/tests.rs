@@ -19,13 +19,18 @@ impl StepTimeModel for Fixed {
 }
 
 fn group(kind: CacheGroupKind, b: u64, window: Option<u64>) -> CacheGroup {
+    group_caching(kind, b, window, kind != CacheGroupKind::SlidingWindow)
+}
+
+/// A group of `b`-token blocks that is prefix cacheable or not.
+fn group_caching(kind: CacheGroupKind, b: u64, window: Option<u64>, cacheable: bool) -> CacheGroup {
     CacheGroupSpec {
         name: "g".into(),
         kind,
         block_size_tokens: Tokens::new(b),
         page_bytes: Bytes::new(1),
         transfer_bytes_per_block: Some(Bytes::new(1)),
-        prefix_cacheable: Some(kind != CacheGroupKind::SlidingWindow),
+        prefix_cacheable: Some(cacheable),
         window_tokens: window.map(Tokens::new),
         checkpoint_blocks: Some(Blocks::ZERO),
         heads: None,
@@ -342,19 +347,7 @@ fn a_source_release_frees_what_the_rule_frees_per_group() {
 
 /// A prefix-cacheable sliding window of `w` tokens, blocks of `b`.
 fn cached_window(b: u64, w: u64) -> CacheGroup {
-    CacheGroupSpec {
-        name: "window".into(),
-        kind: CacheGroupKind::SlidingWindow,
-        block_size_tokens: Tokens::new(b),
-        page_bytes: Bytes::new(1),
-        transfer_bytes_per_block: Some(Bytes::new(1)),
-        prefix_cacheable: Some(true),
-        window_tokens: Some(Tokens::new(w)),
-        checkpoint_blocks: Some(Blocks::ZERO),
-        heads: None,
-    }
-    .validate(Role::Aggregated, 0)
-    .unwrap()
+    group_caching(CacheGroupKind::SlidingWindow, b, Some(w), true)
 }
 
 /// Request `id` with the five 16-token blocks named 1..=5 (80 tokens),
@@ -479,19 +472,7 @@ fn a_one_token_window_hits_without_holding_a_window_block() {
 /// A state group of `b`-token blocks; `cacheable`: Mamba-type (align mode
 /// with prefix caching), else a tail ring that opts out.
 fn state_group(b: u64, cacheable: bool) -> CacheGroup {
-    CacheGroupSpec {
-        name: "state".into(),
-        kind: CacheGroupKind::State,
-        block_size_tokens: Tokens::new(b),
-        page_bytes: Bytes::new(1),
-        transfer_bytes_per_block: Some(Bytes::new(1)),
-        prefix_cacheable: Some(cacheable),
-        window_tokens: None,
-        checkpoint_blocks: Some(Blocks::ZERO),
-        heads: None,
-    }
-    .validate(Role::Aggregated, 0)
-    .unwrap()
+    group_caching(CacheGroupKind::State, b, None, cacheable)
 }
 
 /// A seeded run of 40 requests with shared prefixes on `pool` (16-token
