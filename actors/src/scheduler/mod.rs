@@ -540,6 +540,8 @@ impl Scheduler {
     pub(crate) fn drain(&mut self) -> Vec<Box<Request>> {
         let core = &mut self.core;
         core.materialize_all();
+        // A step cut off by a crash made its evictions.
+        core.pool.commit_evictions();
         core.batch.clear();
         let mut out = Vec::new();
         for mut seq in core.seqs.drain() {
@@ -635,6 +637,8 @@ impl Core {
         let mode = self.mode;
         let before = self.log.step;
         let k = self.log.complete();
+        // The run's evictions made ahead were for steps that have now run.
+        self.pool.commit_evictions();
         self.run.ran(k);
         self.stats.run(k, now - self.step_started);
         // The decoding set: one token per member per step, one gap per step.

@@ -7,11 +7,13 @@
 //! over the run taken when it starts. Anything that could change the batch
 //! (a new sequence, freed blocks) cuts the run at the end of the step in
 //! progress ([`Core::cut`]). The blocks members need later in a run are
-//! taken from plain free blocks when the run starts (a run stops before a
-//! step that would need an eviction) and given back when a cut leaves them
-//! ahead and anything needs or reads them ([`Core::settle`]), so whenever
-//! anything looks at the pool it holds what stepping one event at a time
-//! would have made it. Steps that need more (a prefill chunk, an admission,
+//! taken when the run starts (a chunk at a time), from plain free blocks
+//! and, short of them, by evicting cached blocks as stepping would at that
+//! step, and given back when a cut leaves them ahead and anything needs or
+//! reads them ([`Core::settle`]); the evictions made for steps a cut drops
+//! are undone at the cut, before the message that cut the run touches the
+//! pool. So whenever anything looks at the pool it holds what stepping one
+//! event at a time would have made it. Steps that need more (a prefill chunk, an admission,
 //! a preemption) are planned one at a time, per sequence, with every member
 //! of the decoding set brought up to date first when a preemption may be
 //! needed.
@@ -442,10 +444,16 @@ impl Core {
     /// pool is, whenever anything else looks at it, what stepping one event
     /// at a time would have made it.
     ///
-    /// A step's changes are made all or none, and only from plain free
-    /// blocks: if the blocks its members grow by exceed them, it is a
-    /// shortfall (for the next step, the caller then plans every sequence
-    /// one by one, with evictions and preemptions in their order). A window
+    /// A step's changes are made all or none, from plain free blocks and,
+    /// where they fall short, by evicting cached blocks from the head of the
+    /// LRU order (journaled when the step is ahead, so that a cut undoes
+    /// them). Evicting is exact only if the order the members' changes are
+    /// made in cannot matter and stepping would have no other free blocks:
+    /// no member gives blocks back in the step, no window group frees plain
+    /// blocks midway, and ahead of the step no blocks of a cut run are
+    /// held. Otherwise, or if the free and evictable blocks fall short, it
+    /// is a shortfall (for the next step, the caller then plans every
+    /// sequence one by one, with evictions and preemptions in their order). A window
     /// group's holding also shrinks as tokens leave the window; since the
     /// growth alone must fit, blocks freed by one member never serve
     /// another's growth in the same step earlier than stepping would. Blocks
@@ -461,6 +469,7 @@ impl Core {
         let mut step_changes = std::mem::take(&mut self.ahead.step_changes);
         let window_cache = self.pool.window_cached();
         let align = self.pool.align();
+        let may_evict = !self.pool.frees_plain_midway();
         let result = loop {
             let n = match self.dec.changes.peek() {
                 Some(&Reverse((n, ..))) if n <= e => n,
@@ -533,7 +542,21 @@ impl Core {
             // its end, when stepping one by one retries them. Step n must
             // then start a plan of its own and run alone.
             let waiters = !self.seqs.waiting.is_empty();
-            if grow > self.pool.free_plain() || (net < 0 && waiters && ahead) || (caches && ahead) {
+            // Short of plain free blocks, the step evicts cached ones as
+            // stepping would, when that is exact: no member gives blocks
+            // back in it (then which member goes first would decide how
+            // many are evicted) and, ahead of the step, no blocks of a cut
+            // run are held (stepping would take those first); the
+            // evictions of a step ahead are undone if it does not run
+            // (`settle`).
+            let evicts = grow > self.pool.free_plain();
+            let short = evicts
+                && (!may_evict
+                    || caches
+                    || net != grow as i64
+                    || (ahead && !exact)
+                    || grow > self.pool.free_plain() + self.pool.evictable());
+            if short || (net < 0 && waiters && ahead) || (caches && ahead) {
                 for &(key, g, _) in &step_changes {
                     self.dec.changes.push(Reverse((n, key, g)));
                 }
@@ -546,9 +569,13 @@ impl Core {
                 let seq = self.seqs.get_mut(key);
                 let m = seq.member.expect("member");
                 let free_before = self.pool.free_plain();
-                self.pool
-                    .resize_from_free(&mut seq.alloc, to - Tokens::new(1), to)
-                    .expect("the step's growth fits the plain free blocks");
+                let from = to - Tokens::new(1);
+                let resized = match (evicts, ahead) {
+                    (false, _) => self.pool.resize_from_free(&mut seq.alloc, from, to),
+                    (true, false) => self.pool.resize(&mut seq.alloc, from, to, false),
+                    (true, true) => self.pool.resize_ahead(&mut seq.alloc, from, to, n),
+                };
+                resized.expect("the step's growth fits the free and evictable blocks");
                 if align.is_some_and(|b| to.get().is_multiple_of(b.get())) {
                     // The state it writes on the boundary is cached, as
                     // stepping one by one caches it (`Step::put`).
@@ -556,7 +583,10 @@ impl Core {
                 }
                 if ahead {
                     self.ahead.members.push((key, g));
-                    self.ahead.freed += self.pool.free_plain().saturating_sub(free_before);
+                    if !evicts {
+                        // (An evicting step gives nothing back.)
+                        self.ahead.freed += self.pool.free_plain().saturating_sub(free_before);
+                    }
                     self.pool.suspend_peak(true);
                 }
                 let next = m.change_step(seq.alloc.stable_to());
@@ -615,6 +645,9 @@ impl Core {
                 self.dec.changes.push(Reverse((next, key, g)));
             }
         }
+        // The evictions made for the steps given back, last first, now that
+        // the blocks they freed are free again.
+        self.pool.undo_evictions_after(target);
         self.ahead.freed = 0;
         self.ahead.step_used.retain(|&(n, _)| n <= target);
         self.pool.suspend_peak(false);
@@ -647,6 +680,8 @@ impl Core {
         // step in progress: no later chunk.
         self.run.most = self.run.most.min(keep as u64);
         if keep >= log.planned {
+            // Every step planned has started: its evictions were made.
+            self.pool.commit_evictions();
             return None;
         }
         // The dropped steps' times, for a plan that goes on with this batch.
@@ -661,9 +696,14 @@ impl Core {
         let end = log.last_end();
         self.step_kv.keep_before(end, self.pool.group_used().len());
         // The blocks taken for the steps that will not run now stay held
-        // until something needs them or looks at the pool (`settle`).
+        // until something needs them or looks at the pool (`settle`); but
+        // cached blocks evicted for them must be back before anything else
+        // touches the pool (the message that cut the run will).
         self.ahead.cut_short = true;
-        Some(log.last_end())
+        if self.pool.evicted_ahead() {
+            self.settle();
+        }
+        Some(end)
     }
 
     /// After a run that ran to its end: every block it took ahead is now

@@ -58,6 +58,15 @@
 //! hit pins the first, and the content stays cached until its last copy is
 //! evicted.
 //!
+//! Evictions ahead of time: a run of decode steps planned as one event
+//! takes its later steps' blocks when it starts, evicting cached blocks
+//! where the plain free ones fall short ([`KvPool::resize_ahead`]). Those
+//! evictions are journaled, and a cut that drops their steps puts them back
+//! at the head of the LRU order in reverse ([`KvPool::undo_evictions_after`]),
+//! copies in their places, so the cache is the one stepping one event at a
+//! time would have. They stand only while nothing else touches the pool
+//! (the public operations assert it in debug builds).
+//!
 //! Conservation: `private + shared + cached_free + free = num_blocks`
 //! (`cached_free` counting the nameless runs).
 
@@ -225,6 +234,28 @@ struct Entry {
     next: u32,
 }
 
+/// An eviction made for a decode step taken ahead of its time
+/// ([`KvPool::resize_ahead`]), kept so that it can be undone exactly if the
+/// step does not run: the entries leave the LRU order's head one at a time,
+/// so putting them back at the head in reverse restores the order.
+#[derive(Clone, Copy, Debug)]
+enum Evicted {
+    /// A named entry: its key, what it caches, and where it stood among
+    /// the key's copies (`None`: the first, the one the key map serves).
+    Named { step: u64, key: u64, kind: Kind, copy: Option<usize> },
+    /// A nameless run that became plain free blocks once the entry before
+    /// it went.
+    Nameless { step: u64, blocks: u64 },
+}
+
+impl Evicted {
+    fn step(self) -> u64 {
+        match self {
+            Evicted::Named { step, .. } | Evicted::Nameless { step, .. } => step,
+        }
+    }
+}
+
 /// The cached entries: a slab of [`Entry`] with the unpinned ones on an
 /// intrusive doubly linked list in the order they were unpinned (head:
 /// least recently), so that unpinning, re-pinning and evicting are O(1).
@@ -275,6 +306,20 @@ impl Lru {
             self.slots[tail as usize].next = i;
         }
         self.tail = i;
+        self.len += 1;
+    }
+
+    /// Puts entry `i` at the head (an eviction undone).
+    fn push_front(&mut self, i: u32) {
+        let head = self.head;
+        let e = &mut self.slots[i as usize];
+        (e.prev, e.next) = (NIL, head);
+        if head == NIL {
+            self.tail = i;
+        } else {
+            self.slots[head as usize].prev = i;
+        }
+        self.head = i;
         self.len += 1;
     }
 
@@ -395,6 +440,12 @@ pub struct KvPool {
     /// By owner: the slots of the window entries a holding pins, in block
     /// order (`Alloc::wfirst ..`).
     win_slots: FxHashMap<u64, Vec<u32>>,
+    /// The evictions made for decode steps taken ahead of their time, in
+    /// order ([`KvPool::resize_ahead`]); empty whenever anything but the
+    /// run that made them touches the pool.
+    evicted_ahead: Vec<Evicted>,
+    /// The step the eviction being made is for, while `resize_ahead` runs.
+    ahead_step: Option<u64>,
 }
 
 impl KvPool {
@@ -419,6 +470,8 @@ impl KvPool {
         KvPool {
             win,
             win_slots: FxHashMap::default(),
+            evicted_ahead: Vec::new(),
+            ahead_step: None,
             align,
             state_groups,
             states_this_step: Vec::new(),
@@ -757,7 +810,10 @@ impl KvPool {
         while self.free < n {
             // The head is named (`absorb_front`).
             let (i, e) = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
-            self.forget_copy(e.key, i);
+            let copy = self.forget_copy(e.key, i);
+            if let Some(step) = self.ahead_step {
+                self.evicted_ahead.push(Evicted::Named { step, key: e.key, kind: e.kind, copy });
+            }
             let blocks = self.entry_blocks(e.kind);
             self.cached_free -= blocks;
             self.free += blocks;
@@ -771,21 +827,27 @@ impl KvPool {
     /// An evicted copy (slot `i`) of `key` leaves the key map: the first
     /// copy's place goes to the next copy, if any (vLLM's
     /// `BlockHashToBlockMap` serves the first block it holds for a hash).
+    /// Returns where it stood among the later copies (`None`: it was the
+    /// first).
     #[inline]
-    fn forget_copy(&mut self, key: u64, i: u32) {
+    fn forget_copy(&mut self, key: u64, i: u32) -> Option<usize> {
         let Some(later) = self.copies.get_mut(&key) else {
             self.entries.remove(&key);
-            return;
+            return None;
         };
-        if self.entries.get(&key) == Some(&i) {
+        let at = if self.entries.get(&key) == Some(&i) {
             let next = later.remove(0);
             self.entries.insert(key, next);
+            None
         } else {
-            later.retain(|&c| c != i);
-        }
+            let at = later.iter().position(|&c| c == i).expect("an evicted copy is listed");
+            later.remove(at);
+            Some(at)
+        };
         if later.is_empty() {
             self.copies.remove(&key);
         }
+        at
     }
 
     /// Keeps the LRU list's head named: nameless blocks with no named entry
@@ -803,6 +865,9 @@ impl KvPool {
     fn absorb_front_runs(&mut self) {
         while self.lru.head_nameless() {
             let (_, e) = self.lru.pop_front().expect("a head");
+            if let Some(step) = self.ahead_step {
+                self.evicted_ahead.push(Evicted::Nameless { step, blocks: e.nameless });
+            }
             self.cached_free -= e.nameless;
             self.nameless -= e.nameless;
             self.free += e.nameless;
@@ -844,6 +909,7 @@ impl KvPool {
     /// keeps freed): window blocks leaving the window with the window
     /// cache, in align mode the state the step no longer needs.
     pub fn resize(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> Result<(), Shortfall> {
+        debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         self.resize_inner(alloc, from, to, checkpoints, true)
     }
 
@@ -853,6 +919,87 @@ impl KvPool {
     /// takes ahead a step that frees blocks into the eviction order).
     pub fn resize_from_free(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens) -> Result<(), Shortfall> {
         self.resize_inner(alloc, from, to, false, false)
+    }
+
+    /// [`KvPool::resize`] of a decode step `n` taken ahead of its time (a
+    /// run of decode steps planned as one event): cached blocks it evicts
+    /// are recorded, so that [`KvPool::undo_evictions_after`] can put them
+    /// back exactly if step `n` does not run, and the peak is left alone.
+    /// Nothing else may touch the pool until they are undone or committed
+    /// ([`KvPool::commit_evictions`]): the evictions are those stepping one
+    /// event at a time would make at step `n` only if nothing changes the
+    /// eviction order before then.
+    pub fn resize_ahead(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens, n: u64) -> Result<(), Shortfall> {
+        self.ahead_step = Some(n);
+        let result = self.resize_inner(alloc, from, to, false, true);
+        self.ahead_step = None;
+        result
+    }
+
+    /// Whether a request's holding can give blocks back to the plain free
+    /// ones as it goes on (window and convolution groups without the window
+    /// cache free the blocks that leave the window as plain blocks). Then
+    /// the order in which one step's holdings change decides how many
+    /// cached blocks it evicts, so only stepping one by one evicts right.
+    pub fn frees_plain_midway(&self) -> bool {
+        self.win.is_none()
+            && self
+                .groups
+                .iter()
+                .any(|g| matches!(g.kind(), CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution))
+    }
+
+    /// Whether evictions made ahead of their steps are still recorded.
+    pub fn evicted_ahead(&self) -> bool {
+        !self.evicted_ahead.is_empty()
+    }
+
+    /// Cached blocks no request pins (evictable), nameless runs included.
+    pub fn evictable(&self) -> u64 {
+        self.cached_free
+    }
+
+    /// Puts back the evictions made ahead for steps after `step`, last
+    /// first, at the head of the eviction order (the blocks they freed
+    /// must be free again: the caller gave back the holdings that took
+    /// them); those of `step` and before stay made.
+    pub fn undo_evictions_after(&mut self, step: u64) {
+        while let Some(&ev) = self.evicted_ahead.last() {
+            if ev.step() <= step {
+                break;
+            }
+            self.evicted_ahead.pop();
+            let (entry, blocks) = match ev {
+                Evicted::Named { key, kind, .. } => {
+                    (Entry { key, refs: 0, kind, nameless: 0, prev: NIL, next: NIL }, self.entry_blocks(kind))
+                }
+                Evicted::Nameless { blocks, .. } => {
+                    (Entry { key: 0, refs: 0, kind: Kind::Full, nameless: blocks, prev: NIL, next: NIL }, blocks)
+                }
+            };
+            let slot = self.lru.alloc_entry(entry);
+            self.lru.push_front(slot);
+            match ev {
+                Evicted::Named { key, copy: Some(at), .. } => self.copies.entry(key).or_default().insert(at, slot),
+                Evicted::Named { key, copy: None, .. } => {
+                    if let Some(first) = self.entries.insert(key, slot) {
+                        self.copies.entry(key).or_default().insert(0, first);
+                    }
+                }
+                Evicted::Nameless { .. } => self.nameless += blocks,
+            }
+            if matches!(ev, Evicted::Named { .. }) {
+                self.evicted_blocks -= blocks;
+            }
+            self.free -= blocks;
+            self.cached_free += blocks;
+        }
+        self.evicted_ahead.clear();
+    }
+
+    /// The evictions made ahead are now those of steps that ran.
+    pub fn commit_evictions(&mut self) {
+        self.evicted_ahead.clear();
     }
 
     fn resize_inner(
@@ -1135,7 +1282,7 @@ impl KvPool {
         self.private = self.private + need - alloc.private;
         (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (from, to, checkpoints, need);
         alloc.stable_to = if decode_step { self.stable_to(to) } else { Tokens::ZERO };
-        if evict {
+        if evict && self.ahead_step.is_none() {
             self.note_peak();
         }
     }
@@ -1193,6 +1340,7 @@ impl KvPool {
     /// own, go to the LRU tail, then the shared one; its partial fourth
     /// block is reused first.
     pub fn release(&mut self, alloc: &mut Alloc, computed: Tokens) {
+        debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         let nameless = match self.fa_block {
             Some(b) if self.caching => {
                 let full = computed.blocks_floor(b).get().min(alloc.to.blocks_ceil(b).get());
@@ -1277,6 +1425,7 @@ impl KvPool {
     /// after it was preempted ([`KvPool::register_own`]), so only its
     /// recompute hits them.
     pub fn cached_prefix(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
+        debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         if self.state_groups == 0 && self.win.is_none() {
             return self.fa_hit(prefix, prompt, owner, goal);
         }
@@ -1299,6 +1448,7 @@ impl KvPool {
     /// end cached ([`KvPool::window_hit`]).
     #[inline]
     pub fn lookup(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> (u32, Tokens) {
+        debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         if let Some(w) = self.win {
             return (self.window_hit(w, prefix, prompt, owner, goal), Tokens::ZERO);
         }
@@ -1634,6 +1784,7 @@ impl KvPool {
         keep: u64,
     ) -> Result<(), Shortfall> {
         debug_assert!(alloc.is_empty());
+        debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         let need = self.blocks_after_hit(hit, from, to, checkpoints);
         if let Err(short) = self.can_pin_and_take(prefix, prompt, alloc.owner, (hit, from), need, keep) {
             let needed = self.all_blocks(from, to, checkpoints);
@@ -1780,6 +1931,7 @@ impl KvPool {
     /// keeping the source. Freed blocks go back to the free list; full
     /// attention frees nothing, so cached blocks stay cached.
     pub fn release_to_source(&mut self, alloc: &mut Alloc) {
+        debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         // With the window cache, the window blocks below the window go into
         // the eviction order (all full, so hashed), its own as a nameless
         // run: a finished prefill never computes them again.
@@ -1910,6 +2062,7 @@ impl KvPool {
     /// another request already cached becomes a later copy,
     /// `register_block`).
     pub fn register(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+        debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         // States of its own content too (vLLM caches every state block it
         // fills, align mode).
         if self.state_groups > 0 && (self.caching || self.fa_groups == 0) {
@@ -2121,6 +2274,32 @@ impl KvPool {
             self.copies.entry(k).or_default().push(slot);
         }
         slot
+    }
+
+    /// The pool's state in a form two pools can be compared by (slot
+    /// numbers and the key maps' iteration order left out): the counts, the
+    /// LRU order, and each key's copies in order with their pins.
+    #[cfg(test)]
+    pub(crate) fn canonical(&self) -> String {
+        let mut order = Vec::new();
+        let mut i = self.lru.head;
+        while i != NIL {
+            let e = &self.lru.slots[i as usize];
+            order.push((e.key, e.kind, e.nameless));
+            i = e.next;
+        }
+        let mut keys: Vec<(u64, Vec<(Kind, u32)>)> = self
+            .entries
+            .iter()
+            .map(|(&k, &first)| {
+                let later = self.copies.get(&k).into_iter().flatten();
+                let copies = std::iter::once(&first).chain(later).map(|&c| &self.lru.slots[c as usize]);
+                (k, copies.map(|e| (e.kind, e.refs)).collect())
+            })
+            .collect();
+        keys.sort_unstable_by_key(|&(k, _)| k);
+        let counts = (self.free, self.private, self.shared, self.cached_free, self.nameless, self.evicted_blocks);
+        format!("{counts:?} {:?} {order:?} {keys:?} {}", self.group_used, self.copies.len())
     }
 
     /// Checks `private + shared + cached_free + free = num_blocks` and the

@@ -186,6 +186,74 @@ fn a_failed_pin_and_allocate_changes_nothing_and_evicts_nothing() {
 }
 
 #[test]
+fn evictions_made_ahead_are_undone_exactly() {
+    // 12 blocks. A (3 named blocks), B (2 blocks of its own), C (2 named)
+    // and D, which computed C's content without hitting it (2 later
+    // copies), freed in the order A, B, D, C. The LRU order is then
+    // A2 A1 A0 | B's 2 (a nameless run) | D1 D0 | C1 C0 (a request frees
+    // its tail first), with 3 blocks plain free.
+    let mut pool = fa_pool(12);
+    let a = prefixed(0, &[1, 2, 3], 1);
+    let b = req(1, 32, 1);
+    let c = prefixed(2, &[7, 8], 1);
+    let d = prefixed(3, &[7, 8], 1);
+    let mut held: Vec<Alloc> = (0..4).map(Alloc::owned_by).collect();
+    for (r, al) in [&a, &b, &c, &d].into_iter().zip(held.iter_mut()) {
+        pool.pin_and_allocate(al, &r.prefix, r.prompt, 0, (Tokens::ZERO, r.prompt), false).unwrap();
+        pool.register(al, &r.prefix, r.prompt, r.prompt);
+    }
+    for i in [0, 1, 3, 2] {
+        pool.release(&mut held[i], [&a, &b, &c, &d][i].prompt);
+    }
+    assert_eq!((pool.free_plain(), pool.evictable()), (3, 9));
+    let before = pool.canonical();
+    // A holding grows ahead: to 5 blocks at step 7 (3 plain, then A2 and A1
+    // evicted), to 9 at step 8 (A0 evicted, B's run becomes plain, then
+    // D1, a later copy: C1 still serves the content).
+    let mut x = Alloc::owned_by(9);
+    pool.resize_ahead(&mut x, Tokens::ZERO, Tokens::new(80), 7).unwrap();
+    assert_eq!((pool.free_plain(), pool.evicted_blocks()), (0, 2));
+    let after_7 = pool.canonical();
+    pool.resize_ahead(&mut x, Tokens::new(80), Tokens::new(144), 8).unwrap();
+    assert_eq!((pool.free_plain(), pool.evictable(), pool.evicted_blocks()), (0, 3, 4));
+    let mut peek = pool.clone();
+    peek.commit_evictions();
+    assert_eq!(peek.cached_prefix(&c.prefix, c.prompt, 5, Tokens::new(64)), 2, "C's copies serve its content");
+    assert!(pool.evicted_ahead());
+    // Step 8 does not run: its blocks are given back, then its evictions
+    // undone; the pool is as it was after step 7, and after step 6 when
+    // those go too.
+    pool.resize_from_free(&mut x, Tokens::new(79), Tokens::new(80)).unwrap();
+    pool.undo_evictions_after(7);
+    pool.check().unwrap();
+    assert_eq!(pool.canonical(), after_7);
+    assert!(!pool.evicted_ahead(), "step 7's evictions stay made");
+    pool.resize_ahead(&mut x, Tokens::new(80), Tokens::new(144), 8).unwrap();
+    pool.resize_from_free(&mut x, Tokens::new(79), Tokens::new(80)).unwrap();
+    pool.undo_evictions_after(6);
+    pool.check().unwrap();
+    assert_eq!(pool.canonical(), after_7, "step 7's evictions were committed by the first undo");
+    // Journaled from an empty holding again: all of it undone.
+    let mut pool2 = fa_pool(12);
+    for (r, al) in [&a, &b, &c, &d].into_iter().zip(held.iter_mut()) {
+        pool2.pin_and_allocate(al, &r.prefix, r.prompt, 0, (Tokens::ZERO, r.prompt), false).unwrap();
+        pool2.register(al, &r.prefix, r.prompt, r.prompt);
+    }
+    for i in [0, 1, 3, 2] {
+        pool2.release(&mut held[i], [&a, &b, &c, &d][i].prompt);
+    }
+    assert_eq!(pool2.canonical(), before);
+    let mut y = Alloc::owned_by(9);
+    pool2.resize_ahead(&mut y, Tokens::ZERO, Tokens::new(192), 3).unwrap();
+    assert_eq!((pool2.free_plain(), pool2.evictable()), (0, 0), "everything evicted");
+    pool2.resize_from_free(&mut y, Tokens::ZERO, Tokens::ZERO).unwrap();
+    pool2.undo_evictions_after(2);
+    pool2.check().unwrap();
+    assert_eq!(pool2.canonical(), before);
+    assert_eq!(pool2.cached_prefix(&a.prefix, a.prompt, 5, Tokens::new(64)), 3);
+}
+
+#[test]
 fn eviction_takes_the_least_recently_freed_cached_block_first() {
     let mut pool = fa_pool(3);
     // Three one-block requests, freed in the order 2, 0, 1.

@@ -535,6 +535,18 @@ fn the_decoding_set_matches_stepping_every_sequence() {
     }
     let mut agg_table2d = agg.clone();
     agg_table2d.aggregated.as_mut().unwrap().step_time = table2d;
+    // Every prompt block named (as a trace's hash ids name them) in a pool
+    // the cache soon fills: decode steps evict cached blocks, in runs ahead
+    // of their time, and arrivals cut runs (those evictions undone).
+    let mut named = requests.clone();
+    for (i, r) in named.iter_mut().enumerate() {
+        let n = r.prompt.get().div_ceil(16) as usize;
+        r.prefix = ids(i as u64 % 7, n / 2, i as u64, n);
+    }
+    let mut full_cache =
+        pd(role(1, 3_000, linear_step(6_000.0, 30.0, 0.001)), role(1, 1, linear_step(1.0, 1.0, 0.0)), 1.0);
+    full_cache.aggregated = full_cache.prefill.take();
+    (full_cache.decode, full_cache.vllm_version) = (None, None);
     let cases = [
         (glm_spec(), glm, requests.clone()),
         (glm_spec(), agg, requests.clone()),
@@ -544,6 +556,7 @@ fn the_decoding_set_matches_stepping_every_sequence() {
         (linear_spec(4_096), busy, busy_requests),
         (window_model(128), windowed.clone(), shared.clone()),
         (window_model(100), windowed, shared),
+        (linear_spec(4_096), full_cache, named),
     ];
     for (case, (model, spec, requests)) in cases.into_iter().enumerate() {
         let mut runs_of = Vec::new();
@@ -580,6 +593,10 @@ fn the_decoding_set_matches_stepping_every_sequence() {
             // the output tokens per 1 s window, from runs of steps as from
             // single steps.
             assert_eq!(fast.summary.bench, slow.summary.bench, "case {case}");
+            // The pools' evictions and peaks, counted as stepping counts them.
+            let pools =
+                |o: &SimOutput| o.ranks.iter().map(|r| (r.evicted_blocks, r.peak_used_blocks)).collect::<Vec<_>>();
+            assert_eq!(pools(&fast), pools(&slow), "case {case}");
             let runs = |o: &SimOutput| o.ranks.iter().map(|r| (r.stats.steps, r.stats.runs)).collect::<Vec<_>>();
             // Steps alike, fewer events for them.
             let (f, s) = (runs(&fast), runs(&slow));
@@ -587,7 +604,14 @@ fn the_decoding_set_matches_stepping_every_sequence() {
             let (fast_runs, steps): (u64, u64) = f.iter().fold((0, 0), |a, r| (a.0 + r.1, a.1 + r.0));
             assert!(fast_runs < steps, "{f:?}");
             assert!(fast.events < slow.events);
-            if case == 4 || case >= 6 {
+            if case == 8 {
+                // With the cache full, runs evict ahead rather than stop at
+                // every block boundary: 2,453 events against stepping's
+                // 4,654 (4,304 when a run stopped before any eviction).
+                assert!(fast.events * 3 < slow.events * 2, "{} events, stepping {}", fast.events, slow.events);
+                assert!(fast.ranks.iter().map(|r| r.evicted_blocks).sum::<u64>() > 10_000, "the cache fills");
+            }
+            if matches!(case, 4 | 6 | 7) {
                 assert!(fast.summary.preemptions > 0, "the tight case preempts");
                 assert!(fast.summary.transfer_wait_ms.max > 0.0, "the tight case makes reservations wait");
             }
@@ -1170,4 +1194,63 @@ fn a_crash_after_the_workload_does_not_stretch_the_run() {
     let out = run(&model, &spec, vec![req(0, 100, 5)]);
     assert_eq!(out.records[0].outcome, Outcome::Completed);
     assert_eq!(Some(out.final_time), out.records[0].t.finished);
+}
+
+/// Seeded whole runs with caches that fill (prompts named in part, in
+/// whole or not at all, shared by 2 to 6 groups), aggregated and P/D, pools
+/// of 700 to 6,000 blocks, arrivals from 5 to 60 a second: the decoding
+/// set's runs, which evict ahead of their steps and undo that when cut,
+/// give what stepping one sequence at a time gives, timelines included.
+#[test]
+fn runs_that_evict_ahead_match_stepping() {
+    for seed in 0..16u64 {
+        let mut requests = poisson(100 + seed, 200, [5.0, 20.0, 60.0][seed as usize % 3]);
+        for (i, r) in requests.iter_mut().enumerate() {
+            r.output = Tokens::new(1 + (i as u64 * 37 + seed) % [50, 300, 700][(seed / 3) as usize % 3]);
+            let n = r.prompt.get().div_ceil(16) as usize;
+            let shared = match seed % 4 {
+                0 => n / 2,
+                1 => n,
+                2 => 3,
+                _ => 0,
+            }
+            .min(n);
+            let named = if seed % 8 == 7 { shared } else { n };
+            r.prefix = ids(i as u64 % (2 + seed % 5), shared, i as u64, named);
+        }
+        let pool = [700u64, 1_500, 3_000, 6_000][(seed / 2) as usize % 4];
+        let step = linear_step(6_000.0, 10.0, 0.001);
+        let mut d = pd(role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)), role(1, pool, step.clone()), 20.0);
+        d.vllm_version = None;
+        if seed % 2 == 0 {
+            d.aggregated = Some(role(1 + (seed % 3) as u32 / 2, pool, step));
+            (d.prefill, d.decode) = (None, None);
+        }
+        let model = if seed % 6 == 5 {
+            d.vllm_version = Some("0.33.0".into());
+            spec(vec![fa("full attention", 16, 4_096), window("sliding window", 128, 16, 4_096)])
+        } else {
+            linear_spec(4_096)
+        };
+        let mut dep = Deployment::build(&model, &d).unwrap();
+        dep.set_keep_timelines(true);
+        let fast = sim::run(&dep, input(requests.clone())).unwrap();
+        dep.set_lazy_decoding(false);
+        let slow = sim::run(&dep, input(requests)).unwrap();
+        if let Some(i) = (0..fast.records.len()).find(|&i| fast.records.get(i) != slow.records.get(i)) {
+            assert_eq!(fast.records.get(i), slow.records.get(i), "seed {seed}, request {i}");
+        }
+        assert_eq!((fast.digest, fast.records.len()), (slow.digest, slow.records.len()), "seed {seed}");
+        assert_eq!(fast.violations, Vec::<String>::new());
+        let pools = |o: &SimOutput| o.ranks.iter().map(|r| (r.evicted_blocks, r.peak_used_blocks)).collect::<Vec<_>>();
+        assert_eq!(pools(&fast), pools(&slow), "seed {seed}");
+        for (e, (a, b)) in fast.ranks.iter().zip(&slow.ranks).enumerate() {
+            let (a, b) = (&a.timeline.samples, &b.timeline.samples);
+            if let Some(i) = (0..a.len()).find(|&i| a.get(i) != b.get(i)) {
+                assert_eq!(a.get(i), b.get(i), "seed {seed}, rank {e}, row {i}");
+            }
+            assert_eq!(a.len(), b.len(), "seed {seed}, rank {e}");
+        }
+        assert!(fast.events < slow.events, "seed {seed}");
+    }
 }
