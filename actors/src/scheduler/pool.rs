@@ -179,11 +179,11 @@ const NIL: u32 = u32::MAX;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     /// One block in each full-attention group.
-    Full,
+    Full = 0,
     /// One block in each aligned state group (align mode).
-    State,
+    State = 1,
     /// One block in each sliding-window group (the window cache).
-    Window,
+    Window = 2,
 }
 
 /// The window cache: vLLM caches a sliding-window group's full blocks as
@@ -440,6 +440,8 @@ pub struct KvPool {
     /// By owner: the slots of the window entries a holding pins, in block
     /// order (`Alloc::wfirst ..`).
     win_slots: FxHashMap<u64, Vec<u32>>,
+    /// The groups an entry of each kind spans ([`KvPool::spans_of`]).
+    spans: [u16; 3],
     /// The evictions made for decode steps taken ahead of their time, in
     /// order ([`KvPool::resize_ahead`]); empty whenever anything but the
     /// run that made them touches the pool.
@@ -472,6 +474,7 @@ impl KvPool {
             win_slots: FxHashMap::default(),
             evicted_ahead: Vec::new(),
             ahead_step: None,
+            spans: Self::spans_of(&groups),
             align,
             state_groups,
             states_this_step: Vec::new(),
@@ -831,6 +834,10 @@ impl KvPool {
     /// first).
     #[inline]
     fn forget_copy(&mut self, key: u64, i: u32) -> Option<usize> {
+        if self.copies.is_empty() {
+            self.entries.remove(&key);
+            return None;
+        }
         let Some(later) = self.copies.get_mut(&key) else {
             self.entries.remove(&key);
             return None;
@@ -2024,17 +2031,27 @@ impl KvPool {
     /// Adds one block (or takes one) to the count of every group an entry
     /// of `kind` spans: the full-attention groups, the aligned state groups
     /// or the cached window groups.
+    #[inline]
     fn used_add(&mut self, kind: Kind, delta: i64) {
-        let spans = |g: &CacheGroup| match kind {
-            Kind::Full => g.kind() == CacheGroupKind::FullAttention,
-            Kind::State => g.kind() == CacheGroupKind::State && g.prefix_cacheable(),
-            Kind::Window => g.kind() == CacheGroupKind::SlidingWindow,
-        };
-        for (i, g) in self.groups.iter().enumerate() {
-            if spans(g) {
-                self.group_used[i] = self.group_used[i].checked_add_signed(delta).expect("count stays >= 0");
-            }
+        let mut spans = self.spans[kind as usize];
+        while spans != 0 {
+            let i = spans.trailing_zeros() as usize;
+            self.group_used[i] = self.group_used[i].checked_add_signed(delta).expect("count stays >= 0");
+            spans &= spans - 1;
         }
+    }
+
+    /// The groups an entry of each [`Kind`] spans, as bit masks (bit `i`:
+    /// group `i`), for [`KvPool::used_add`].
+    fn spans_of(groups: &[CacheGroup]) -> [u16; 3] {
+        let mask = |spans: &dyn Fn(&CacheGroup) -> bool| {
+            groups.iter().enumerate().filter(|(_, g)| spans(g)).fold(0u16, |m, (i, _)| m | 1 << i)
+        };
+        [
+            mask(&|g| g.kind() == CacheGroupKind::FullAttention),
+            mask(&|g| g.kind() == CacheGroupKind::State && g.prefix_cacheable()),
+            mask(&|g| g.kind() == CacheGroupKind::SlidingWindow),
+        ]
     }
 
     /// Drops a request's pin on its first `n` cached blocks. Blocks no

@@ -93,6 +93,15 @@ fn segment(axis: &[u64], before: impl FnMut(&u64) -> bool) -> (usize, usize) {
     (i - 1, i)
 }
 
+/// The segment of `axis` (contexts) around the mean context X/d of `d`
+/// sequences with `x` tokens of context between them, compared exactly:
+/// c·d < X is c < ⌈X/d⌉ for whole numbers (one division, not a 128-bit
+/// product per probe).
+fn context_segment(axis: &[u64], d: u64, x: u64) -> (usize, usize) {
+    let mean_ceil = x.div_ceil(d);
+    segment(axis, |&c| c < mean_ceil)
+}
+
 impl Table2dStepTime {
     /// The model of a `table2d` spec (see [`crate::validate`] for the
     /// checks, with field paths); `None` if a value is refused.
@@ -155,8 +164,7 @@ impl Table2dStepTime {
         }
         let x = b.decode_context;
         let (i0, i1) = segment(&self.seqs, |&s| s < d);
-        // Mean context c = X/d compared as c_j × d < X, exactly.
-        let (j0, j1) = segment(&self.context, |&c| u128::from(c) * u128::from(d) < u128::from(x));
+        let (j0, j1) = context_segment(&self.context, d, x);
         let n = self.context.len();
         let v = |i: usize, j: usize| self.grid[i * n + j];
         let corners = [v(i0, j0), v(i0, j1), v(i1, j0), v(i1, j1)];
@@ -219,7 +227,14 @@ fn small_bilinear(d: u64, x: u64, ([s0, s1], [c0, c1]): ([u64; 2], [u64; 2]), v:
     let (wc0, wc1, dc) = if c0 == c1 { (1, 0, 1) } else { (c1 * d - x, x - c0 * d, (c1 - c0) * d) };
     let [v00, v01, v10, v11] = v.map(i128::from);
     let num = ws0 * (wc0 * v00 + wc1 * v01) + ws1 * (wc0 * v10 + wc1 * v11);
-    (num * FS_PER_PS).div_euclid(ds * dc)
+    let (num, den) = (num * FS_PER_PS, ds * dc);
+    // The denominator is positive; a non-negative quotient of operands that
+    // fit in 64 bits (the usual case: a step of milliseconds) is the same
+    // in u64, without a 128-bit division.
+    if let (Ok(n), Ok(q)) = (u64::try_from(num), u64::try_from(den)) {
+        return i128::from(n / q);
+    }
+    num.div_euclid(den)
 }
 
 /// [`exact_bilinear`] in `f64`, for the far extrapolations that overflow
@@ -427,6 +442,33 @@ mod tests {
             let (s1, c1) = ((s0 + ds).min(SMALL_SEQS - 1), (c0 + dc).min(SMALL_AXIS_CONTEXT - 1));
             let axes = ([s0, s1], [c0, c1]);
             proptest::prop_assert_eq!(Some(small_bilinear(d, x, axes, v)), exact_bilinear(d, x, axes, v));
+        }
+
+        /// At a measured grid's magnitudes (steps of milliseconds, contexts
+        /// of thousands of tokens) the quotient is taken in u64: still the
+        /// checked one, negative extrapolations (the i128 path) included.
+        #[test]
+        fn the_u64_quotient_is_the_checked_one(
+            s0 in 1u64..256, ds in 0u64..64, d in 1u64..512,
+            c0 in 0u64..8_192, dc in 0u64..4_096, x in 0u64..1 << 23,
+            v in proptest::array::uniform4(0u64..1 << 24),
+        ) {
+            let axes = ([s0, s0 + ds], [c0, c0 + dc]);
+            proptest::prop_assert_eq!(Some(small_bilinear(d, x, axes, v)), exact_bilinear(d, x, axes, v));
+        }
+
+        /// The context segment of mean context X/d, found as c < ⌈X/d⌉, is
+        /// the one of c·d < X.
+        #[test]
+        fn the_mean_context_segment_is_exact(
+            axis in proptest::collection::btree_set(0u64..10_000, 1..12), d in 1u64..300,
+            at in 0usize..12, off in -2i64..=2,
+        ) {
+            let axis: Vec<u64> = axis.into_iter().collect();
+            // X at an axis point's c·d, or within 2 tokens of it.
+            let x = (axis[at % axis.len()] * d).saturating_add_signed(off);
+            let by_product = segment(&axis, |&c| u128::from(c) * u128::from(d) < u128::from(x));
+            proptest::prop_assert_eq!(context_segment(&axis, d, x), by_product);
         }
     }
 }
