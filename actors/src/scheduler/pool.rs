@@ -1603,6 +1603,16 @@ impl KvPool {
         let sk = self.hit_entry(prefix, prompt, owner, n);
         let sb = if sk != 0 { self.state_groups } else { 0 };
         let need = self.pin_and_take_need(n, need).saturating_sub(sb);
+        let in_pool = self.free + self.cached_free;
+        if !(sk != 0 && self.states_this_step.contains(&sk)) {
+            // It fits even if every block of the hit were evictable (they
+            // are among the cached free ones): no need to look at them.
+            let wins = if self.win.is_some() { self.win_blocks(n) - self.win_lo(n, from) } else { 0 };
+            let most = u64::from(n) * self.fa_groups + u64::from(wins) * self.wg() + sb;
+            if need <= in_pool.saturating_sub(keep + most.min(self.cached_free)) {
+                return Ok(());
+            }
+        }
         // The hit's entries no request pins leave the eviction order when
         // pinned, so they count against the free and evictable blocks.
         let evictable = |k: u64| self.entries.get(&k).is_some_and(|&i| self.lru.slots[i as usize].refs == 0);
@@ -1624,7 +1634,7 @@ impl KvPool {
         if sk != 0 && evictable(sk) {
             touched += sb;
         }
-        let available = (self.free + self.cached_free).saturating_sub(keep + touched);
+        let available = in_pool.saturating_sub(keep + touched);
         if sk != 0 && self.states_this_step.contains(&sk) {
             // vLLM's Mamba manager cannot use a state another request
             // caches in the same step (`get_num_blocks_to_allocate`
