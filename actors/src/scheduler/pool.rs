@@ -442,6 +442,8 @@ pub struct KvPool {
     win_slots: FxHashMap<u64, Vec<u32>>,
     /// The groups an entry of each kind spans ([`KvPool::spans_of`]).
     spans: [u16; 3],
+    /// See [`KvPool::frees_plain_midway`].
+    frees_plain_midway: bool,
     /// The evictions made for decode steps taken ahead of their time, in
     /// order ([`KvPool::resize_ahead`]); empty whenever anything but the
     /// run that made them touches the pool.
@@ -475,6 +477,10 @@ impl KvPool {
             evicted_ahead: Vec::new(),
             ahead_step: None,
             spans: Self::spans_of(&groups),
+            frees_plain_midway: win.is_none()
+                && groups
+                    .iter()
+                    .any(|g| matches!(g.kind(), CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution)),
             align,
             state_groups,
             states_this_step: Vec::new(),
@@ -924,6 +930,7 @@ impl KvPool {
     /// block (and leaves the peak alone), so that taking blocks ahead of the
     /// step that needs them can be undone exactly (the decoding set never
     /// takes ahead a step that frees blocks into the eviction order).
+    #[inline]
     pub fn resize_from_free(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens) -> Result<(), Shortfall> {
         self.resize_inner(alloc, from, to, false, false)
     }
@@ -948,12 +955,9 @@ impl KvPool {
     /// cache free the blocks that leave the window as plain blocks). Then
     /// the order in which one step's holdings change decides how many
     /// cached blocks it evicts, so only stepping one by one evicts right.
+    #[inline]
     pub fn frees_plain_midway(&self) -> bool {
-        self.win.is_none()
-            && self
-                .groups
-                .iter()
-                .any(|g| matches!(g.kind(), CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution))
+        self.frees_plain_midway
     }
 
     /// Whether evictions made ahead of their steps are still recorded.
@@ -1009,6 +1013,7 @@ impl KvPool {
         self.evicted_ahead.clear();
     }
 
+    #[inline]
     fn resize_inner(
         &mut self,
         alloc: &mut Alloc,
