@@ -836,6 +836,40 @@ fn a_time_limit_ends_the_run_with_every_request_accounted_for() {
     assert_exact_timelines(&out);
 }
 
+#[test]
+fn a_time_limit_counts_only_the_evictions_of_steps_that_started() {
+    // Prompts named in whole in 700-block pools the cache fills: runs in
+    // flight at the limit have evicted ahead for steps after it, which
+    // stepping never starts.
+    let mut requests = poisson(7, 200, 60.0);
+    for (i, r) in requests.iter_mut().enumerate() {
+        r.output = Tokens::new(1 + (i as u64 * 37) % 300);
+        let n = r.prompt.get().div_ceil(16) as usize;
+        r.prefix = ids(i as u64 % 3, n / 2, i as u64, n);
+    }
+    let step = linear_step(6_000.0, 10.0, 0.001);
+    let mut d = pd(role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)), role(1, 700, step.clone()), 20.0);
+    d.aggregated = Some(role(2, 700, step));
+    (d.prefill, d.decode, d.vllm_version) = (None, None, None);
+    let mut dep = Deployment::build(&linear_spec(4_096), &d).unwrap();
+    let mut evicted = 0;
+    for k in 0..12u64 {
+        let limited = || {
+            let mut run_input = input(requests.clone());
+            run_input.until = Some(SimTime::from_nanos(1_500_000_000 + k * 777_000));
+            run_input
+        };
+        dep.set_lazy_decoding(true);
+        let fast = sim::run(&dep, limited()).unwrap();
+        dep.set_lazy_decoding(false);
+        let slow = sim::run(&dep, limited()).unwrap();
+        let pools = |o: &SimOutput| o.ranks.iter().map(|r| r.evicted_blocks).collect::<Vec<_>>();
+        assert_eq!(pools(&fast), pools(&slow), "limit {k}");
+        evicted += pools(&fast).iter().sum::<u64>();
+    }
+    assert!(evicted > 1_000, "the caches fill: {evicted}");
+}
+
 mod conservation {
     use super::*;
     use proptest::prelude::*;
