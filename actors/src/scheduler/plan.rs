@@ -550,12 +550,8 @@ impl Core {
             // evictions of a step ahead are undone if it does not run
             // (`settle`).
             let evicts = grow > self.pool.free_plain();
-            let short = evicts
-                && (!may_evict
-                    || caches
-                    || net != grow as i64
-                    || (ahead && !exact)
-                    || grow > self.pool.free_plain() + self.pool.evictable());
+            let short =
+                evicts && (!may_evict || caches || net != grow as i64 || (ahead && !exact) || grow > self.pool.free());
             if short || (net < 0 && waiters && ahead) || (caches && ahead) {
                 for &(key, g, _) in &step_changes {
                     self.dec.changes.push(Reverse((n, key, g)));

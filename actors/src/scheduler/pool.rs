@@ -965,11 +965,6 @@ impl KvPool {
         !self.evicted_ahead.is_empty()
     }
 
-    /// Cached blocks no request pins (evictable), nameless runs included.
-    pub fn evictable(&self) -> u64 {
-        self.cached_free
-    }
-
     /// Puts back the evictions made ahead for steps after `step`, last
     /// first, at the head of the eviction order (the blocks they freed
     /// must be free again: the caller gave back the holdings that took
@@ -991,16 +986,18 @@ impl KvPool {
             let slot = self.lru.alloc_entry(entry);
             self.lru.push_front(slot);
             match ev {
-                Evicted::Named { key, copy: Some(at), .. } => self.copies.entry(key).or_default().insert(at, slot),
-                Evicted::Named { key, copy: None, .. } => {
-                    if let Some(first) = self.entries.insert(key, slot) {
-                        self.copies.entry(key).or_default().insert(0, first);
+                Evicted::Named { key, copy, .. } => {
+                    match copy {
+                        Some(at) => self.copies.entry(key).or_default().insert(at, slot),
+                        None => {
+                            if let Some(first) = self.entries.insert(key, slot) {
+                                self.copies.entry(key).or_default().insert(0, first);
+                            }
+                        }
                     }
+                    self.evicted_blocks -= blocks;
                 }
                 Evicted::Nameless { .. } => self.nameless += blocks,
-            }
-            if matches!(ev, Evicted::Named { .. }) {
-                self.evicted_blocks -= blocks;
             }
             self.free -= blocks;
             self.cached_free += blocks;
@@ -1608,7 +1605,7 @@ impl KvPool {
         let sk = self.hit_entry(prefix, prompt, owner, n);
         let sb = if sk != 0 { self.state_groups } else { 0 };
         let need = self.pin_and_take_need(n, need).saturating_sub(sb);
-        let in_pool = self.free + self.cached_free;
+        let in_pool = self.free();
         if !(sk != 0 && self.states_this_step.contains(&sk)) {
             // It fits even if every block of the hit were evictable (they
             // are among the cached free ones): no need to look at them.
