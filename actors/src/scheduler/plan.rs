@@ -347,10 +347,7 @@ impl Core {
         self.step_started = now;
         let first = shape;
         let spare = self.spare.for_run(&first) as u64;
-        let time = |core: &Self, i: u64, shape: &BatchShape| {
-            if i < spare { core.spare.times[i as usize] } else { core.step_time.step_time(shape) }
-        };
-        let mut end = now + time(self, 0, &shape);
+        let mut end = now + if spare > 0 { self.spare.times[0] } else { self.step_time.step_time(&shape) };
         self.log.push(end);
         let mut k = 1u64;
         if self.batch.is_empty() {
@@ -363,11 +360,21 @@ impl Core {
             self.run.most = most;
             self.run.exact = self.ahead.members.is_empty();
             let chunk = most.min(self.run.last.max(MIN_CHUNK));
-            while k < chunk && end < horizon {
+            // The times of a cut run's steps first, then the model's.
+            while k < chunk.min(spare) && end < horizon {
                 shape.next_decode_step();
-                end += time(self, k, &shape);
+                end += self.spare.times[k as usize];
                 self.log.push(end);
                 k += 1;
+            }
+            if k < chunk && end < horizon {
+                let log = &mut self.log;
+                self.step_time.decode_run(&mut shape, &mut |t| {
+                    end += t;
+                    log.push(end);
+                    k += 1;
+                    k < chunk && end < horizon
+                });
             }
             if k > 1 && self.step_kv.on {
                 self.step_kv.begin(now, &self.pool);
@@ -414,11 +421,13 @@ impl Core {
             self.step_kv.begin(end, &self.pool);
         }
         let mut shape = self.run.shape;
-        for _ in planned..k {
-            shape.next_decode_step();
-            end += self.step_time.step_time(&shape);
-            self.log.push(end);
-        }
+        let (log, mut left) = (&mut self.log, k - planned);
+        self.step_time.decode_run(&mut shape, &mut |t| {
+            end += t;
+            log.push(end);
+            left -= 1;
+            left > 0
+        });
         self.run.shape = shape;
         let mut k = k;
         if let Err(short) = self.take_blocks(self.log.step + k) {

@@ -127,6 +127,22 @@ pub trait StepTimeModel {
     /// step has the same shape).
     fn step_time(&self, batch: &BatchShape) -> SimDuration;
 
+    /// Prices the steps of a run of pure decoding that follow a step of
+    /// shape `shape`: advances `shape` one [`BatchShape::next_decode_step`]
+    /// at a time and passes each step's duration to `each` until `each`
+    /// returns false, leaving `shape` the last step priced. The durations
+    /// are [`StepTimeModel::step_time`]'s of those shapes, bit for bit; a
+    /// model may find them incrementally (the scheduler's runs price their
+    /// steps here). The default calls `step_time` once a step.
+    fn decode_run(&self, shape: &mut BatchShape, each: &mut dyn FnMut(SimDuration) -> bool) {
+        loop {
+            shape.next_decode_step();
+            if !each(self.step_time(shape)) {
+                return;
+            }
+        }
+    }
+
     /// The step time broken into the model's terms, in µs, for a person
     /// checking a model point by point (`pdsim steptime --json`); a
     /// simulation never calls it. The default names no terms.

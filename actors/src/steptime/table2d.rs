@@ -220,21 +220,47 @@ fn small_axes(seqs: &[u64], context: &[u64], grid: &[u64]) -> bool {
 /// 2^114 and times 1,000 fs/ps below 2^124, so no operation overflows and
 /// the result is the checked one's (the step time model's hot path: a
 /// checked i128 multiply costs several times a plain one).
-fn small_bilinear(d: u64, x: u64, ([s0, s1], [c0, c1]): ([u64; 2], [u64; 2]), v: [u64; 4]) -> i128 {
+fn small_bilinear(d: u64, x: u64, axes: ([u64; 2], [u64; 2]), v: [u64; 4]) -> i128 {
+    let (num, den) = small_fraction(d, x, axes, v);
+    floor_div(num, den)
+}
+
+/// [`small_bilinear`] before its division: the numerator (in fs) and the
+/// denominator, which is positive.
+#[inline]
+fn small_fraction(d: u64, x: u64, ([s0, s1], [c0, c1]): ([u64; 2], [u64; 2]), v: [u64; 4]) -> (i128, i128) {
     let (d, x) = (i128::from(d), i128::from(x));
     let (s0, s1, c0, c1) = (i128::from(s0), i128::from(s1), i128::from(c0), i128::from(c1));
     let (ws0, ws1, ds) = if s0 == s1 { (1, 0, 1) } else { (s1 - d, d - s0, s1 - s0) };
     let (wc0, wc1, dc) = if c0 == c1 { (1, 0, 1) } else { (c1 * d - x, x - c0 * d, (c1 - c0) * d) };
     let [v00, v01, v10, v11] = v.map(i128::from);
     let num = ws0 * (wc0 * v00 + wc1 * v01) + ws1 * (wc0 * v10 + wc1 * v11);
-    let (num, den) = (num * FS_PER_PS, ds * dc);
-    // The denominator is positive; a non-negative quotient of operands that
-    // fit in 64 bits (the usual case: a step of milliseconds) is the same
-    // in u64, without a 128-bit division.
+    (num * FS_PER_PS, ds * dc)
+}
+
+/// ⌊num/den⌋ for a positive `den`. A non-negative quotient of operands
+/// that fit in 64 bits (the usual case: a step of milliseconds) is the
+/// same in u64, without a 128-bit division.
+#[inline]
+fn floor_div(num: i128, den: i128) -> i128 {
     if let (Ok(n), Ok(q)) = (u64::try_from(num), u64::try_from(den)) {
         return i128::from(n / q);
     }
     num.div_euclid(den)
+}
+
+/// The numerator [`small_fraction`] gains when X grows by `d` with the
+/// segments unchanged: it is affine in X, the first context weight losing
+/// one a token and the second gaining one (nothing on an axis of one
+/// context value). Below 2^91 in size within the bounds above.
+fn small_fraction_step(d: u64, ([s0, s1], [c0, c1]): ([u64; 2], [u64; 2]), v: [u64; 4]) -> i128 {
+    if c0 == c1 {
+        return 0;
+    }
+    let (d, s0, s1) = (i128::from(d), i128::from(s0), i128::from(s1));
+    let (ws0, ws1) = if s0 == s1 { (1, 0) } else { (s1 - d, d - s0) };
+    let [v00, v01, v10, v11] = v.map(i128::from);
+    (ws0 * (v01 - v00) + ws1 * (v11 - v10)) * d * FS_PER_PS
 }
 
 /// [`exact_bilinear`] in `f64`, for the far extrapolations that overflow
@@ -251,15 +277,66 @@ fn approx_bilinear(d: u64, x: u64, ([s0, s1], [c0, c1]): ([u64; 2], [u64; 2]), v
     ((lo + (hi - lo) * ts) * FS_PER_PS as f64) as i128
 }
 
+/// A step of `fs` femtoseconds, rounded up to whole nanoseconds.
+#[inline]
+fn fs_to_duration(fs: i128) -> SimDuration {
+    if let Ok(fs) = u64::try_from(fs) {
+        // The usual case, in u64: the same ceiling, without i128 divisions.
+        return SimDuration::from_nanos(fs.div_ceil(FS_PER_NS as u64));
+    }
+    let ns = fs.div_euclid(FS_PER_NS) + i128::from(fs.rem_euclid(FS_PER_NS) != 0);
+    SimDuration::from_nanos(u64::try_from(ns.max(0)).unwrap_or(u64::MAX))
+}
+
 impl StepTimeModel for Table2dStepTime {
     fn step_time(&self, b: &BatchShape) -> SimDuration {
-        let fs = self.terms_fs(b).total();
-        if let Ok(fs) = u64::try_from(fs) {
-            // The usual case, in u64: the same ceiling, without i128 divisions.
-            return SimDuration::from_nanos(fs.div_ceil(FS_PER_NS as u64));
+        fs_to_duration(self.terms_fs(b).total())
+    }
+
+    /// A run's steps decode the same d sequences on X, X + d, X + 2d, …
+    /// tokens of context: ⌈X/d⌉ grows by one a step, so the segments stay
+    /// until it passes the context axis value that ends its segment, and
+    /// within them [`small_fraction`]'s numerator grows by a constant. Each
+    /// step then costs an addition and a division, not two searches and
+    /// the bilinear form; the quotient is [`small_bilinear`]'s, and the
+    /// step's time [`StepTimeModel::step_time`]'s (no prefill term: the
+    /// prefill part of a decode step is empty). Outside
+    /// [`small_bilinear`]'s bounds, a step at a time.
+    fn decode_run(&self, shape: &mut BatchShape, each: &mut dyn FnMut(SimDuration) -> bool) {
+        loop {
+            shape.next_decode_step();
+            let (d, x) = (shape.seqs, shape.decode_context);
+            if !self.small || d == 0 || d >= SMALL_SEQS || x >= SMALL_CONTEXT {
+                if !each(self.step_time(shape)) {
+                    return;
+                }
+                continue;
+            }
+            let (i0, i1) = segment(&self.seqs, |&s| s < d);
+            let (j0, j1) = context_segment(&self.context, d, x);
+            let n = self.context.len();
+            // Steps after this one in the same segments: ⌈X/d⌉ ≤ c[j1]
+            // still holds (the last segment extends without end), and X
+            // stays within the bounds.
+            let in_segment = if j1 + 1 < n { self.context[j1] - x.div_ceil(d) } else { u64::MAX };
+            let mut left = in_segment.min((SMALL_CONTEXT - 1 - x) / d);
+            let v = |i: usize, j: usize| self.grid[i * n + j];
+            let corners = [v(i0, j0), v(i0, j1), v(i1, j0), v(i1, j1)];
+            let axes = ([self.seqs[i0], self.seqs[i1]], [self.context[j0], self.context[j1]]);
+            let (mut num, den) = small_fraction(d, x, axes, corners);
+            let gain = small_fraction_step(d, axes, corners);
+            loop {
+                if !each(fs_to_duration(floor_div(num, den).max(0))) {
+                    return;
+                }
+                if left == 0 {
+                    break;
+                }
+                shape.next_decode_step();
+                num += gain;
+                left -= 1;
+            }
         }
-        let ns = fs.div_euclid(FS_PER_NS) + i128::from(fs.rem_euclid(FS_PER_NS) != 0);
-        SimDuration::from_nanos(u64::try_from(ns.max(0)).unwrap_or(u64::MAX))
     }
 
     fn terms(&self, b: &BatchShape) -> Vec<(&'static str, f64)> {
@@ -455,6 +532,47 @@ mod tests {
         ) {
             let axes = ([s0, s0 + ds], [c0, c0 + dc]);
             proptest::prop_assert_eq!(Some(small_bilinear(d, x, axes, v)), exact_bilinear(d, x, axes, v));
+        }
+
+        /// A run priced incrementally is the run priced a step at a time,
+        /// duration for duration: grids that fall as well as rise (steps
+        /// clamped at 0), axes of one value, runs that cross context
+        /// segments, leave the grid or the small bounds, and first steps
+        /// with a prompt in them.
+        #[test]
+        fn a_run_priced_incrementally_is_priced_step_by_step(
+            seqs in proptest::collection::btree_set(1u64..600, 1..5),
+            context in proptest::collection::btree_set(0u64..20_000, 1..7),
+            ps in proptest::collection::vec(0u64..1 << 26, 30),
+            d in 1u64..700,
+            x in proptest::prop_oneof![0u64..1 << 22, SMALL_CONTEXT - (1 << 16)..SMALL_CONTEXT + (1 << 10)],
+            prompt in proptest::prop_oneof![proptest::strategy::Just(0u64), 1u64..4096],
+            steps in 1usize..400,
+        ) {
+            let (seqs, context): (Vec<u64>, Vec<u64>) = (seqs.into_iter().collect(), context.into_iter().collect());
+            let us: Vec<Vec<f64>> = (0..seqs.len())
+                .map(|i| (0..context.len()).map(|j| ps[(i * context.len() + j) % ps.len()] as f64 / 1e6).collect())
+                .collect();
+            let decode = DecodeGrid { seqs, context, us };
+            let m = Table2dStepTime::from_spec(&[[1.0, 5.0], [4096.0, 900.0]], 0.1, 0.05, &decode).unwrap();
+            let mut first = BatchShape::decoding(d, x);
+            if prompt > 0 {
+                first.add(prompt, 100, false);
+            }
+            let mut by_step = Vec::new();
+            let mut shape = first;
+            for _ in 0..steps {
+                shape.next_decode_step();
+                by_step.push(m.step_time(&shape));
+            }
+            let mut run = Vec::new();
+            let mut last = first;
+            m.decode_run(&mut last, &mut |t| {
+                run.push(t);
+                run.len() < steps
+            });
+            proptest::prop_assert_eq!(run, by_step);
+            proptest::prop_assert_eq!(last, shape);
         }
 
         /// The context segment of mean context X/d, found as c < ⌈X/d⌉, is
