@@ -214,11 +214,12 @@ impl RankCore {
     /// The end of the run at `end`: the steps that started by then are
     /// written, the rest forgotten; a run in flight (cut off by a time
     /// limit) is cut at the step in progress, so that what it took or
-    /// evicted for later steps, which never start, is given back first.
+    /// evicted for later steps, which never start, is given back first,
+    /// and the steps before it, which ended, count.
     pub(crate) fn close_timeline(&mut self, end: SimTime) {
         self.write_steps(end);
         self.sched.drop_step_counts();
-        self.sched.cut(end);
+        self.sched.close(end);
     }
 
     /// Its timeline.

@@ -363,6 +363,12 @@ impl Scheduler {
         self.core.cut(now)
     }
 
+    /// The end of the simulation at `end`: a run in flight is cut at the
+    /// step in progress, and its steps that ended by then are finished.
+    pub(crate) fn close(&mut self, end: SimTime) {
+        self.core.finish_ended(end);
+    }
+
     /// At the end of a chunk of a run of decode steps: the run's new end if
     /// it goes on (the rank re-arms its step timer), else `None` (the run,
     /// or step, ends now: [`Scheduler::finish_step`]).
@@ -529,6 +535,7 @@ impl Scheduler {
     /// if any, never ends, but the rank was busy with it until now.
     pub(crate) fn crashed(&mut self, now: SimTime) {
         let core = &mut self.core;
+        core.finish_ended(now);
         if core.stepping {
             core.stats.cut_off(now - core.step_started);
         }

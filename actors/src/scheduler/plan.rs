@@ -711,6 +711,28 @@ impl Core {
         Some(end)
     }
 
+    /// Where a run's own end never comes (the end of the simulation at
+    /// `now`, a crash): the run is cut at the step in progress, and the
+    /// steps before it, which ended by `now`, are finished as stepping one
+    /// event at a time would have finished them (their tokens, gaps and
+    /// counts); the step in progress stays in flight.
+    pub(super) fn finish_ended(&mut self, now: SimTime) {
+        self.cut(now);
+        if !self.stepping || self.log.planned < 2 {
+            return;
+        }
+        let in_progress = self.log.last_end();
+        self.log.drop_last(1);
+        self.log.planned -= 1;
+        let started = self.log.last_end();
+        self.finish_step(started);
+        debug_assert!(self.done.is_empty(), "no member finishes before its run's last step");
+        self.stepping = true;
+        self.step_started = started;
+        self.log.push(in_progress);
+        self.log.planned = 1;
+    }
+
     /// After a run that ran to its end: every block it took ahead is now
     /// needed. Blocks an earlier, cut run took for steps past this one's
     /// end stay ahead.

@@ -866,8 +866,57 @@ fn a_time_limit_counts_only_the_evictions_of_steps_that_started() {
         let pools = |o: &SimOutput| o.ranks.iter().map(|r| r.evicted_blocks).collect::<Vec<_>>();
         assert_eq!(pools(&fast), pools(&slow), "limit {k}");
         evicted += pools(&fast).iter().sum::<u64>();
+        // The requests still decoding at the limit have the tokens of the
+        // steps that ended by then, and the ranks count those steps.
+        if let Some(i) = (0..fast.records.len()).find(|&i| fast.records.get(i) != slow.records.get(i)) {
+            assert_eq!(fast.records.get(i), slow.records.get(i), "limit {k}, request {i}");
+        }
+        assert_eq!(fast.digest, slow.digest, "limit {k}");
+        let steps = |o: &SimOutput| {
+            o.ranks.iter().map(|r| (r.stats.steps, r.stats.busy, r.stats.output_tokens)).collect::<Vec<_>>()
+        };
+        assert_eq!(steps(&fast), steps(&slow), "limit {k}");
     }
     assert!(evicted > 1_000, "the caches fill: {evicted}");
+}
+
+#[test]
+fn a_crash_counts_the_steps_that_ended_before_it() {
+    // Decode runs in flight when decode0 crashes: the tokens of their steps
+    // that ended by then are the requests' (they fail with them), and the
+    // rank counts those steps, as stepping one event at a time does.
+    let requests = poisson(11, 120, 30.0);
+    let mut differed = 0;
+    for k in 0..8u64 {
+        let mut d = pd(
+            role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)),
+            role(2, 3_000, linear_step(6_000.0, 10.0, 0.001)),
+            20.0,
+        );
+        d.vllm_version = None;
+        d.faults.decode_crashes = vec![CrashSpec { rank: 0, at_s: 1.0 + k as f64 * 0.3137 }];
+        let mut dep = Deployment::build(&linear_spec(4_096), &d).unwrap();
+        dep.set_lazy_decoding(true);
+        let fast = sim::run(&dep, input(requests.clone())).unwrap();
+        dep.set_lazy_decoding(false);
+        let slow = sim::run(&dep, input(requests.clone())).unwrap();
+        if let Some(i) = (0..fast.records.len()).find(|&i| fast.records.get(i) != slow.records.get(i)) {
+            assert_eq!(fast.records.get(i), slow.records.get(i), "crash {k}, request {i}");
+        }
+        assert_eq!(fast.digest, slow.digest, "crash {k}");
+        let steps = |o: &SimOutput| {
+            o.ranks.iter().map(|r| (r.stats.steps, r.stats.busy, r.stats.output_tokens)).collect::<Vec<_>>()
+        };
+        assert_eq!(steps(&fast), steps(&slow), "crash {k}");
+        let crashed = |o: &SimOutput| {
+            o.records
+                .iter()
+                .filter(|r| r.outcome == Outcome::Failed(FailReason::DecodeCrashed) && r.generated.get() > 1)
+                .count()
+        };
+        differed += crashed(&fast);
+    }
+    assert!(differed > 20, "requests were decoding at the crashes: {differed}");
 }
 
 mod conservation {
