@@ -531,6 +531,12 @@ impl Core {
                     }
                     break Err(n);
                 }
+            }
+            if caches || (exact && net < grow as i64) {
+                // Blocks freed into the eviction order join it in running
+                // order; and where some member gives blocks back, the peak
+                // of the step is the largest count after each member's
+                // change in running order, as stepping one by one notes it.
                 let seqs = &self.seqs;
                 step_changes.sort_unstable_by_key(|&(key, ..)| seqs.get(key).admitted);
             }
@@ -570,6 +576,7 @@ impl Core {
             if net < 0 && waiters {
                 self.ahead.freed_next = true;
             }
+            let mut most = 0;
             for &(key, g, to) in &step_changes {
                 let seq = self.seqs.get_mut(key);
                 let m = seq.member.expect("member");
@@ -596,9 +603,10 @@ impl Core {
                 }
                 let next = m.change_step(seq.alloc.stable_to());
                 self.dec.changes.push(Reverse((next, key, g)));
+                most = most.max(self.pool.used());
             }
             if exact {
-                self.ahead.step_used.push((n, self.pool.used()));
+                self.ahead.step_used.push((n, most));
             }
             if ahead && self.step_kv.on {
                 // Counts read with blocks of an earlier cut run still ahead

@@ -1337,3 +1337,40 @@ fn runs_that_evict_ahead_match_stepping() {
         assert!(fast.events < slow.events, "seed {seed}");
     }
 }
+
+/// A GLM-like model (state groups with checkpoint blocks, align mode) on
+/// aggregated ranks: a step where some members give state blocks back and
+/// others take new ones peaks, as stepping one by one notes it, at the
+/// largest count after each member's change in running order, not at the
+/// count after all of them.
+#[test]
+fn state_models_peak_where_stepping_peaks() {
+    let mut tried = 0;
+    for seed in 0..40u64 {
+        let mut requests = poisson(300 + seed, 150, [5.0, 20.0, 60.0][seed as usize % 3]);
+        for (i, r) in requests.iter_mut().enumerate() {
+            r.output = Tokens::new(1 + (i as u64 * 37 + seed) % [50, 300, 700][(seed / 3) as usize % 3]);
+            if seed % 2 == 1 {
+                let n = r.prompt.get().div_ceil(16) as usize;
+                r.prefix = ids(i as u64 % 3, n / 2, i as u64, n);
+            }
+        }
+        let step = linear_step(6_000.0, 10.0, 0.001);
+        let mut d = pd(role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)), role(1, 500, step.clone()), 20.0);
+        d.aggregated = Some(role(2, [500, 800, 1500][seed as usize % 3], step));
+        (d.prefill, d.decode) = (None, None);
+        for version in [None, Some("0.33.0")] {
+            d.vllm_version = version.map(Into::into);
+            let mut dep = Deployment::build(&glm_spec(), &d).unwrap();
+            let fast = sim::run(&dep, input(requests.clone())).unwrap();
+            dep.set_lazy_decoding(false);
+            let slow = sim::run(&dep, input(requests.clone())).unwrap();
+            assert_eq!(fast.digest, slow.digest, "seed {seed}, {version:?}");
+            let pools =
+                |o: &SimOutput| o.ranks.iter().map(|r| (r.evicted_blocks, r.peak_used_blocks)).collect::<Vec<_>>();
+            assert_eq!(pools(&fast), pools(&slow), "seed {seed}, {version:?}");
+            tried += 1;
+        }
+    }
+    assert_eq!(tried, 80);
+}
