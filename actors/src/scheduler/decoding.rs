@@ -4,7 +4,7 @@
 //! rank's decoding set: from then on it computes one token and produces one
 //! token every step, so its state is a function of the rank's step counter
 //! (tokens = tokens at joining + steps since), kept without touching it. The
-//! set keeps a heap of the steps at which members finish and a heap of the
+//! set keeps a heap of the steps at which members finish and a queue of the
 //! steps at which a member's blocks change (once per block of tokens); the
 //! step log ([`super::plan::StepLog`]) keeps the end time of every step since
 //! the oldest member joined. A step costs O(1) plus the members that finish
@@ -56,6 +56,136 @@ impl Member {
 /// A heap entry: (step, sequence, membership).
 pub(super) type Due = Reverse<(u64, SeqKey, u32)>;
 
+/// The largest block for which [`Changes`] keeps a ring (a bucket a token
+/// of the block).
+const MAX_RING_BLOCK: u64 = 4096;
+
+/// When members' blocks change: a step at a time, in step order.
+///
+/// Any pool keeps a heap of (first step whose blocks the member does not
+/// hold yet, key, membership), stale entries included (the holding is the
+/// truth; an entry whose step the member holds already is skipped). With
+/// full attention of one block size B only, a member needs a block in every
+/// group exactly every B steps, at the steps ≡ `1 + join − computed`
+/// (mod B), so it sits in the ring's bucket of that residue from joining to
+/// leaving: no entry per change, and `next` the first step not looked at
+/// since the holdings last moved back (none while the set is empty).
+pub(super) enum Changes {
+    Heap(BinaryHeap<Due>),
+    Ring { buckets: Vec<Vec<(SeqKey, u32)>>, next: u64 },
+}
+
+impl Default for Changes {
+    fn default() -> Self {
+        Changes::Heap(BinaryHeap::new())
+    }
+}
+
+impl Changes {
+    /// The queue for a pool whose groups are all full attention of `block`
+    /// tokens (a ring), or any other pool (`None`: a heap).
+    pub(super) fn new(block: Option<Tokens>) -> Self {
+        match block {
+            Some(b) if b.get() <= MAX_RING_BLOCK => {
+                Changes::Ring { buckets: vec![Vec::new(); b.get() as usize], next: u64::MAX }
+            }
+            _ => Changes::default(),
+        }
+    }
+
+    /// The bucket of a member (ring only).
+    fn bucket(buckets: &[Vec<(SeqKey, u32)>], m: &Member) -> usize {
+        let b = buckets.len() as u64;
+        ((m.join % b + 1 + b - m.computed.get() % b) % b) as usize
+    }
+
+    /// A member joins, its first change due at step `first`.
+    pub(super) fn join(&mut self, first: u64, key: SeqKey, g: u32, m: &Member) {
+        match self {
+            Changes::Heap(h) => h.push(Reverse((first, key, g))),
+            Changes::Ring { buckets, next } => {
+                let i = Self::bucket(buckets, m);
+                buckets[i].push((key, g));
+                *next = (*next).min(first);
+            }
+        }
+    }
+
+    /// A member leaves (a heap forgets its entries when they come up).
+    pub(super) fn leave(&mut self, key: SeqKey, g: u32, m: &Member) {
+        if let Changes::Ring { buckets, .. } = self {
+            let i = Self::bucket(buckets, m);
+            let bucket = &mut buckets[i];
+            let at = bucket.iter().position(|&e| e == (key, g)).expect("a member is in its bucket");
+            bucket.swap_remove(at);
+        }
+    }
+
+    /// A member's next change is due at step `n` (after a change, a give
+    /// back, or a step that could not be taken).
+    pub(super) fn push(&mut self, n: u64, key: SeqKey, g: u32) {
+        match self {
+            Changes::Heap(h) => h.push(Reverse((n, key, g))),
+            Changes::Ring { next, .. } => *next = (*next).min(n),
+        }
+    }
+
+    /// The first step through `e` that may have changes due.
+    pub(super) fn next_due(&mut self, e: u64) -> Option<u64> {
+        match self {
+            Changes::Heap(h) => h.peek().map(|&Reverse((n, ..))| n).filter(|&n| n <= e),
+            Changes::Ring { buckets, next } => {
+                let b = buckets.len() as u64;
+                while *next <= e {
+                    if !buckets[(*next % b) as usize].is_empty() {
+                        return Some(*next);
+                    }
+                    *next += 1;
+                }
+                None
+            }
+        }
+    }
+
+    /// The entries due at step `n` (the first due), into `out`; the heap's
+    /// come off it (in key order), the ring's stay.
+    pub(super) fn take_step(&mut self, n: u64, out: &mut Vec<(SeqKey, u32)>) {
+        out.clear();
+        match self {
+            Changes::Heap(h) => {
+                while let Some(&Reverse((m, key, g))) = h.peek() {
+                    if m != n {
+                        break;
+                    }
+                    h.pop();
+                    out.push((key, g));
+                }
+            }
+            Changes::Ring { buckets, .. } => {
+                out.extend_from_slice(&buckets[(n % buckets.len() as u64) as usize]);
+            }
+        }
+    }
+
+    /// Every change due at step `n` is made (the ring looks at the next).
+    pub(super) fn done(&mut self, n: u64) {
+        if let Changes::Ring { next, .. } = self {
+            *next = n + 1;
+        }
+    }
+
+    /// Forgets every entry (the set emptied).
+    pub(super) fn clear(&mut self) {
+        match self {
+            Changes::Heap(h) => h.clear(),
+            Changes::Ring { buckets, next } => {
+                buckets.iter_mut().for_each(Vec::clear);
+                *next = u64::MAX;
+            }
+        }
+    }
+}
+
 /// The members and what is due for them.
 #[derive(Default)]
 pub(super) struct DecodingSet {
@@ -66,8 +196,8 @@ pub(super) struct DecodingSet {
     ctx: i128,
     /// (step of its last token, key, membership) per member.
     finishes: BinaryHeap<Due>,
-    /// (first step whose blocks it does not hold yet, key, membership).
-    pub(super) changes: BinaryHeap<Due>,
+    /// When members' blocks change.
+    pub(super) changes: Changes,
     /// Members that joined before their first token, in the run in flight.
     pub(super) fresh: Vec<SeqKey>,
     /// (step, gap before it) with gaps strictly decreasing: the longest gap
@@ -81,6 +211,12 @@ pub(super) struct DecodingSet {
 }
 
 impl DecodingSet {
+    /// An empty set for a pool whose groups are all full attention of
+    /// `block` tokens, if they are.
+    pub(super) fn new(block: Option<Tokens>) -> Self {
+        DecodingSet { changes: Changes::new(block), ..DecodingSet::default() }
+    }
+
     /// Context after step `n` summed over the members.
     pub(super) fn context(&self, n: u64) -> u64 {
         u64::try_from(self.ctx + i128::from(self.count) * i128::from(n)).expect("context is positive")
@@ -122,7 +258,7 @@ impl Core {
         let last = step + (seq.req.output - seq.req.generated).get();
         self.dec.finishes.push(Reverse((last, key, g)));
         let change = if seq.alloc.stable_to() > m.computed { m.change_step(seq.alloc.stable_to()) } else { step + 1 };
-        self.dec.changes.push(Reverse((change, key, g)));
+        self.dec.changes.join(change, key, g, &m);
     }
 
     /// Takes `key` out of the decoding set, bringing its counts, its last
@@ -132,6 +268,7 @@ impl Core {
         let last = self.log.end(step);
         let seq = self.seqs.get_mut(key);
         let m = seq.member.take().expect("member");
+        self.dec.changes.leave(key, seq.membership, &m);
         let d = step - m.join;
         seq.computed = m.computed + Tokens::new(d);
         seq.req.generated = m.generated + Tokens::new(d);

@@ -214,6 +214,7 @@ impl Scheduler {
         step_time: Box<dyn StepTimeModel>,
         policy: Box<dyn BatchPolicy>,
     ) -> Self {
+        let dec = decoding::DecodingSet::new(pool.uniform_fa());
         let core = Core {
             mode,
             limits,
@@ -231,7 +232,7 @@ impl Scheduler {
             max_run: DEFAULT_MAX_RUN,
             lazy_decoding: true,
             log: StepLog::default(),
-            dec: decoding::DecodingSet::default(),
+            dec,
             ahead: Ahead::default(),
             spare: plan::Spare::default(),
             run: plan::Run::default(),

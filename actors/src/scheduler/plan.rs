@@ -26,7 +26,6 @@
 //! after each step of the run that changes them, kept as the run is
 //! planned and written out by the rank once the steps have happened.
 
-use std::cmp::Reverse;
 use std::collections::VecDeque;
 
 use sim_core::{SimDuration, SimTime};
@@ -225,6 +224,8 @@ pub(super) struct Ahead {
     pub(super) freed_before: bool,
     /// Scratch for [`Core::take_blocks`]: (key, membership, tokens at the step).
     step_changes: Vec<(SeqKey, u32, Tokens)>,
+    /// Scratch for [`Core::take_blocks`]: the entries due at a step.
+    due: Vec<(SeqKey, u32)>,
     /// The run in flight was cut short.
     pub(super) cut_short: bool,
     /// A plan with the decoding set in place is being formed: the members
@@ -479,11 +480,9 @@ impl Core {
         let window_cache = self.pool.window_cached();
         let align = self.pool.align();
         let may_evict = !self.pool.frees_plain_midway();
+        let mut due = std::mem::take(&mut self.ahead.due);
         let result = loop {
-            let n = match self.dec.changes.peek() {
-                Some(&Reverse((n, ..))) if n <= e => n,
-                _ => break Ok(()),
-            };
+            let Some(n) = self.dec.changes.next_due(e) else { break Ok(()) };
             let ahead = n > self.log.step + 1;
             // This step's changes, and how many blocks they grow by.
             step_changes.clear();
@@ -493,13 +492,13 @@ impl Core {
             // eviction order, where nothing can take them back: a step that
             // frees some is never taken ahead.
             let mut caches = false;
-            while let Some(&Reverse((m, key, g))) = self.dec.changes.peek() {
-                if m != n {
-                    break;
-                }
-                self.dec.changes.pop();
+            self.dec.changes.take_step(n, &mut due);
+            for &(key, g) in &due {
                 let Some(seq) = self.seqs.member(key, g) else { continue };
-                let to = seq.member.expect("member").tokens_at(n);
+                let m = seq.member.expect("member");
+                // (Steps are looked at from after the last completed one on.)
+                debug_assert!(n > m.join, "a member's changes come after it joined");
+                let to = m.tokens_at(n);
                 if seq.alloc.tokens() >= to || step_changes.iter().any(|&(k, ..)| k == key) {
                     // A stale entry (left by a give-back) or a second copy:
                     // the member holds this step's blocks already, and its
@@ -527,7 +526,7 @@ impl Core {
                 // set running too, only stepping one by one has that order.
                 if self.seqs.running.len() as u64 > self.dec.count {
                     for &(key, g, _) in &step_changes {
-                        self.dec.changes.push(Reverse((n, key, g)));
+                        self.dec.changes.push(n, key, g);
                     }
                     break Err(n);
                 }
@@ -546,7 +545,7 @@ impl Core {
                     // Given back: the members' blocks moved, so gather the
                     // step again (settle queued their changes anew).
                     for &(key, g, _) in &step_changes {
-                        self.dec.changes.push(Reverse((n, key, g)));
+                        self.dec.changes.push(n, key, g);
                     }
                     continue;
                 }
@@ -569,7 +568,7 @@ impl Core {
                 evicts && (!may_evict || caches || net != grow as i64 || (ahead && !exact) || grow > self.pool.free());
             if short || (net < 0 && waiters && ahead) || (caches && ahead) {
                 for &(key, g, _) in &step_changes {
-                    self.dec.changes.push(Reverse((n, key, g)));
+                    self.dec.changes.push(n, key, g);
                 }
                 break Err(n);
             }
@@ -602,7 +601,7 @@ impl Core {
                     self.pool.suspend_peak(true);
                 }
                 let next = m.change_step(seq.alloc.stable_to());
-                self.dec.changes.push(Reverse((next, key, g)));
+                self.dec.changes.push(next, key, g);
                 most = most.max(self.pool.used());
             }
             if exact {
@@ -616,8 +615,10 @@ impl Core {
                 let start = self.log.end(n - 1);
                 self.step_kv.push(start, &self.pool);
             }
+            self.dec.changes.done(n);
         };
         self.ahead.step_changes = step_changes;
+        self.ahead.due = due;
         result
     }
 
@@ -655,7 +656,7 @@ impl Core {
                 // The old heap entry stays; take_blocks skips it when it
                 // comes up (the member holds that step's blocks by then).
                 let next = m.change_step(seq.alloc.stable_to());
-                self.dec.changes.push(Reverse((next, key, g)));
+                self.dec.changes.push(next, key, g);
             }
         }
         // The evictions made for the steps given back, last first, now that

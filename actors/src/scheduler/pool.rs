@@ -381,6 +381,10 @@ pub struct KvPool {
     fa_groups: u64,
     /// Block size of the full-attention groups (prefix-cache granularity).
     fa_block: Option<Tokens>,
+    /// The block size, when every group is full attention of that one
+    /// size: a holding of `t` tokens is then `cdiv(t, B)` blocks in each
+    /// group, which the hot paths compute without visiting the groups.
+    uniform_fa: Option<Tokens>,
     /// Hits are a multiple of this many full-attention blocks: the least
     /// common multiple of every group's block size, in them.
     hit_align: u32,
@@ -488,6 +492,8 @@ impl KvPool {
             state_pins: FxHashMap::default(),
             hit_align,
             group_used: vec![0; groups.len()],
+            uniform_fa: fa_block
+                .filter(|&b| groups.iter().all(|g| g.kind() == CacheGroupKind::FullAttention && g.block_size() == b)),
             groups,
             fa_groups,
             fa_block,
@@ -685,6 +691,12 @@ impl KvPool {
             || (alloc.pinned != 0 && self.states_kept(alloc, from, to) < alloc.pinned_states())
     }
 
+    /// The block size, if every group is full attention of that one size.
+    #[inline]
+    pub fn uniform_fa(&self) -> Option<Tokens> {
+        self.uniform_fa
+    }
+
     /// Whether the pool keeps a window cache ([`Win`]).
     #[inline]
     pub fn window_cached(&self) -> bool {
@@ -757,6 +769,10 @@ impl KvPool {
     /// Blocks every group holds together for an allocation state.
     #[inline]
     fn all_blocks(&self, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        if let Some(b) = self.uniform_fa {
+            // (Full attention takes no checkpoint blocks.)
+            return to.blocks_ceil(b).get() * self.fa_groups;
+        }
         if self.align.is_none() {
             self.groups.iter().map(|g| rules::blocks_for_step(g, from, to, checkpoints).get()).sum()
         } else {
@@ -1144,11 +1160,17 @@ impl KvPool {
     ) -> Result<(), Shortfall> {
         let mut all = 0u64;
         let mut deltas = [0i64; MAX_GROUPS];
-        for (i, g) in self.groups.iter().enumerate() {
-            let new = rules::blocks_for_step(g, from, to, checkpoints).get();
-            let old = rules::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
-            all += new;
-            deltas[i] = new as i64 - old as i64;
+        if let Some(b) = self.uniform_fa {
+            let (new, old) = (to.blocks_ceil(b).get(), alloc.to.blocks_ceil(b).get());
+            all = new * self.fa_groups;
+            deltas[..self.groups.len()].fill(new as i64 - old as i64);
+        } else {
+            for (i, g) in self.groups.iter().enumerate() {
+                let new = rules::blocks_for_step(g, from, to, checkpoints).get();
+                let old = rules::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
+                all += new;
+                deltas[i] = new as i64 - old as i64;
+            }
         }
         let need = all - u64::from(alloc.shared) * self.fa_groups - u64::from(alloc.wpinned) * self.wg();
         if need > alloc.private {
@@ -1307,6 +1329,9 @@ impl KvPool {
     /// 1`): stable through the end of the block, or only that step.
     fn stable_to(&self, to: Tokens) -> Tokens {
         let t = to.get();
+        if let Some(b) = self.uniform_fa {
+            return Tokens::new(t.div_ceil(b.get()) * b.get());
+        }
         let mut stable = u64::MAX;
         let align = self.align.is_some();
         for g in &self.groups {
