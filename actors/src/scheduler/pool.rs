@@ -773,6 +773,12 @@ impl KvPool {
             // (Full attention takes no checkpoint blocks.)
             return to.blocks_ceil(b).get() * self.fa_groups;
         }
+        self.all_blocks_by_group(from, to, checkpoints)
+    }
+
+    /// [`KvPool::all_blocks`], group by group.
+    #[inline(never)]
+    fn all_blocks_by_group(&self, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
         if self.align.is_none() {
             self.groups.iter().map(|g| rules::blocks_for_step(g, from, to, checkpoints).get()).sum()
         } else {
@@ -827,7 +833,19 @@ impl KvPool {
         self.private_need(tokens - Tokens::new(1), tokens, checkpoints, 0)
     }
 
+    #[inline]
     fn take(&mut self, n: u64, evict: bool) -> Result<(), Shortfall> {
+        if n <= self.free {
+            self.free -= n;
+            return Ok(());
+        }
+        self.take_evicting(n, evict)
+    }
+
+    /// [`KvPool::take`] short of plain free blocks: evicts from the head
+    /// of the eviction order, if `evict` and there are enough.
+    #[inline(never)]
+    fn take_evicting(&mut self, n: u64, evict: bool) -> Result<(), Shortfall> {
         let available = if evict { self.free + self.cached_free } else { self.free };
         if n > available {
             return Err(Shortfall { needed: n, available });
@@ -1327,11 +1345,18 @@ impl KvPool {
     /// `t ≤ W + (m + 1) × B − 1`. A state group holds one block throughout,
     /// but in align mode two in the step from a block boundary (`kB .. kB +
     /// 1`): stable through the end of the block, or only that step.
+    #[inline]
     fn stable_to(&self, to: Tokens) -> Tokens {
-        let t = to.get();
         if let Some(b) = self.uniform_fa {
-            return Tokens::new(t.div_ceil(b.get()) * b.get());
+            return Tokens::new(to.get().div_ceil(b.get()) * b.get());
         }
+        self.stable_to_by_group(to)
+    }
+
+    /// [`KvPool::stable_to`], group by group.
+    #[inline(never)]
+    fn stable_to_by_group(&self, to: Tokens) -> Tokens {
+        let t = to.get();
         let mut stable = u64::MAX;
         let align = self.align.is_some();
         for g in &self.groups {
