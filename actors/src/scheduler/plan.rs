@@ -634,7 +634,7 @@ impl Core {
             (false, true) => self.log.step + 1,
             (false, false) => self.log.step,
         };
-        let ahead = std::mem::take(&mut self.ahead.members);
+        let mut ahead = std::mem::take(&mut self.ahead.members);
         // Blocks given back first, then the window blocks taken back that a
         // member freed ahead of the step that frees them: the end state is
         // the stepping one, which fits, so the second pass always finds room.
@@ -658,6 +658,11 @@ impl Core {
                 let next = m.change_step(seq.alloc.stable_to());
                 self.dec.changes.push(next, key, g);
             }
+        }
+        // (The list's room serves the next run.)
+        ahead.clear();
+        if self.ahead.members.is_empty() {
+            self.ahead.members = ahead;
         }
         // The evictions made for the steps given back, last first, now that
         // the blocks they freed are free again.
