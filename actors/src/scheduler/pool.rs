@@ -842,6 +842,18 @@ impl KvPool {
         self.take_evicting(n, evict)
     }
 
+    /// A holding of `held` private blocks moving to `need`: takes the
+    /// growth ([`KvPool::take`]) or frees the rest.
+    #[inline]
+    fn take_or_free(&mut self, held: u64, need: u64, evict: bool) -> Result<(), Shortfall> {
+        if need > held {
+            self.take(need - held, evict)
+        } else {
+            self.free += held - need;
+            Ok(())
+        }
+    }
+
     /// [`KvPool::take`] short of plain free blocks: evicts from the head
     /// of the eviction order, if `evict` and there are enough.
     #[inline(never)]
@@ -1161,7 +1173,7 @@ impl KvPool {
             }
             self.set_pins(alloc, pins);
         }
-        self.commit_resize(alloc, (from, to), checkpoints, need, &deltas, decode_step, evict);
+        self.commit_resize(alloc, (from, to), checkpoints, need, deltas, decode_step, evict);
         Ok(())
     }
 
@@ -1176,27 +1188,26 @@ impl KvPool {
         evict: bool,
         decode_step: bool,
     ) -> Result<(), Shortfall> {
+        if let Some(b) = self.uniform_fa {
+            // cdiv(t, B) blocks in every group (no window pins).
+            let (new, old) = (to.blocks_ceil(b).get(), alloc.to.blocks_ceil(b).get());
+            let need = (new - u64::from(alloc.shared)) * self.fa_groups;
+            self.take_or_free(alloc.private, need, evict)?;
+            let d = std::iter::repeat(new as i64 - old as i64);
+            self.commit_resize(alloc, (from, to), checkpoints, need, d, decode_step, evict);
+            return Ok(());
+        }
         let mut all = 0u64;
         let mut deltas = [0i64; MAX_GROUPS];
-        if let Some(b) = self.uniform_fa {
-            let (new, old) = (to.blocks_ceil(b).get(), alloc.to.blocks_ceil(b).get());
-            all = new * self.fa_groups;
-            deltas[..self.groups.len()].fill(new as i64 - old as i64);
-        } else {
-            for (i, g) in self.groups.iter().enumerate() {
-                let new = rules::blocks_for_step(g, from, to, checkpoints).get();
-                let old = rules::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
-                all += new;
-                deltas[i] = new as i64 - old as i64;
-            }
+        for (i, g) in self.groups.iter().enumerate() {
+            let new = rules::blocks_for_step(g, from, to, checkpoints).get();
+            let old = rules::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
+            all += new;
+            deltas[i] = new as i64 - old as i64;
         }
         let need = all - u64::from(alloc.shared) * self.fa_groups - u64::from(alloc.wpinned) * self.wg();
-        if need > alloc.private {
-            self.take(need - alloc.private, evict)?;
-        } else {
-            self.free += alloc.private - need;
-        }
-        self.commit_resize(alloc, (from, to), checkpoints, need, &deltas, decode_step, evict);
+        self.take_or_free(alloc.private, need, evict)?;
+        self.commit_resize(alloc, (from, to), checkpoints, need, deltas, decode_step, evict);
         Ok(())
     }
 
@@ -1321,11 +1332,11 @@ impl KvPool {
         (from, to): (Tokens, Tokens),
         checkpoints: bool,
         need: u64,
-        deltas: &[i64; MAX_GROUPS],
+        deltas: impl IntoIterator<Item = i64>,
         decode_step: bool,
         evict: bool,
     ) {
-        for (used, &d) in self.group_used.iter_mut().zip(deltas) {
+        for (used, d) in self.group_used.iter_mut().zip(deltas) {
             *used = used.checked_add_signed(d).expect("a group's count stays >= 0");
         }
         self.private = self.private + need - alloc.private;
