@@ -15,6 +15,8 @@ use common::{REQUESTS, cases, workload};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 fn end_to_end(c: &mut Criterion) {
+    // Run after run in one process, as the command line's sweeps do.
+    pdsim::heap::keep_slack();
     let mut g = c.benchmark_group("end_to_end");
     g.throughput(Throughput::Elements(REQUESTS));
     g.sample_size(20);

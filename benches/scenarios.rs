@@ -37,6 +37,8 @@ const CASES: [(&str, &str, Option<u64>); 4] = [
 ];
 
 fn scenarios(c: &mut Criterion) {
+    // Run after run in one process, as `pdsim` itself keeps its heap.
+    pdsim::heap::keep_slack();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let stop = AtomicBool::new(false);
     let mut g = c.benchmark_group("scenarios");

@@ -30,6 +30,7 @@
 pub mod calibrate;
 pub mod check;
 pub mod files;
+pub mod heap;
 pub mod html;
 pub mod presets;
 pub mod report;

@@ -73,6 +73,7 @@ fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
 }
 
 fn main() -> ExitCode {
+    pdsim::heap::keep_slack();
     cmd::quiet_panics();
     cmd::handle_interrupts();
     let cli = match Cli::try_parse() {
