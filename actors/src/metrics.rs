@@ -241,7 +241,7 @@ impl Stat {
     /// and the sum and the interpolation run over the same `f64`s in the
     /// same order.
     pub fn of_nanos(mut values: Vec<u64>) -> Stat {
-        values.sort_unstable();
+        sort_nanos(&mut values);
         Stat::of_sorted_nanos(&values)
     }
 
@@ -427,9 +427,61 @@ impl Column {
             }
         }
         self.len = 0;
-        all.sort_unstable();
+        sort_nanos(&mut all);
         all
     }
+}
+
+/// Below this many values a comparison sort is as quick as a radix sort's
+/// passes over its counts.
+const RADIX_MIN: usize = 1 << 10;
+
+/// Digits of a radix sort pass: 2^11 counts (16 KiB) stay in the L1 cache.
+const RADIX_BITS: u32 = 11;
+
+/// Sorts `v` ascending: with a least-significant-digit radix sort, 11 bits
+/// a pass, when it holds more than [`RADIX_MIN`] values. A column holds
+/// nanoseconds below 2^44 (4.9 hours) for most runs, so four passes over
+/// the values, and a pass whose digit every value shares is skipped: a
+/// summary of 10^6 requests costs a few stores per value instead of the
+/// 20 comparisons a value of a comparison sort. The result is the same
+/// sequence as `sort_unstable`'s (equal `u64`s are indistinguishable).
+fn sort_nanos(v: &mut Vec<u64>) {
+    if v.len() <= RADIX_MIN {
+        v.sort_unstable();
+        return;
+    }
+    const R: usize = 1 << RADIX_BITS;
+    const PASSES: usize = 64usize.div_ceil(RADIX_BITS as usize);
+    let top = v.iter().fold(0u64, |m, &x| m | x);
+    let passes = (64 - top.leading_zeros() as usize).div_ceil(RADIX_BITS as usize);
+    // Every pass's counts in one read of the values.
+    let mut counts = vec![[0usize; R]; passes.min(PASSES)];
+    for &x in v.iter() {
+        for (p, c) in counts.iter_mut().enumerate() {
+            c[((x >> (p as u32 * RADIX_BITS)) as usize) & (R - 1)] += 1;
+        }
+    }
+    let n = v.len();
+    let mut from = std::mem::take(v);
+    let mut to = vec![0u64; n];
+    for (p, c) in counts.iter_mut().enumerate() {
+        if c.contains(&n) {
+            continue; // every value has this digit: the order stands
+        }
+        let mut at = 0;
+        for k in c.iter_mut() {
+            (*k, at) = (at, at + *k);
+        }
+        let shift = p as u32 * RADIX_BITS;
+        for &x in &from {
+            let d = ((x >> shift) as usize) & (R - 1);
+            to[c[d]] = x;
+            c[d] += 1;
+        }
+        std::mem::swap(&mut from, &mut to);
+    }
+    *v = from;
 }
 
 /// Builds a [`Summary`] one request at a time, in id order, keeping only
@@ -880,6 +932,29 @@ impl Timeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The radix sort gives the comparison sort's sequence, on columns
+        /// either side of the size where it takes over and with values of
+        /// every width (a shared digit's skipped pass included).
+        #[test]
+        fn the_radix_sort_sorts_as_sort_unstable_does(
+            mut v in prop::collection::vec(
+                prop_oneof![0u64..1 << 11, 0u64..1 << 33, any::<u64>(), (0u64..4).prop_map(|k| k << 40)],
+                0..3000,
+            ),
+            shift in 0u32..20,
+        ) {
+            for x in &mut v {
+                *x = x.checked_shl(shift).unwrap_or(*x);
+            }
+            let mut expected = v.clone();
+            expected.sort_unstable();
+            sort_nanos(&mut v);
+            prop_assert_eq!(v, expected);
+        }
+    }
 
     fn t(ns: u64) -> SimTime {
         SimTime::from_nanos(ns)
