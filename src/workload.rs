@@ -500,7 +500,15 @@ struct SyntheticSource {
     prompt_rng: ActorRng,
     output_rng: ActorRng,
     prefix: Option<(SharedPrefixSpec, ActorRng)>,
+    /// Each group's ids of its whole prefix, made at its first prompt that
+    /// runs past the prefix (every such prompt of the group has them):
+    /// empty until then, and kept only while all groups' fit in
+    /// [`PREFIX_CACHE_IDS`].
+    group_ids: Vec<Vec<u64>>,
 }
+
+/// The most ids the shared-prefix groups keep made (8 MiB).
+const PREFIX_CACHE_IDS: u64 = 1 << 20;
 
 impl SyntheticSource {
     fn new(spec: &WorkloadSpec, seed: u64) -> Result<Self, WorkloadError> {
@@ -516,6 +524,7 @@ impl SyntheticSource {
             prompt_rng: stream_for(seed, "workload/prompt"),
             output_rng: stream_for(seed, "workload/output"),
             prefix: spec.shared_prefix.clone().map(|sp| (sp, stream_for(seed, "workload/prefix"))),
+            group_ids: Vec::new(),
         })
     }
 
@@ -526,7 +535,21 @@ impl SyntheticSource {
         let prefix = match &mut self.prefix {
             Some((sp, rng)) => {
                 let group = rng.random_range(0..sp.groups);
-                shared_prefix_ids(group, sp.tokens, prompt)
+                let whole = sp.tokens / SHARED_PREFIX_BLOCK_TOKENS;
+                if whole == 0 || prompt.get() <= sp.tokens || sp.groups.saturating_mul(whole) > PREFIX_CACHE_IDS {
+                    shared_prefix_ids(group, sp.tokens, prompt)
+                } else {
+                    // A prompt past the prefix: its group's ids of the whole
+                    // prefix, whatever its length.
+                    if self.group_ids.is_empty() {
+                        self.group_ids = vec![Vec::new(); sp.groups as usize];
+                    }
+                    let ids = &mut self.group_ids[group as usize];
+                    if ids.is_empty() {
+                        *ids = shared_prefix_ids(group, sp.tokens, prompt).ids;
+                    }
+                    PrefixIds { block_tokens: Tokens::new(SHARED_PREFIX_BLOCK_TOKENS), ids: ids.clone() }
+                }
             }
             None => PrefixIds::none(),
         };

@@ -8,7 +8,7 @@
 
 use actors::workload::{ArrivalMode, RequestSource, RequestSpec};
 use pdsim::scenario::{self, Scenario};
-use pdsim::workload::{ArrivalSpec, LengthSpec, SHARED_PREFIX_BLOCK_TOKENS};
+use pdsim::workload::{ArrivalSpec, LengthSpec, SHARED_PREFIX_BLOCK_TOKENS, shared_prefix_ids};
 
 use crate::common::{base_with_lines, scratch};
 
@@ -203,6 +203,12 @@ fn shared_prefix_groups() {
     // √(n·¼·¾) ≈ 27 for n = 4,000; allow 150.
     let g0 = long.iter().filter(|r| r.prefix.ids[..6] == *firsts[0]).count() as f64;
     assert!((g0 - long.len() as f64 / 4.0).abs() < 150.0, "{g0} of {}", long.len());
+    // Every request's ids are one group's, as made for its own prompt
+    // (the source keeps a group's whole-prefix ids made once).
+    for r in &reqs {
+        let ok = (0..4).any(|g| shared_prefix_ids(g, 100, r.prompt) == r.prefix);
+        assert!(ok, "prompt {}: ids of no group", r.prompt);
+    }
 }
 
 #[test]
