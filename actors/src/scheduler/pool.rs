@@ -256,6 +256,72 @@ impl Evicted {
     }
 }
 
+/// Cache key -> slot of its first copy, counting the changes made to it,
+/// so that slots found by a lookup can be used again while the count
+/// stands ([`HitMemo`]): every change goes through `insert`, `remove` or
+/// `insert_vacant`, which count it.
+#[derive(Clone, Debug, Default)]
+struct KeyMap {
+    map: FxHashMap<u64, u32>,
+    changes: u64,
+}
+
+impl KeyMap {
+    #[inline]
+    fn get(&self, k: &u64) -> Option<&u32> {
+        self.map.get(k)
+    }
+
+    #[inline]
+    fn contains_key(&self, k: &u64) -> bool {
+        self.map.contains_key(k)
+    }
+
+    fn insert(&mut self, k: u64, slot: u32) -> Option<u32> {
+        self.changes += 1;
+        self.map.insert(k, slot)
+    }
+
+    fn remove(&mut self, k: &u64) -> Option<u32> {
+        self.changes += 1;
+        self.map.remove(k)
+    }
+
+    /// Maps `k` to `slot()` if it maps to nothing; whether it did.
+    #[inline]
+    fn insert_vacant(&mut self, k: u64, slot: impl FnOnce() -> u32) -> bool {
+        match self.map.entry(k) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                self.changes += 1;
+                v.insert(slot());
+                true
+            }
+            std::collections::hash_map::Entry::Occupied(_) => false,
+        }
+    }
+
+    fn values(&self) -> impl Iterator<Item = &u32> {
+        self.map.values()
+    }
+
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = (&u64, &u32)> {
+        self.map.iter()
+    }
+}
+
+/// The slots of the leading full-attention entries the last
+/// [`KvPool::fa_hit`] found, for the request and the key map it found them
+/// in: pinning that hit then needs no second lookup of its keys.
+#[derive(Clone, Debug, Default)]
+struct HitMemo {
+    /// Owner, prompt, and the prefix ids' address and length looked up.
+    of: (u64, Tokens, usize, usize),
+    /// [`KeyMap::changes`] when found; `u64::MAX`: none.
+    changes: u64,
+    slots: Vec<u32>,
+}
+
 /// The cached entries: a slab of [`Entry`] with the unpinned ones on an
 /// intrusive doubly linked list in the order they were unpinned (head:
 /// least recently), so that unpinning, re-pinning and evicting are O(1).
@@ -404,7 +470,9 @@ pub struct KvPool {
     group_used: Vec<u64>,
     caching: bool,
     /// Cache key -> slot in `lru` of its first copy, the one a hit pins.
-    entries: FxHashMap<u64, u32>,
+    entries: KeyMap,
+    /// What the last full-attention lookup found (see [`HitMemo`]).
+    hit_memo: std::cell::RefCell<HitMemo>,
     /// The later copies of a full-attention or window key, in the order
     /// they were cached (rare: see `KvPool::register_block`).
     copies: FxHashMap<u64, Vec<u32>>,
@@ -504,7 +572,8 @@ impl KvPool {
             cached_free: 0,
             nameless: 0,
             caching,
-            entries: FxHashMap::default(),
+            entries: KeyMap::default(),
+            hit_memo: std::cell::RefCell::new(HitMemo { changes: u64::MAX, ..HitMemo::default() }),
             copies: FxHashMap::default(),
             held_slots: FxHashMap::default(),
             spare_slot_lists: Vec::new(),
@@ -1626,12 +1695,15 @@ impl KvPool {
         let limit = goal.saturating_sub(Tokens::new(1));
         let max = limit.blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
         let mut n = 0u32;
+        let mut memo = self.hit_memo.borrow_mut();
+        memo.slots.clear();
         while u64::from(n) < max {
-            if !self.entries.contains_key(&self.key(prefix, prompt, owner, n)) {
-                break;
-            }
+            let Some(&slot) = self.entries.get(&self.key(prefix, prompt, owner, n)) else { break };
+            memo.slots.push(slot);
             n += 1;
         }
+        memo.of = (owner, prompt, prefix.ids.as_ptr() as usize, prefix.ids.len());
+        memo.changes = self.entries.changes;
         // A hit is a multiple of every group's block size (vLLM's scheduler
         // block size, the lcm): FA B = 16 beside a window B = 32 hits in
         // pairs of blocks.
@@ -1809,11 +1881,27 @@ impl KvPool {
     ) {
         if fa > 0 {
             let mut slots = self.take_slots(alloc);
-            for i in 0..fa {
-                let slot = *self.entries.get(&self.key(prefix, prompt, alloc.owner, i)).expect("a hit's entries exist");
-                self.ref_slot(slot);
-                slots.push(slot);
+            let memo = self.hit_memo.take();
+            let of = (alloc.owner, prompt, prefix.ids.as_ptr() as usize, prefix.ids.len());
+            if memo.changes == self.entries.changes && memo.of == of && memo.slots.len() >= fa as usize {
+                // The key map is as the lookup left it: the slots it found.
+                debug_assert!((0..fa).all(|i| {
+                    self.entries.get(&self.key(prefix, prompt, alloc.owner, i)) == Some(&memo.slots[i as usize])
+                }));
+                for &slot in &memo.slots[..fa as usize] {
+                    self.ref_slot(slot);
+                }
+                slots.extend_from_slice(&memo.slots[..fa as usize]);
+            } else {
+                for i in 0..fa {
+                    let k = self.key(prefix, prompt, alloc.owner, i);
+                    let slot = *self.entries.get(&k).expect("a hit's entries exist");
+                    self.ref_slot(slot);
+                    slots.push(slot);
+                }
             }
+            // Its room kept for the next lookup.
+            *self.hit_memo.get_mut() = HitMemo { changes: u64::MAX, ..memo };
             self.put_slots(alloc.owner, slots);
         }
         if !window.is_empty() {
@@ -2247,8 +2335,8 @@ impl KvPool {
         }
         let Some(slot) = pins.iter().position(|&(key, _)| key == 0) else { return };
         let sg = self.state_groups;
-        if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
-            v.insert(self.lru.alloc(k, Kind::State));
+        let lru = &mut self.lru;
+        if self.entries.insert_vacant(k, || lru.alloc(k, Kind::State)) {
             self.shared += sg;
         } else {
             self.free += sg;
@@ -2358,9 +2446,7 @@ impl KvPool {
     /// a later one if the content is cached already.
     fn new_entry(&mut self, k: u64, kind: Kind) -> u32 {
         let slot = self.lru.alloc(k, kind);
-        if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(k) {
-            v.insert(slot);
-        } else {
+        if !self.entries.insert_vacant(k, || slot) {
             self.copies.entry(k).or_default().push(slot);
         }
         slot

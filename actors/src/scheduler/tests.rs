@@ -389,6 +389,41 @@ fn the_next_copy_in_caching_order_takes_an_evicted_first_copys_place() {
 }
 
 #[test]
+fn a_hit_pinned_after_the_key_map_changed_pins_the_copy_it_serves_then() {
+    // The pool keeps the slots a lookup found for the pin that follows; a
+    // change of the key map in between must not let the pin use them. A
+    // and B compute key K (copies K1, K2), both freed: [K1, K2], one plain
+    // block. D looks up K (K1). Y takes 2 blocks: the plain one and K1, so
+    // K2 takes K1's place; Y gives its blocks back. D's pin then pins K2
+    // (the stale slot is K1's, freed) and takes one of Y's. 3 blocks,
+    // B = 16.
+    let mut pool = fa_pool(3);
+    let reqs: Vec<Box<Request>> = (0..2).map(|i| prefixed(i, &[5], 1)).collect();
+    let mut allocs: Vec<Alloc> = (0..2).map(Alloc::owned_by).collect();
+    for (r, a) in reqs.iter().zip(allocs.iter_mut()) {
+        pool.pin_and_allocate(a, &r.prefix, r.prompt, 0, (Tokens::ZERO, r.prompt), false).unwrap();
+        pool.register(a, &r.prefix, r.prompt, r.prompt);
+    }
+    for (r, a) in reqs.iter().zip(allocs.iter_mut()) {
+        pool.release(a, r.prompt);
+    }
+    let d = prefixed(5, &[5, 6], 1);
+    assert_eq!(pool.cached_prefix(&d.prefix, d.prompt, 5, d.prompt), 1);
+    let mut y = Alloc::owned_by(4);
+    pool.pin_and_allocate(&mut y, &PrefixIds::none(), Tokens::new(32), 0, (Tokens::ZERO, Tokens::new(32)), false)
+        .unwrap();
+    assert_eq!(pool.evicted_blocks(), 1);
+    pool.release(&mut y, Tokens::new(32));
+    let mut da = Alloc::owned_by(5);
+    pool.pin_and_allocate(&mut da, &d.prefix, d.prompt, 1, (Tokens::new(16), Tokens::new(17)), false).unwrap();
+    // Pinned: K2, no longer evictable; the copy K1 is gone.
+    pool.check().unwrap();
+    assert_eq!((pool.used(), pool.cached_free(), pool.free_plain()), (2, 0, 1));
+    pool.release(&mut da, Tokens::new(17));
+    pool.check().unwrap();
+}
+
+#[test]
 fn a_source_release_frees_what_the_rule_frees_per_group() {
     // Full attention and a window of 32 tokens, B = 16: a 1,024-token
     // prefill in one step holds 64 + 64 blocks; the source keeps 64 + 2
