@@ -31,6 +31,7 @@
 
 mod align;
 mod decoding;
+mod keymap;
 mod plan;
 pub mod policy;
 mod pool;

@@ -70,6 +70,7 @@
 //! Conservation: `private + shared + cached_free + free = num_blocks`
 //! (`cached_free` counting the nameless runs).
 
+use super::keymap::KeyMap;
 use crate::fxmap::FxHashMap;
 use crate::model::{CacheGroup, CacheGroupKind, block_size_lcm};
 use crate::rules;
@@ -253,60 +254,6 @@ impl Evicted {
         match self {
             Evicted::Named { step, .. } | Evicted::Nameless { step, .. } => step,
         }
-    }
-}
-
-/// Cache key -> slot of its first copy, counting the changes made to it,
-/// so that slots found by a lookup can be used again while the count
-/// stands ([`HitMemo`]): every change goes through `insert`, `remove` or
-/// `insert_vacant`, which count it.
-#[derive(Clone, Debug, Default)]
-struct KeyMap {
-    map: FxHashMap<u64, u32>,
-    changes: u64,
-}
-
-impl KeyMap {
-    #[inline]
-    fn get(&self, k: &u64) -> Option<&u32> {
-        self.map.get(k)
-    }
-
-    #[inline]
-    fn contains_key(&self, k: &u64) -> bool {
-        self.map.contains_key(k)
-    }
-
-    fn insert(&mut self, k: u64, slot: u32) -> Option<u32> {
-        self.changes += 1;
-        self.map.insert(k, slot)
-    }
-
-    fn remove(&mut self, k: &u64) -> Option<u32> {
-        self.changes += 1;
-        self.map.remove(k)
-    }
-
-    /// Maps `k` to `slot()` if it maps to nothing; whether it did.
-    #[inline]
-    fn insert_vacant(&mut self, k: u64, slot: impl FnOnce() -> u32) -> bool {
-        match self.map.entry(k) {
-            std::collections::hash_map::Entry::Vacant(v) => {
-                self.changes += 1;
-                v.insert(slot());
-                true
-            }
-            std::collections::hash_map::Entry::Occupied(_) => false,
-        }
-    }
-
-    fn values(&self) -> impl Iterator<Item = &u32> {
-        self.map.values()
-    }
-
-    #[cfg(test)]
-    fn iter(&self) -> impl Iterator<Item = (&u64, &u32)> {
-        self.map.iter()
     }
 }
 
@@ -1703,7 +1650,7 @@ impl KvPool {
             n += 1;
         }
         memo.of = (owner, prompt, prefix.ids.as_ptr() as usize, prefix.ids.len());
-        memo.changes = self.entries.changes;
+        memo.changes = self.entries.changes();
         // A hit is a multiple of every group's block size (vLLM's scheduler
         // block size, the lcm): FA B = 16 beside a window B = 32 hits in
         // pairs of blocks.
@@ -1883,7 +1830,7 @@ impl KvPool {
             let mut slots = self.take_slots(alloc);
             let memo = self.hit_memo.take();
             let of = (alloc.owner, prompt, prefix.ids.as_ptr() as usize, prefix.ids.len());
-            if memo.changes == self.entries.changes && memo.of == of && memo.slots.len() >= fa as usize {
+            if memo.changes == self.entries.changes() && memo.of == of && memo.slots.len() >= fa as usize {
                 // The key map is as the lookup left it: the slots it found.
                 debug_assert!((0..fa).all(|i| {
                     self.entries.get(&self.key(prefix, prompt, alloc.owner, i)) == Some(&memo.slots[i as usize])
