@@ -91,6 +91,7 @@ impl KeyMap {
     }
 
     /// Maps `k` to `slot`; the slot it mapped to before.
+    #[inline]
     pub(super) fn insert(&mut self, k: u64, slot: u32) -> Option<u32> {
         debug_assert_ne!(slot, EMPTY);
         self.changes += 1;
@@ -145,6 +146,7 @@ impl KeyMap {
     /// Unmaps `k`; the slot it mapped to. The cells after it that could sit
     /// closer to their home move back into the hole, so every key stays
     /// reachable from its home without gaps.
+    #[inline]
     pub(super) fn remove(&mut self, k: &u64) -> Option<u32> {
         self.changes += 1;
         let (mut hole, found) = self.find(*k);
