@@ -1641,9 +1641,15 @@ impl KvPool {
         }
         let limit = goal.saturating_sub(Tokens::new(1));
         let max = limit.blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
-        let mut n = 0u32;
+        let first = if max > 0 { self.entries.get(&self.key(prefix, prompt, owner, 0)) } else { None };
+        let Some(&first) = first else {
+            // No hit: nothing to pin, so the memo may stand as it is.
+            return 0;
+        };
+        let mut n = 1u32;
         let mut memo = self.hit_memo.borrow_mut();
         memo.slots.clear();
+        memo.slots.push(first);
         while u64::from(n) < max {
             let Some(&slot) = self.entries.get(&self.key(prefix, prompt, owner, n)) else { break };
             memo.slots.push(slot);
