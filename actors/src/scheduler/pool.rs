@@ -1293,9 +1293,7 @@ impl KvPool {
         if dropped > 0 {
             let mut slots =
                 self.win_slots.remove(&alloc.owner).expect("a holding pinning window entries has their slots");
-            for &slot in slots[..dropped as usize].iter().rev() {
-                self.unref_slot(slot);
-            }
+            self.unref_slots_rev(&slots[..dropped as usize], Kind::Window);
             slots.drain(..dropped as usize);
             alloc.wfirst += dropped;
             alloc.wpinned -= dropped;
@@ -1311,9 +1309,7 @@ impl KvPool {
             return;
         }
         let mut slots = self.win_slots.remove(&alloc.owner).expect("a holding pinning window entries has their slots");
-        for &slot in slots.iter().rev() {
-            self.unref_slot(slot);
-        }
+        self.unref_slots_rev(&slots, Kind::Window);
         slots.clear();
         self.spare_slot_lists.push(slots);
         alloc.wpinned = 0;
@@ -1841,9 +1837,7 @@ impl KvPool {
                 debug_assert!((0..fa).all(|i| {
                     self.entries.get(&self.key(prefix, prompt, alloc.owner, i)) == Some(&memo.slots[i as usize])
                 }));
-                for &slot in &memo.slots[..fa as usize] {
-                    self.ref_slot(slot);
-                }
+                self.ref_slots(&memo.slots[..fa as usize], Kind::Full);
                 slots.extend_from_slice(&memo.slots[..fa as usize]);
             } else {
                 for i in 0..fa {
@@ -2121,6 +2115,55 @@ impl KvPool {
         }
     }
 
+    /// [`KvPool::ref_slot`] of each entry of `kind` in `slots`, in order,
+    /// the counts changed once for the run.
+    #[inline]
+    fn ref_slots(&mut self, slots: &[u32], kind: Kind) {
+        let mut taken = 0u64;
+        for &i in slots {
+            let e = &mut self.lru.slots[i as usize];
+            debug_assert_eq!(e.kind, kind);
+            e.refs += 1;
+            if e.refs == 1 {
+                let was_head = self.lru.head == i;
+                self.lru.unlink(i);
+                if was_head {
+                    self.absorb_front();
+                }
+                taken += 1;
+            }
+        }
+        if taken > 0 {
+            let blocks = taken * self.entry_blocks(kind);
+            self.cached_free -= blocks;
+            self.shared += blocks;
+            self.used_add(kind, taken as i64);
+        }
+    }
+
+    /// [`KvPool::unref_slot`] of each entry of `kind` in `slots`, last
+    /// first (those left unpinned join the LRU order's tail in that order),
+    /// the counts changed once for the run.
+    #[inline]
+    fn unref_slots_rev(&mut self, slots: &[u32], kind: Kind) {
+        let mut freed = 0u64;
+        for &i in slots.iter().rev() {
+            let e = &mut self.lru.slots[i as usize];
+            debug_assert_eq!(e.kind, kind);
+            e.refs -= 1;
+            if e.refs == 0 {
+                self.lru.push_back(i);
+                freed += 1;
+            }
+        }
+        if freed > 0 {
+            let blocks = freed * self.entry_blocks(kind);
+            self.shared -= blocks;
+            self.cached_free += blocks;
+            self.used_add(kind, -(freed as i64));
+        }
+    }
+
     /// Drops one pin of entry `k`; unpinned, it joins the LRU order's tail.
     fn unref(&mut self, k: u64) {
         let i = *self.entries.get(&k).expect("pinned entry exists");
@@ -2180,9 +2223,7 @@ impl KvPool {
         }
         let mut slots = self.held_slots.remove(&owner).expect("a holding with shared blocks has its slots");
         debug_assert_eq!(slots.len(), n as usize);
-        for &slot in slots.iter().rev() {
-            self.unref_slot(slot);
-        }
+        self.unref_slots_rev(&slots, Kind::Full);
         slots.clear();
         self.spare_slot_lists.push(slots);
     }
