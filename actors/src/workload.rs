@@ -55,6 +55,36 @@ impl PrefixIds {
         let id = *self.ids.get(usize::try_from(idx).ok()?)?;
         Some(mix(id, end.get()))
     }
+
+    /// [`PrefixIds::key_through`] of the ends of consecutive `b`-token
+    /// blocks from block `first` on (ends `(first + 1)·b`, `(first + 2)·b`,
+    /// …), up to the first block it gives none for: one division for the
+    /// run instead of one a block.
+    pub fn block_keys(&self, b: Tokens, first: u64, prompt: Tokens) -> impl Iterator<Item = u64> + '_ {
+        let (g, b) = (self.block_tokens.get(), b.get());
+        let mut end = first.saturating_add(1).saturating_mul(b);
+        // The id of the block holding token end − 1: idx·g < end ≤ (idx + 1)·g.
+        let mut idx = end.saturating_sub(1).checked_div(g).unwrap_or(0);
+        let mut bound = idx.saturating_add(1).saturating_mul(g);
+        let mut done = g == 0 || b == 0;
+        std::iter::from_fn(move || {
+            if done || end == 0 || end > prompt.get() {
+                done = true;
+                return None;
+            }
+            while end > bound {
+                idx += 1;
+                bound = bound.saturating_add(g);
+            }
+            let Some(&id) = usize::try_from(idx).ok().and_then(|i| self.ids.get(i)) else {
+                done = true;
+                return None;
+            };
+            let k = mix(id, end);
+            end = end.saturating_add(b);
+            Some(k)
+        })
+    }
 }
 
 /// A 64-bit mixer (splitmix64's finaliser) over an id and a position.
@@ -104,4 +134,36 @@ pub enum ArrivalMode {
         /// Requests in flight.
         concurrency: u32,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// The run of keys is key_through's, block by block, and ends where
+        /// key_through first gives none (ids shorter than the prompt, a
+        /// partial last block, pool blocks smaller, equal or larger than
+        /// the ids' blocks).
+        #[test]
+        fn block_keys_are_key_through_of_each_block_end(
+            g in 0u64..40,
+            b in 1u64..40,
+            ids in prop::collection::vec(any::<u64>(), 0..30),
+            prompt in 0u64..1200,
+            first in 0u64..40,
+        ) {
+            let p = PrefixIds { block_tokens: Tokens::new(g), ids };
+            let prompt = Tokens::new(prompt);
+            let expected: Vec<u64> = (first..)
+                .map(|i| p.key_through(Tokens::new((i + 1) * b), prompt))
+                .take_while(Option::is_some)
+                .flatten()
+                .collect();
+            let got: Vec<u64> = p.block_keys(Tokens::new(b), first, prompt).collect();
+            prop_assert_eq!(got, expected);
+        }
+    }
 }

@@ -2254,12 +2254,16 @@ impl KvPool {
         let b = self.fa_block.expect("caching needs a full-attention group");
         if u64::from(alloc.shared) < full {
             let mut slots = self.take_slots(alloc);
-            while u64::from(alloc.shared) < full {
-                // Only content the prefix ids name, which others may share.
-                let end = Tokens::new((u64::from(alloc.shared) + 1) * b.get());
-                let Some(k) = prefix.key_through(end, prompt) else { break };
-                self.register_block(alloc, k, &mut slots);
+            let first = u64::from(alloc.shared);
+            // Only content the prefix ids name, which others may share.
+            for k in prefix.block_keys(b, first, prompt).take((full - first) as usize) {
+                slots.push(self.new_entry(k, Kind::Full));
             }
+            let added = slots.len() as u64 - first;
+            self.shared += added * self.fa_groups;
+            self.private -= added * self.fa_groups;
+            alloc.private -= added * self.fa_groups;
+            alloc.shared += added as u32;
             self.put_slots(alloc.owner, slots);
         }
     }
