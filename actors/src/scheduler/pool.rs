@@ -2256,10 +2256,11 @@ impl KvPool {
             let mut slots = self.take_slots(alloc);
             let first = u64::from(alloc.shared);
             // Only content the prefix ids name, which others may share.
+            let mut added = 0u64;
             for k in prefix.block_keys(b, first, prompt).take((full - first) as usize) {
                 slots.push(self.new_entry(k, Kind::Full));
+                added += 1;
             }
-            let added = slots.len() as u64 - first;
             self.shared += added * self.fa_groups;
             self.private -= added * self.fa_groups;
             alloc.private -= added * self.fa_groups;
