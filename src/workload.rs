@@ -503,12 +503,15 @@ struct SyntheticSource {
     /// Each group's ids of its whole prefix, made at its first prompt that
     /// runs past the prefix (every such prompt of the group has them):
     /// empty until then, and kept only while all groups' fit in
-    /// [`PREFIX_CACHE_IDS`].
+    /// [`PREFIX_CACHE_IDS`] and there are at most [`PREFIX_CACHE_GROUPS`].
     group_ids: Vec<Vec<u64>>,
 }
 
 /// The most ids the shared-prefix groups keep made (8 MiB).
 const PREFIX_CACHE_IDS: u64 = 1 << 20;
+
+/// The most groups whose ids are kept made (their lists, 1.5 MiB).
+const PREFIX_CACHE_GROUPS: u64 = 1 << 16;
 
 impl SyntheticSource {
     fn new(spec: &WorkloadSpec, seed: u64) -> Result<Self, WorkloadError> {
@@ -536,7 +539,10 @@ impl SyntheticSource {
             Some((sp, rng)) => {
                 let group = rng.random_range(0..sp.groups);
                 let whole = sp.tokens / SHARED_PREFIX_BLOCK_TOKENS;
-                if whole == 0 || prompt.get() <= sp.tokens || sp.groups.saturating_mul(whole) > PREFIX_CACHE_IDS {
+                let cached = whole > 0
+                    && sp.groups <= PREFIX_CACHE_GROUPS
+                    && sp.groups.saturating_mul(whole) <= PREFIX_CACHE_IDS;
+                if !cached || prompt.get() <= sp.tokens {
                     shared_prefix_ids(group, sp.tokens, prompt)
                 } else {
                     // A prompt past the prefix: its group's ids of the whole
