@@ -70,6 +70,7 @@ impl Stats {
     }
 
     /// `n` sequences produced a token `gap` after their previous one.
+    #[inline]
     pub(super) fn gaps(&mut self, gap: SimDuration, n: u64) {
         self.itl.record_n(gap, n);
     }
