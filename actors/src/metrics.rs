@@ -383,6 +383,29 @@ impl Column {
     /// Adds one value.
     #[inline]
     pub fn push(&mut self, ns: u64) {
+        // Into the last chunk while it has room and the value its width.
+        if !self.len.is_multiple_of(CHUNK) {
+            match self.chunks.last_mut() {
+                Some(Chunk::Narrow(v)) if ns <= u64::from(u32::MAX) => {
+                    v.push(ns as u32);
+                    self.len += 1;
+                    return;
+                }
+                Some(Chunk::Wide(v)) => {
+                    v.push(ns);
+                    self.len += 1;
+                    return;
+                }
+                _ => {}
+            }
+        }
+        self.push_new_chunk_or_wider(ns);
+    }
+
+    /// [`Column::push`] of a value that starts a chunk or needs a narrow
+    /// chunk widened.
+    #[inline(never)]
+    fn push_new_chunk_or_wider(&mut self, ns: u64) {
         if self.len.is_multiple_of(CHUNK) {
             self.chunks.push(Chunk::Narrow(Vec::with_capacity(CHUNK)));
         }
@@ -943,6 +966,38 @@ impl Timeline {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_column_keeps_every_value_across_chunks_and_widenings() {
+        // Four chunks of 65,536; values past u32::MAX at the first's first
+        // and last places, at the third's first and in the fourth: those
+        // chunks are widened, the second stays narrow.
+        let n = 3 * CHUNK + 5_000;
+        let wide = [0, CHUNK - 1, 2 * CHUNK, 3 * CHUNK + 17];
+        let values: Vec<u64> = (0..n as u64)
+            .map(|i| {
+                if wide.contains(&(i as usize)) { (1 << 40) + i } else { i.wrapping_mul(2_654_435_761) % 3_000_000_000 }
+            })
+            .collect();
+        let mut c = Column::default();
+        for &v in &values {
+            c.push(v);
+        }
+        assert_eq!(c.len(), n);
+        let kinds: Vec<bool> = c.chunks.iter().map(|k| matches!(k, Chunk::Wide(_))).collect();
+        assert_eq!(kinds, [true, false, true, true]);
+        let mut expected = values;
+        expected.sort_unstable();
+        assert_eq!(c.take_sorted(), expected);
+        assert!(c.is_empty());
+        // A column of narrow values stays narrow.
+        let mut c = Column::default();
+        for v in 0..(CHUNK as u64 + 3) {
+            c.push(v * 3);
+        }
+        assert!(c.chunks.iter().all(|k| matches!(k, Chunk::Narrow(_))));
+        assert_eq!(c.take_sorted(), (0..(CHUNK as u64 + 3)).map(|v| v * 3).collect::<Vec<_>>());
+    }
 
     proptest! {
         /// The radix sort gives the comparison sort's sequence, on values of

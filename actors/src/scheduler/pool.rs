@@ -691,6 +691,7 @@ impl KvPool {
 
     /// The blocks moving `alloc` to the decode step `from..to` takes
     /// (negative: gives back); no side effects.
+    #[inline]
     pub fn change_in_blocks(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> i64 {
         let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
         let wkept = if self.win.is_some() { self.win_step(alloc, from).0 } else { 0 };
