@@ -386,6 +386,12 @@ impl Lru {
     }
 }
 
+/// The key of the entry in a slot, for [`KeyMap`]'s lookups.
+#[inline]
+fn keys(slots: &[Entry]) -> impl Fn(u32) -> u64 + '_ {
+    move |s| slots[s as usize].key
+}
+
 /// The pool.
 #[derive(Clone, Debug)]
 pub struct KvPool {
@@ -904,16 +910,16 @@ impl KvPool {
     #[inline]
     fn forget_copy(&mut self, key: u64, i: u32) -> Option<usize> {
         if self.copies.is_empty() {
-            self.entries.remove(&key);
+            self.entries.remove(key, keys(&self.lru.slots));
             return None;
         }
         let Some(later) = self.copies.get_mut(&key) else {
-            self.entries.remove(&key);
+            self.entries.remove(key, keys(&self.lru.slots));
             return None;
         };
-        let at = if self.entries.get(&key) == Some(&i) {
+        let at = if self.entries.get(key, keys(&self.lru.slots)) == Some(i) {
             let next = later.remove(0);
-            self.entries.insert(key, next);
+            self.entries.insert(key, next, keys(&self.lru.slots));
             None
         } else {
             let at = later.iter().position(|&c| c == i).expect("an evicted copy is listed");
@@ -1053,7 +1059,7 @@ impl KvPool {
                     match copy {
                         Some(at) => self.copies.entry(key).or_default().insert(at, slot),
                         None => {
-                            if let Some(first) = self.entries.insert(key, slot) {
+                            if let Some(first) = self.entries.insert(key, slot, keys(&self.lru.slots)) {
                                 self.copies.entry(key).or_default().insert(0, first);
                             }
                         }
@@ -1548,7 +1554,7 @@ impl KvPool {
         }
         let mut m = n;
         while m > 0 {
-            if self.entries.contains_key(&self.state_key(prefix, prompt, owner, m)) {
+            if self.entries.contains_key(self.state_key(prefix, prompt, owner, m), keys(&self.lru.slots)) {
                 break;
             }
             m -= self.hit_align.min(m);
@@ -1577,7 +1583,7 @@ impl KvPool {
         let mut run = 0u32;
         let mut hit = None;
         for i in (0..n).rev() {
-            if self.entries.contains_key(&self.win_key(prefix, prompt, owner, i)) {
+            if self.entries.contains_key(self.win_key(prefix, prompt, owner, i), keys(&self.lru.slots)) {
                 run += 1;
                 if run >= w.need {
                     hit = Some(i + w.need);
@@ -1612,7 +1618,7 @@ impl KvPool {
             return 0;
         }
         let k = self.state_key(prefix, prompt, owner, n);
-        if self.entries.contains_key(&k) { k } else { 0 }
+        if self.entries.contains_key(k, keys(&self.lru.slots)) { k } else { 0 }
     }
 
     /// The state-group block index of the state after `t` tokens.
@@ -1638,8 +1644,9 @@ impl KvPool {
         }
         let limit = goal.saturating_sub(Tokens::new(1));
         let max = limit.blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
-        let first = if max > 0 { self.entries.get(&self.key(prefix, prompt, owner, 0)) } else { None };
-        let Some(&first) = first else {
+        let first =
+            if max > 0 { self.entries.get(self.key(prefix, prompt, owner, 0), keys(&self.lru.slots)) } else { None };
+        let Some(first) = first else {
             // No hit: nothing to pin, so the memo may stand as it is.
             return 0;
         };
@@ -1648,7 +1655,7 @@ impl KvPool {
         memo.slots.clear();
         memo.slots.push(first);
         while u64::from(n) < max {
-            let Some(&slot) = self.entries.get(&self.key(prefix, prompt, owner, n)) else { break };
+            let Some(slot) = self.entries.get(self.key(prefix, prompt, owner, n), keys(&self.lru.slots)) else { break };
             memo.slots.push(slot);
             n += 1;
         }
@@ -1700,7 +1707,8 @@ impl KvPool {
         }
         // The hit's entries no request pins leave the eviction order when
         // pinned, so they count against the free and evictable blocks.
-        let evictable = |k: u64| self.entries.get(&k).is_some_and(|&i| self.lru.slots[i as usize].refs == 0);
+        let evictable =
+            |k: u64| self.entries.get(k, keys(&self.lru.slots)).is_some_and(|i| self.lru.slots[i as usize].refs == 0);
         let mut touched = 0u64;
         if self.fa_groups > 0 && self.caching {
             for i in 0..n {
@@ -1836,14 +1844,15 @@ impl KvPool {
             if memo.changes == self.entries.changes() && memo.of == of && memo.slots.len() >= fa as usize {
                 // The key map is as the lookup left it: the slots it found.
                 debug_assert!((0..fa).all(|i| {
-                    self.entries.get(&self.key(prefix, prompt, alloc.owner, i)) == Some(&memo.slots[i as usize])
+                    self.entries.get(self.key(prefix, prompt, alloc.owner, i), keys(&self.lru.slots))
+                        == Some(memo.slots[i as usize])
                 }));
                 self.ref_slots(&memo.slots[..fa as usize], Kind::Full);
                 slots.extend_from_slice(&memo.slots[..fa as usize]);
             } else {
                 for i in 0..fa {
                     let k = self.key(prefix, prompt, alloc.owner, i);
-                    let slot = *self.entries.get(&k).expect("a hit's entries exist");
+                    let slot = self.entries.get(k, keys(&self.lru.slots)).expect("a hit's entries exist");
                     self.ref_slot(slot);
                     slots.push(slot);
                 }
@@ -1856,7 +1865,7 @@ impl KvPool {
             let mut slots = self.take_win_slots(alloc);
             for i in window {
                 let k = self.win_key(prefix, prompt, alloc.owner, i);
-                let slot = *self.entries.get(&k).expect("a hit's window entries exist");
+                let slot = self.entries.get(k, keys(&self.lru.slots)).expect("a hit's window entries exist");
                 self.ref_slot(slot);
                 slots.push(slot);
             }
@@ -2093,7 +2102,7 @@ impl KvPool {
     }
 
     fn ref_entry(&mut self, k: u64) {
-        let i = *self.entries.get(&k).expect("entry exists");
+        let i = self.entries.get(k, keys(&self.lru.slots)).expect("entry exists");
         self.ref_slot(i);
     }
 
@@ -2167,7 +2176,7 @@ impl KvPool {
 
     /// Drops one pin of entry `k`; unpinned, it joins the LRU order's tail.
     fn unref(&mut self, k: u64) {
-        let i = *self.entries.get(&k).expect("pinned entry exists");
+        let i = self.entries.get(k, keys(&self.lru.slots)).expect("pinned entry exists");
         self.unref_slot(i);
     }
 
@@ -2335,13 +2344,17 @@ impl KvPool {
         }
         let Some(slot) = pins.iter().position(|&(key, _)| key == 0) else { return };
         let sg = self.state_groups;
-        let lru = &mut self.lru;
-        if self.entries.insert_vacant(k, || lru.alloc(k, Kind::State)) {
-            self.shared += sg;
-        } else {
-            self.free += sg;
-            self.used_add(Kind::State, -1);
-            self.ref_entry(k);
+        match self.entries.entry(k, keys(&self.lru.slots)) {
+            Err(vacant) => {
+                let slot = self.lru.alloc(k, Kind::State);
+                self.entries.fill(vacant, slot);
+                self.shared += sg;
+            }
+            Ok(i) => {
+                self.free += sg;
+                self.used_add(Kind::State, -1);
+                self.ref_slot(i);
+            }
         }
         self.private -= sg;
         alloc.private -= sg;
@@ -2445,9 +2458,11 @@ impl KvPool {
     /// A new pinned entry of `kind` under key `k`: the key's first copy, or
     /// a later one if the content is cached already.
     fn new_entry(&mut self, k: u64, kind: Kind) -> u32 {
+        let found = self.entries.entry(k, keys(&self.lru.slots));
         let slot = self.lru.alloc(k, kind);
-        if !self.entries.insert_vacant(k, || slot) {
-            self.copies.entry(k).or_default().push(slot);
+        match found {
+            Err(vacant) => self.entries.fill(vacant, slot),
+            Ok(_) => self.copies.entry(k).or_default().push(slot),
         }
         slot
     }
@@ -2466,8 +2481,9 @@ impl KvPool {
         }
         let mut keys: Vec<(u64, Vec<(Kind, u32)>)> = self
             .entries
-            .iter()
-            .map(|(&k, &first)| {
+            .values()
+            .map(|first| {
+                let k = self.lru.slots[first as usize].key;
                 let later = self.copies.get(&k).into_iter().flatten();
                 let copies = std::iter::once(&first).chain(later).map(|&c| &self.lru.slots[c as usize]);
                 (k, copies.map(|e| (e.kind, e.refs)).collect())
@@ -2495,8 +2511,8 @@ impl KvPool {
         let unpinned: u64 = self
             .entries
             .values()
-            .chain(self.copies.values().flatten())
-            .map(|&i| &self.lru.slots[i as usize])
+            .chain(self.copies.values().flatten().copied())
+            .map(|i| &self.lru.slots[i as usize])
             .filter(|e| e.refs == 0)
             .map(|e| self.entry_blocks(e.kind))
             .sum();
@@ -2510,7 +2526,7 @@ impl KvPool {
                 }
                 for &slot in slots {
                     let e = &self.lru.slots[slot as usize];
-                    let live = self.entries.get(&e.key) == Some(&slot)
+                    let live = self.entries.get(e.key, keys(&self.lru.slots)) == Some(slot)
                         || self.copies.get(&e.key).is_some_and(|c| c.contains(&slot));
                     if e.kind != kind || !live {
                         return Err(format!("holding {owner}: slot {slot} is no live {kind:?} entry"));
@@ -2519,7 +2535,7 @@ impl KvPool {
                 }
             }
         }
-        for &slot in self.entries.values().chain(self.copies.values().flatten()) {
+        for slot in self.entries.values().chain(self.copies.values().flatten().copied()) {
             let e = &self.lru.slots[slot as usize];
             if e.kind != Kind::State && e.refs != listed.get(&slot).copied().unwrap_or(0) {
                 return Err(format!("entry in slot {slot}: {} pins, {:?} holdings list it", e.refs, listed.get(&slot)));
