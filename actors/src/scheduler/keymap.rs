@@ -48,6 +48,22 @@ fn tag(k: u64) -> u32 {
     (k.wrapping_mul(PHI) >> 32) as u32
 }
 
+/// Hints that `*r` will be read soon (an x86-64 prefetch; nothing
+/// elsewhere).
+#[inline(always)]
+pub(super) fn prefetch_read<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing a program can observe and cannot
+    // fault, whatever the address; `r` is a live reference besides. Its
+    // `sse` target feature is part of the x86-64 baseline.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(r).cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
+}
+
 /// The answer of [`KeyMap::entry`] for a key the map lacks: the cell it
 /// would take, valid until the map next changes ([`KeyMap::fill`] checks).
 #[derive(Debug)]
@@ -107,6 +123,15 @@ impl KeyMap {
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// Asks the processor to bring the cell `k` is placed at first into
+    /// cache, for an operation on `k` a little later: a batch of
+    /// operations then waits for its cells together rather than one after
+    /// another. A hint only; nothing it does can change an answer.
+    #[inline(always)]
+    pub(super) fn prefetch(&self, k: u64) {
+        prefetch_read(&self.cells[self.home(tag(k))]);
     }
 
     /// The slot `k` maps to.

@@ -77,6 +77,10 @@ use crate::rules;
 use crate::units::{Blocks, Tokens};
 use crate::workload::{PrefixIds, mix};
 
+/// How many blocks ahead of a run of key map operations their cells are
+/// fetched ([`KeyMap::prefetch`]).
+const PREFETCH_AHEAD: usize = 16;
+
 /// Salts the keys of a request's own content (see `KvPool::key`).
 const OWN_CONTENT: u64 = 0x6f77_6e5f_636f_6e74;
 
@@ -436,6 +440,8 @@ pub struct KvPool {
     held_slots: FxHashMap<u64, Vec<u32>>,
     /// Emptied `held_slots` lists, for reuse.
     spare_slot_lists: Vec<Vec<u32>>,
+    /// Room for the keys `register` inserts (empty between calls).
+    key_scratch: Vec<u64>,
     lru: Lru,
     /// Most blocks ever in use (private + shared).
     peak_used: u64,
@@ -530,6 +536,7 @@ impl KvPool {
             copies: FxHashMap::default(),
             held_slots: FxHashMap::default(),
             spare_slot_lists: Vec::new(),
+            key_scratch: Vec::new(),
             lru: Lru::new(),
             peak_used: 0,
             evicted_blocks: 0,
@@ -885,7 +892,24 @@ impl KvPool {
         if n > available {
             return Err(Shortfall { needed: n, available });
         }
+        // The key map's cells of the entries about to go fetched a few
+        // entries ahead of their removal (see `KeyMap::prefetch`), as far
+        // as the blocks wanted reach.
+        let mut wanted = n - self.free;
+        let mut ahead = self.lru.head;
+        let prefetch_next = |pool: &Self, ahead: &mut u32, wanted: &mut u64| {
+            if *ahead != NIL && *wanted > 0 {
+                let e = &pool.lru.slots[*ahead as usize];
+                pool.entries.prefetch(e.key);
+                *wanted = wanted.saturating_sub(if e.nameless > 0 { e.nameless } else { pool.entry_blocks(e.kind) });
+                *ahead = e.next;
+            }
+        };
+        for _ in 0..PREFETCH_AHEAD {
+            prefetch_next(self, &mut ahead, &mut wanted);
+        }
         while self.free < n {
+            prefetch_next(self, &mut ahead, &mut wanted);
             // The head is named (`absorb_front`).
             let (i, e) = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
             let copy = self.forget_copy(e.key, i);
@@ -2266,11 +2290,22 @@ impl KvPool {
             let mut slots = self.take_slots(alloc);
             let first = u64::from(alloc.shared);
             // Only content the prefix ids name, which others may share.
-            let mut added = 0u64;
-            for k in prefix.block_keys(b, first, prompt).take((full - first) as usize) {
-                slots.push(self.new_entry(k, Kind::Full));
-                added += 1;
+            let mut keys = std::mem::take(&mut self.key_scratch);
+            keys.extend(prefix.block_keys(b, first, prompt).take((full - first) as usize));
+            // The key map's cells fetched a few blocks ahead of their
+            // inserts (see `KeyMap::prefetch`).
+            for &k in keys.iter().take(PREFETCH_AHEAD) {
+                self.entries.prefetch(k);
             }
+            for (j, &k) in keys.iter().enumerate() {
+                if let Some(&next) = keys.get(j + PREFETCH_AHEAD) {
+                    self.entries.prefetch(next);
+                }
+                slots.push(self.new_entry(k, Kind::Full));
+            }
+            let added = keys.len() as u64;
+            keys.clear();
+            self.key_scratch = keys;
             self.shared += added * self.fa_groups;
             self.private -= added * self.fa_groups;
             alloc.private -= added * self.fa_groups;
