@@ -893,23 +893,23 @@ impl KvPool {
             return Err(Shortfall { needed: n, available });
         }
         // The key map's cells of the entries about to go fetched a few
-        // entries ahead of their removal (see `KeyMap::prefetch`), as far
-        // as the blocks wanted reach.
-        let mut wanted = n - self.free;
+        // entries ahead of their removal (see `KeyMap::prefetch`): at most
+        // as many ahead as blocks are wanted, then one an eviction.
         let mut ahead = self.lru.head;
-        let prefetch_next = |pool: &Self, ahead: &mut u32, wanted: &mut u64| {
-            if *ahead != NIL && *wanted > 0 {
-                let e = &pool.lru.slots[*ahead as usize];
-                pool.entries.prefetch(e.key);
-                *wanted = wanted.saturating_sub(if e.nameless > 0 { e.nameless } else { pool.entry_blocks(e.kind) });
-                *ahead = e.next;
+        for _ in 0..(n - self.free).min(PREFETCH_AHEAD as u64) {
+            if ahead == NIL {
+                break;
             }
-        };
-        for _ in 0..PREFETCH_AHEAD {
-            prefetch_next(self, &mut ahead, &mut wanted);
+            let e = &self.lru.slots[ahead as usize];
+            self.entries.prefetch(e.key);
+            ahead = e.next;
         }
         while self.free < n {
-            prefetch_next(self, &mut ahead, &mut wanted);
+            if ahead != NIL {
+                let e = &self.lru.slots[ahead as usize];
+                self.entries.prefetch(e.key);
+                ahead = e.next;
+            }
             // The head is named (`absorb_front`).
             let (i, e) = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
             let copy = self.forget_copy(e.key, i);
