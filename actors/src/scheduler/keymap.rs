@@ -31,8 +31,8 @@ const EMPTY: u32 = u32::MAX;
 const FIRST_CELLS: usize = 16;
 
 /// The table grows once more than `LOAD_NUM / LOAD_DEN` of its cells are
-/// taken. (At 3/4 the table is half as large again, but the probes and the
-/// removal's shifts grow longer: 20 % more instructions on the Mooncake
+/// taken. (At 3/4 the table can be half the size, but the probes and the
+/// removal's shifts grow longer: 22 % more instructions on the Mooncake
 /// trace, and slower.)
 const LOAD_NUM: usize = 1;
 const LOAD_DEN: usize = 2;
@@ -51,7 +51,7 @@ fn tag(k: u64) -> u32 {
 /// Hints that `*r` will be read soon (an x86-64 prefetch; nothing
 /// elsewhere).
 #[inline(always)]
-pub(super) fn prefetch_read<T>(r: &T) {
+fn prefetch_read<T>(r: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads nothing a program can observe and cannot
     // fault, whatever the address; `r` is a live reference besides. Its

@@ -897,19 +897,10 @@ impl KvPool {
         // as many ahead as blocks are wanted, then one an eviction.
         let mut ahead = self.lru.head;
         for _ in 0..(n - self.free).min(PREFETCH_AHEAD as u64) {
-            if ahead == NIL {
-                break;
-            }
-            let e = &self.lru.slots[ahead as usize];
-            self.entries.prefetch(e.key);
-            ahead = e.next;
+            ahead = self.prefetch_cell_of(ahead);
         }
         while self.free < n {
-            if ahead != NIL {
-                let e = &self.lru.slots[ahead as usize];
-                self.entries.prefetch(e.key);
-                ahead = e.next;
-            }
+            ahead = self.prefetch_cell_of(ahead);
             // The head is named (`absorb_front`).
             let (i, e) = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
             let copy = self.forget_copy(e.key, i);
@@ -924,6 +915,19 @@ impl KvPool {
         }
         self.free -= n;
         Ok(())
+    }
+
+    /// Prefetches the key map's cell of the key of the entry in slot `i`
+    /// (nothing for [`NIL`]); the entry after it in the LRU order. A hint:
+    /// past a slot freed meanwhile it walks the free slots, harmlessly.
+    #[inline(always)]
+    fn prefetch_cell_of(&self, i: u32) -> u32 {
+        if i == NIL {
+            return NIL;
+        }
+        let e = &self.lru.slots[i as usize];
+        self.entries.prefetch(e.key);
+        e.next
     }
 
     /// An evicted copy (slot `i`) of `key` leaves the key map: the first
