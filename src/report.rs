@@ -560,35 +560,36 @@ impl RequestRows {
 
     /// The header line.
     pub fn header(&mut self) -> &[u8] {
-        self.line.clear();
-        self.line.extend_from_slice(REQUEST_COLUMNS.join(",").as_bytes());
-        self.line.push(b'\n');
+        self.line = self.header_bytes();
         &self.line
     }
 
     /// The line of `r`.
     pub fn row(&mut self, r: &Request) -> &[u8] {
-        let l = &mut self.line;
-        l.clear();
+        let reason = match r.outcome {
+            Outcome::Failed(why) => Some(csv_field(&why.to_string())),
+            _ => None,
+        };
+        let mut l = Line::start(&mut self.line, reason.as_ref().map_or(0, String::len));
         let s = &r.t;
-        bytes_u64(l, r.id);
-        l.push(b',');
-        l.extend_from_slice(outcome_name(&r.outcome).as_bytes());
-        l.push(b',');
-        if let Outcome::Failed(why) = r.outcome {
-            l.extend_from_slice(csv_field(&why.to_string()).as_bytes());
+        l.u64(r.id);
+        l.byte(b',');
+        l.bytes(outcome_name(&r.outcome).as_bytes());
+        l.byte(b',');
+        if let Some(reason) = &reason {
+            l.bytes(reason.as_bytes());
         }
-        l.push(b',');
+        l.byte(b',');
         for v in [r.prompt.get(), r.output.get(), r.generated.get()] {
-            bytes_u64(l, v);
-            l.push(b',');
+            l.u64(v);
+            l.byte(b',');
         }
         for (role, index) in [(self.first_role, r.prefill_rank), (Role::Decode, r.decode_rank)] {
             if let Some(i) = index {
-                l.extend_from_slice(role.as_str().as_bytes());
-                bytes_u64(l, u64::from(i));
+                l.bytes(role.as_str().as_bytes());
+                l.u64(u64::from(i));
             }
-            l.push(b',');
+            l.byte(b',');
         }
         for v in [
             r.transferred_tokens.get(),
@@ -597,14 +598,14 @@ impl RequestRows {
             r.decode_hit.get(),
             u64::from(r.preemptions),
         ] {
-            bytes_u64(l, v);
-            l.push(b',');
+            l.u64(v);
+            l.byte(b',');
         }
         for x in s.in_order() {
             if let Some(t) = x {
-                bytes_fixed(l, t.as_nanos(), 6);
+                l.ms6(t.as_nanos());
             }
-            l.push(b',');
+            l.byte(b',');
         }
         let span = |a: Option<SimTime>, b: Option<SimTime>| a.zip(b).map(|(a, b)| b.saturating_since(a));
         let queued = s.prefill_queued.map(|_| s.arrival);
@@ -621,15 +622,95 @@ impl RequestRows {
         ];
         for (i, x) in spans.into_iter().enumerate() {
             if i > 0 {
-                l.push(b',');
+                l.byte(b',');
             }
             if let Some(d) = x {
-                bytes_fixed(l, d.as_nanos(), 6);
+                l.ms6(d.as_nanos());
             }
         }
-        l.push(b'\n');
-        &self.line
+        l.byte(b'\n');
+        let n = l.len;
+        &self.line[..n]
     }
+}
+
+/// Room for a `requests.csv` line besides its failure reason: 28 numbers of
+/// at most 21 bytes (a `u64` has 20 digits; a time in ms, 14 digits, a point
+/// and 6 decimals), two role names with their rank, the outcome and 33
+/// separators come to under 800 bytes.
+const ROW_ROOM: usize = 1024;
+
+/// A line written in place into a buffer sized for it up front
+/// ([`ROW_ROOM`] and the failure reason), so that no field checks or grows
+/// a capacity or calls `memcpy` for a few digits.
+struct Line<'a> {
+    buf: &'a mut Vec<u8>,
+    len: usize,
+}
+
+impl<'a> Line<'a> {
+    fn start(buf: &'a mut Vec<u8>, extra: usize) -> Self {
+        let room = ROW_ROOM + extra;
+        if buf.len() < room {
+            buf.resize(room, 0);
+        }
+        Line { buf, len: 0 }
+    }
+
+    #[inline]
+    fn byte(&mut self, b: u8) {
+        self.buf[self.len] = b;
+        self.len += 1;
+    }
+
+    #[inline]
+    fn bytes(&mut self, b: &[u8]) {
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+    }
+
+    /// `v` in decimal. Below 10^8 (nearly every count and time in ms) the
+    /// digits are made the same way whatever their number, eight at a time,
+    /// and stored as one word whose leading zeros are shifted out: no loop
+    /// whose length the processor must guess at every field.
+    #[inline]
+    fn u64(&mut self, v: u64) {
+        if v < 100_000_000 {
+            let v = v as u32;
+            let width = (v | 1).ilog10() as usize + 1;
+            let word = u64::from_le_bytes(eight_digits(v)) >> (8 * (8 - width));
+            self.buf[self.len..self.len + 8].copy_from_slice(&word.to_le_bytes());
+            self.len += width;
+        } else {
+            let width = v.ilog10() as usize + 1;
+            digits_into(&mut self.buf[self.len..self.len + width], v);
+            self.len += width;
+        }
+    }
+
+    /// `ns` as milliseconds with six decimals.
+    #[inline]
+    fn ms6(&mut self, ns: u64) {
+        self.u64(ns / 1_000_000);
+        let frac = (ns % 1_000_000) as u32;
+        // ".dddddd": the point, then the last six of eight digits.
+        let word = (u64::from_le_bytes(eight_digits(frac)) & !0xffff) | u64::from(b'.') << 8;
+        self.buf[self.len..self.len + 8].copy_from_slice(&(word >> 8).to_le_bytes());
+        self.len += 7;
+    }
+}
+
+/// The eight decimal digits of `v` (below 10^8), zero-padded, in order.
+#[inline]
+fn eight_digits(v: u32) -> [u8; 8] {
+    debug_assert!(v < 100_000_000);
+    let (hi, lo) = (v / 10_000, v % 10_000);
+    let mut out = [0u8; 8];
+    for (k, p) in [hi / 100, hi % 100, lo / 100, lo % 100].into_iter().enumerate() {
+        let p = p as usize * 2;
+        out[2 * k..2 * k + 2].copy_from_slice(&PAIRS[p..p + 2]);
+    }
+    out
 }
 
 /// Two decimal digits of every number below 100.
@@ -640,12 +721,21 @@ const PAIRS: &[u8; 200] = b"\
 6061626364656667686970717273747576777879\
 8081828384858687888990919293949596979899";
 
-/// Writes the last `buf.len()` decimal digits of `v`, zero-padded, into `buf`
-/// (two digits a division).
+/// Writes the last `buf.len()` decimal digits of `v`, zero-padded, into `buf`:
+/// four digits a division of `v` (the chain of dependent divisions is what
+/// takes the time), each four as two pairs apart.
 #[inline]
 fn digits_into(buf: &mut [u8], mut v: u64) {
     let mut k = buf.len();
-    while k >= 2 {
+    while k >= 4 {
+        let c = (v % 10_000) as u32;
+        v /= 10_000;
+        let (hi, lo) = ((c / 100) as usize * 2, (c % 100) as usize * 2);
+        buf[k - 4..k - 2].copy_from_slice(&PAIRS[hi..hi + 2]);
+        buf[k - 2..k].copy_from_slice(&PAIRS[lo..lo + 2]);
+        k -= 4;
+    }
+    if k >= 2 {
         let r = (v % 100) as usize * 2;
         v /= 100;
         buf[k - 2..k].copy_from_slice(&PAIRS[r..r + 2]);
@@ -656,13 +746,17 @@ fn digits_into(buf: &mut [u8], mut v: u64) {
     }
 }
 
-/// Appends `v` in decimal.
+/// Appends `v` in decimal. The digits are copied as the whole fixed-size
+/// buffer and the tail cut off: a copy of constant length is a few moves,
+/// one of the digits' length a call of `memcpy`.
 #[inline]
 fn bytes_u64(out: &mut Vec<u8>, v: u64) {
     let width = if v == 0 { 1 } else { v.ilog10() as usize + 1 };
     let mut buf = [0u8; 20];
     digits_into(&mut buf[..width], v);
-    out.extend_from_slice(&buf[..width]);
+    let end = out.len() + width;
+    out.extend_from_slice(&buf);
+    out.truncate(end);
 }
 
 /// Appends `v / 10^decimals` with exactly `decimals` (at most 19) decimals,
@@ -677,7 +771,10 @@ fn bytes_fixed(out: &mut Vec<u8>, v: u64, decimals: u32) {
     digits_into(&mut buf[..width], whole);
     buf[width] = b'.';
     digits_into(&mut buf[width + 1..width + 1 + n], frac);
-    out.extend_from_slice(&buf[..width + 1 + n]);
+    // (As in `bytes_u64`: the whole buffer, then the tail cut off.)
+    let end = out.len() + width + 1 + n;
+    out.extend_from_slice(&buf);
+    out.truncate(end);
 }
 
 /// Writes `timeline.csv` in long format, `time_ms,entity,metric,value`:
@@ -1041,6 +1138,26 @@ mod tests {
                 assert_eq!(b, format!("{}.{:03}", v / 1_000, v % 1_000).as_bytes());
             }
         }
+        // The row writer's own paths: below 10^8 (one word, shifted), at
+        // and above it, and every width on either side.
+        let mut buf = Vec::new();
+        let mut l = Line::start(&mut buf, 0);
+        let mut want = String::new();
+        let mut edges: Vec<u64> = (0..20).flat_map(|e| [10u64.pow(e) - 1, 10u64.pow(e)]).collect();
+        edges.extend([u64::MAX, 99_999_999, 100_000_000, 100_000_001]);
+        for v in edges.into_iter().chain((0..200).map(|k| 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(k + 1) >> (k % 64))) {
+            if l.len > ROW_ROOM - 64 {
+                assert_eq!(&l.buf[..l.len], want.as_bytes());
+                l.len = 0;
+                want.clear();
+            }
+            l.u64(v);
+            l.byte(b',');
+            l.ms6(v);
+            l.byte(b',');
+            want.push_str(&format!("{v},{}.{:06},", v / 1_000_000, v % 1_000_000));
+        }
+        assert_eq!(&l.buf[..l.len], want.as_bytes());
         let mut h = Vec::new();
         bytes_hex(&mut h, 0x1f);
         bytes_hex(&mut h, 0);
