@@ -670,17 +670,20 @@ impl<'a> Line<'a> {
     }
 
     /// `v` in decimal. Below 10^8 (nearly every count and time in ms) the
-    /// digits are made the same way whatever their number, eight at a time,
-    /// and stored as one word whose leading zeros are shifted out: no loop
-    /// whose length the processor must guess at every field.
-    #[inline]
+    /// digits are made the same way whatever their number, eight at once
+    /// ([`eight_digits`]), and stored as one word whose leading zeros are
+    /// shifted out: no loop whose length the processor must guess at every
+    /// field, and no digit count to work out apart.
+    #[inline(always)]
     fn u64(&mut self, v: u64) {
         if v < 100_000_000 {
-            let v = v as u32;
-            let width = (v | 1).ilog10() as usize + 1;
-            let word = u64::from_le_bytes(eight_digits(v)) >> (8 * (8 - width));
+            let raw = eight_digits(v as u32);
+            // Leading zeros are the low bytes (the first in memory); one
+            // digit stays for 0.
+            let zeros = (raw.trailing_zeros() / 8).min(7) as usize;
+            let word = (raw | ASCII_ZEROS) >> (8 * zeros);
             self.buf[self.len..self.len + 8].copy_from_slice(&word.to_le_bytes());
-            self.len += width;
+            self.len += 8 - zeros;
         } else {
             let width = v.ilog10() as usize + 1;
             digits_into(&mut self.buf[self.len..self.len + width], v);
@@ -689,28 +692,35 @@ impl<'a> Line<'a> {
     }
 
     /// `ns` as milliseconds with six decimals.
-    #[inline]
+    #[inline(always)]
     fn ms6(&mut self, ns: u64) {
         self.u64(ns / 1_000_000);
         let frac = (ns % 1_000_000) as u32;
         // ".dddddd": the point, then the last six of eight digits.
-        let word = (u64::from_le_bytes(eight_digits(frac)) & !0xffff) | u64::from(b'.') << 8;
+        let word = ((eight_digits(frac) | ASCII_ZEROS) & !0xffff) | u64::from(b'.') << 8;
         self.buf[self.len..self.len + 8].copy_from_slice(&(word >> 8).to_le_bytes());
         self.len += 7;
     }
 }
 
-/// The eight decimal digits of `v` (below 10^8), zero-padded, in order.
+/// `'0'` in every byte of a word.
+const ASCII_ZEROS: u64 = 0x3030_3030_3030_3030;
+
+/// The eight decimal digits of `v` (below 10^8), zero-padded, as the bytes
+/// of a little-endian word, the first digit lowest (values 0 to 9; add
+/// [`ASCII_ZEROS`] for text). All eight at once, in lanes of one `u64`: the
+/// two halves of four digits in 32-bit lanes, each split into pairs by a
+/// multiply-shift division by 100 (exact below 10^4), the pairs in 16-bit
+/// lanes split into digits by one by 10 (exact below 179). No lane's product
+/// reaches the next lane: 9,999 x 10,486 < 2^27 and 99 x 103 < 2^16.
 #[inline]
-fn eight_digits(v: u32) -> [u8; 8] {
+fn eight_digits(v: u32) -> u64 {
     debug_assert!(v < 100_000_000);
-    let (hi, lo) = (v / 10_000, v % 10_000);
-    let mut out = [0u8; 8];
-    for (k, p) in [hi / 100, hi % 100, lo / 100, lo % 100].into_iter().enumerate() {
-        let p = p as usize * 2;
-        out[2 * k..2 * k + 2].copy_from_slice(&PAIRS[p..p + 2]);
-    }
-    out
+    let x = u64::from(v / 10_000) | u64::from(v % 10_000) << 32;
+    let hundreds = ((x * 10_486) >> 20) & 0x0000_007f_0000_007f;
+    let pairs = hundreds | (x - hundreds * 100) << 16;
+    let tens = ((pairs * 103) >> 10) & 0x000f_000f_000f_000f;
+    tens | (pairs - tens * 10) << 8
 }
 
 /// Two decimal digits of every number below 100.
@@ -1158,6 +1168,12 @@ mod tests {
             want.push_str(&format!("{v},{}.{:06},", v / 1_000_000, v % 1_000_000));
         }
         assert_eq!(&l.buf[..l.len], want.as_bytes());
+        // Every value below 10^6 and a stride through the rest below 10^8:
+        // the eight lanes' digits are the number's.
+        for v in (0..1_000_000).chain((1_000_000..100_000_000).step_by(9_973)).chain([99_999_999]) {
+            let word = (eight_digits(v) | ASCII_ZEROS).to_le_bytes();
+            assert_eq!(&word, format!("{v:08}").as_bytes(), "{v}");
+        }
         let mut h = Vec::new();
         bytes_hex(&mut h, 0x1f);
         bytes_hex(&mut h, 0);
