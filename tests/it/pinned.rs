@@ -155,3 +155,28 @@ fn a_shipped_scenarios_page_gives_its_pinned_bytes() {
     let page = std::fs::read(dir.join("report.html")).unwrap();
     assert_eq!(fnv1a(&page), PINNED_PAGE, "report.html changed; if on purpose, pin {:#018x}", fnv1a(&page));
 }
+
+/// The end-to-end benchmark's cases, from `benches/common/mod.rs`.
+#[path = "../../benches/common/mod.rs"]
+mod e2e;
+
+/// The end-to-end benchmark's cases as scenario files
+/// (`benches/scenarios/e2e-*.toml`), run as `pdsim run` runs them, make the
+/// same runs as the benchmark makes through the library: the same digest
+/// (every request's outcome, counts and times) and the same summary counts.
+/// So the command line can be measured at 10⁶ requests on the runs the
+/// benchmark measures at 10⁴.
+#[test]
+fn end_to_end_scenario_files_are_the_benchmark_runs() {
+    use actors::sim::{self, Deployment};
+    let files = ["e2e-llama-aggregated.toml", "e2e-llama-1p1d.toml", "e2e-glm-1p1d.toml"];
+    for ((name, model, spec), file) in e2e::cases().into_iter().zip(files) {
+        let dep = Deployment::build(&model, &spec).unwrap();
+        let lib = sim::run(&dep, e2e::workload()).unwrap();
+        let s = scenario::load(crate::common::root().join("benches/scenarios").join(file)).unwrap();
+        let run = runner::simulate(&s, s.seed(), None, |_| {}, &AtomicBool::new(false)).unwrap();
+        assert_eq!(run.output.summary.completed, e2e::REQUESTS, "{file}");
+        assert_eq!(run.output.summary.requests, lib.summary.requests, "{file}");
+        assert_eq!(run.output.digest, lib.digest, "{file} is not the benchmark's {name}");
+    }
+}
