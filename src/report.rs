@@ -634,10 +634,11 @@ impl RequestRows {
     }
 }
 
-/// Room for a `requests.csv` line besides its failure reason: 28 numbers of
-/// at most 21 bytes (a `u64` has 20 digits; a time in ms, 14 digits, a point
-/// and 6 decimals), two role names with their rank, the outcome and 33
-/// separators come to under 800 bytes.
+/// Room for a `requests.csv` line besides its failure reason: 9 counts of
+/// at most 20 digits, 21 times in ms of at most 21 bytes (14 digits, a
+/// point, 6 decimals), two ranks (a role name and a `u32`, 20 bytes), the
+/// outcome (9), 33 commas and the newline, and the 7 bytes past the end
+/// that storing a number as a word may write: 711 bytes at most.
 const ROW_ROOM: usize = 1024;
 
 /// A line written in place into a buffer sized for it up front
@@ -732,8 +733,8 @@ const PAIRS: &[u8; 200] = b"\
 8081828384858687888990919293949596979899";
 
 /// Writes the last `buf.len()` decimal digits of `v`, zero-padded, into `buf`:
-/// four digits a division of `v` (the chain of dependent divisions is what
-/// takes the time), each four as two pairs apart.
+/// four digits a division of `v` (half the chain of dependent divisions of
+/// two at a time), each four as two pairs apart.
 #[inline]
 fn digits_into(buf: &mut [u8], mut v: u64) {
     let mut k = buf.len();
@@ -1178,6 +1179,48 @@ mod tests {
         bytes_hex(&mut h, 0x1f);
         bytes_hex(&mut h, 0);
         assert_eq!(h, b"1f0");
+    }
+
+    /// The longest row there can be (every count and time at its largest,
+    /// both ranks, a failure) fits [`ROW_ROOM`] with its reason and is what
+    /// `format!` writes.
+    #[test]
+    fn the_longest_row_fits_its_room() {
+        use actors::request::FailReason;
+        use actors::units::{Bytes, Tokens};
+        use sim_core::SimDuration;
+        let big = SimTime::from_nanos(u64::MAX);
+        let mut r = Request::new(u64::MAX, Tokens::new(u64::MAX), Tokens::new(u64::MAX), Default::default(), SimTime::ZERO);
+        let t = &mut r.t;
+        for x in [
+            &mut t.prefill_queued,
+            &mut t.prefill_started,
+            &mut t.prefill_done,
+            &mut t.reserve_requested,
+            &mut t.reserved,
+            &mut t.transfer_started,
+            &mut t.transfer_done,
+            &mut t.decode_started,
+            &mut t.first_token,
+            &mut t.last_token,
+        ] {
+            *x = Some(big);
+        }
+        (r.prefill_rank, r.decode_rank) = (Some(u32::MAX), Some(u32::MAX));
+        (r.transferred_tokens, r.transfer_bytes) = (Tokens::new(u64::MAX), Bytes::new(u64::MAX));
+        (r.prefill_hit, r.decode_hit, r.preemptions) = (Tokens::new(u64::MAX), Tokens::new(u64::MAX), u32::MAX);
+        (r.generated, r.max_itl) = (Tokens::new(u64::MAX), SimDuration::from_nanos(u64::MAX));
+        r.fail(FailReason::DecodeAborted, big);
+        let reason = csv_field(&FailReason::DecodeAborted.to_string());
+        let mut rows = RequestRows::new(true);
+        let line = rows.row(&r).to_vec();
+        assert!(line.len() + 7 <= ROW_ROOM + reason.len(), "{} bytes", line.len());
+        let text = String::from_utf8(line).unwrap();
+        let m = "18446744073709.551615";
+        assert!(text.starts_with(&format!("{},failed,{reason},", u64::MAX)), "{text}");
+        assert!(text.contains(&format!(",prefill{},decode{},", u32::MAX, u32::MAX)), "{text}");
+        assert!(text.contains(&format!(",0.000000,{m},")), "{text}");
+        assert_eq!(text.split(',').count(), REQUEST_COLUMNS.len());
     }
 
     #[test]
