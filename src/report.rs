@@ -1190,7 +1190,8 @@ mod tests {
         use actors::units::{Bytes, Tokens};
         use sim_core::SimDuration;
         let big = SimTime::from_nanos(u64::MAX);
-        let mut r = Request::new(u64::MAX, Tokens::new(u64::MAX), Tokens::new(u64::MAX), Default::default(), SimTime::ZERO);
+        let mut r =
+            Request::new(u64::MAX, Tokens::new(u64::MAX), Tokens::new(u64::MAX), Default::default(), SimTime::ZERO);
         let t = &mut r.t;
         for x in [
             &mut t.prefill_queued,
