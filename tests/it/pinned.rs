@@ -161,11 +161,12 @@ fn a_shipped_scenarios_page_gives_its_pinned_bytes() {
 mod e2e;
 
 /// The end-to-end benchmark's cases as scenario files
-/// (`benches/scenarios/e2e-*.toml`), run as `pdsim run` runs them, make the
-/// same runs as the benchmark makes through the library: the same digest
+/// (`benches/scenarios/e2e-*.toml`) are the benchmark's model and
+/// deployment field for field, and run as `pdsim run` runs them they make
+/// the runs the benchmark makes through the library: the same digest
 /// (every request's outcome, counts and times) and the same summary counts.
-/// So the command line can be measured at 10⁶ requests on the runs the
-/// benchmark measures at 10⁴.
+/// So the command line can be timed at 10⁶ requests of the cases the
+/// benchmark times at 10⁴.
 #[test]
 fn end_to_end_scenario_files_are_the_benchmark_runs() {
     use actors::sim::{self, Deployment};
@@ -174,7 +175,13 @@ fn end_to_end_scenario_files_are_the_benchmark_runs() {
         let dep = Deployment::build(&model, &spec).unwrap();
         let lib = sim::run(&dep, e2e::workload()).unwrap();
         let s = scenario::load(crate::common::root().join("benches/scenarios").join(file)).unwrap();
+        // Field for field (settings this workload cannot show, such as
+        // prefix caching without prefix ids, included)...
+        assert_eq!(s.model_spec(), &model, "{file}");
+        assert_eq!(s.deployment(), &spec, "{file}");
+        // ... and as runs.
         let run = runner::simulate(&s, s.seed(), None, |_| {}, &AtomicBool::new(false)).unwrap();
+        assert_eq!(run.output.violations, Vec::<String>::new(), "{file}");
         assert_eq!(run.output.summary.completed, e2e::REQUESTS, "{file}");
         assert_eq!(run.output.summary.requests, lib.summary.requests, "{file}");
         assert_eq!(run.output.digest, lib.digest, "{file} is not the benchmark's {name}");
