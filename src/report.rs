@@ -638,8 +638,14 @@ impl RequestRows {
 /// at most 20 digits, 21 times in ms of at most 21 bytes (14 digits, a
 /// point, 6 decimals), two ranks (a role name and a `u32`, 20 bytes), the
 /// outcome (9), 33 commas and the newline, and the 7 bytes past the end
-/// that storing a number as a word may write: 711 bytes at most.
+/// that storing a number as a word may write: 711 bytes at most
+/// ([`ROW_MAX`]).
 const ROW_ROOM: usize = 1024;
+
+/// The most a `requests.csv` line writes besides its failure reason (see
+/// [`ROW_ROOM`]).
+const ROW_MAX: usize = 711;
+const _: () = assert!(ROW_MAX <= ROW_ROOM);
 
 /// A line written in place into a buffer sized for it up front
 /// ([`ROW_ROOM`] and the failure reason), so that no number checks or grows
@@ -1185,7 +1191,7 @@ mod tests {
     /// A row as long as rows get (every count at its largest, both ranks,
     /// a failure, every stamp after the arrival at 2^64 − 1 ns, so the
     /// queue, TTFT and E2E spans too) stays within the bound [`ROW_ROOM`]
-    /// states, 711 bytes with the 7 a word store may write past its end,
+    /// states ([`ROW_MAX`], with the 7 a word store may write past its end),
     /// and has its fields where `format!` would put them.
     #[test]
     fn the_longest_row_fits_its_room() {
@@ -1218,8 +1224,7 @@ mod tests {
         let reason = csv_field(&FailReason::DecodeAborted.to_string());
         let mut rows = RequestRows::new(true);
         let line = rows.row(&r).to_vec();
-        assert!(line.len() + 7 <= 711 + reason.len(), "{} bytes", line.len());
-        assert!(711 <= ROW_ROOM);
+        assert!(line.len() + 7 <= ROW_MAX + reason.len(), "{} bytes", line.len());
         let text = String::from_utf8(line).unwrap();
         let m = "18446744073709.551615";
         assert!(text.starts_with(&format!("{},failed,{reason},", u64::MAX)), "{text}");
