@@ -42,9 +42,9 @@ impl PrefixIds {
     }
 
     /// The identity of the prompt's first `end` tokens, if the ids cover
-    /// them: a mix of the id of the block holding token `end − 1` and `end`
-    /// itself, so that pool blocks of any size get distinct keys.
-    pub fn key_through(&self, end: Tokens, prompt: Tokens) -> Option<u64> {
+    /// them, as the cache key of a pool block of `b` tokens ending there
+    /// ([`named_key`]).
+    pub fn key_through(&self, end: Tokens, prompt: Tokens, b: Tokens) -> Option<u64> {
         let g = self.block_tokens.get();
         if g == 0 || end.is_zero() || end > prompt {
             return None;
@@ -53,7 +53,7 @@ impl PrefixIds {
         // Ids are content hashes of the (possibly partial) blocks, so an
         // equal id also means an equal length of a partial last block.
         let id = *self.ids.get(usize::try_from(idx).ok()?)?;
-        Some(mix(id, end.get()))
+        Some(named_key(id, idx, end.get(), g, b.get()))
     }
 
     /// [`PrefixIds::key_through`] of the ends of consecutive `b`-token
@@ -67,6 +67,11 @@ impl PrefixIds {
         let mut idx = end.saturating_sub(1).checked_div(g).unwrap_or(0);
         let mut bound = idx.saturating_add(1).saturating_mul(g);
         let mut done = g == 0 || b == 0;
+        // Grouped keys ([`named_key`]): the group's hash once an id, the
+        // place counted up (the blocks tile the id's).
+        let grouped = !done && groups_blocks(g, b);
+        let mut place = if grouped { end.saturating_sub(1) % g / b } else { 0 };
+        let mut group = None;
         std::iter::from_fn(move || {
             if done || end == 0 || end > prompt.get() {
                 done = true;
@@ -75,16 +80,45 @@ impl PrefixIds {
             while end > bound {
                 idx += 1;
                 bound = bound.saturating_add(g);
+                (group, place) = (None, 0);
             }
             let Some(&id) = usize::try_from(idx).ok().and_then(|i| self.ids.get(i)) else {
                 done = true;
                 return None;
             };
-            let k = mix(id, end);
+            let k = if grouped {
+                let h = *group.get_or_insert_with(|| mix(id, idx));
+                place += 1;
+                crate::scheduler::grouped_key(h, place - 1)
+            } else {
+                named_key(id, idx, end, g, b)
+            };
+            debug_assert_eq!(k, named_key(id, idx, end, g, b));
             end = end.saturating_add(b);
             Some(k)
         })
     }
+}
+
+/// The cache key of the pool block of `b` tokens that ends at token `end`
+/// within the ids' block `idx` (of `g` tokens) whose id is `id`: one key
+/// for each (id, end), as `mix(id, end)` would give. When the pool's blocks
+/// tile the ids' blocks (`b` divides `g`, at most
+/// [`GROUP_LEN`](crate::scheduler::GROUP_LEN) of them), the keys of one
+/// id's blocks are grouped in the key map, their place the block's within
+/// the id; else each is a key of its own. (Ids name content in place, but
+/// the group is a mix of the id and its index all the same, so that an id
+/// repeated at another place keeps distinct keys.)
+pub(crate) fn named_key(id: u64, idx: u64, end: u64, g: u64, b: u64) -> u64 {
+    use crate::scheduler::{grouped_key, plain_key};
+    if groups_blocks(g, b) { grouped_key(mix(id, idx), (end - 1) % g / b) } else { plain_key(mix(id, end)) }
+}
+
+/// Whether pool blocks of `b` tokens tile ids' blocks of `g` in groups
+/// ([`named_key`]).
+#[inline]
+fn groups_blocks(g: u64, b: u64) -> bool {
+    b > 0 && g.is_multiple_of(b) && g / b <= crate::scheduler::GROUP_LEN as u64
 }
 
 /// A 64-bit mixer (splitmix64's finaliser) over an id and a position.
@@ -158,12 +192,33 @@ mod tests {
             let p = PrefixIds { block_tokens: Tokens::new(g), ids };
             let prompt = Tokens::new(prompt);
             let expected: Vec<u64> = (first..)
-                .map(|i| p.key_through(Tokens::new((i + 1) * b), prompt))
+                .map(|i| p.key_through(Tokens::new((i + 1) * b), prompt, Tokens::new(b)))
                 .take_while(Option::is_some)
                 .flatten()
                 .collect();
             let got: Vec<u64> = p.block_keys(Tokens::new(b), first, prompt).collect();
             prop_assert_eq!(got, expected);
+        }
+
+        /// A key names one (id, end): the blocks of a prompt have distinct
+        /// keys, grouped (pool blocks tiling the ids') or not, and the same
+        /// id at another index gives other keys too.
+        #[test]
+        fn named_keys_are_distinct_for_distinct_blocks(
+            g in 1u64..70,
+            b in 1u64..70,
+            ids in prop::collection::vec(0u64..3, 1..30),
+        ) {
+            let p = PrefixIds { block_tokens: Tokens::new(g), ids };
+            let prompt = Tokens::new(g * p.ids.len() as u64);
+            let keys: Vec<u64> = p.block_keys(Tokens::new(b), 0, prompt).collect();
+            let mut distinct = keys.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            prop_assert_eq!(distinct.len(), keys.len(), "{:?}", keys);
+            if groups_blocks(g, b) {
+                prop_assert!(keys.iter().all(|&k| k & crate::scheduler::GROUPED != 0));
+            }
         }
     }
 }

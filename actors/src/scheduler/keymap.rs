@@ -16,6 +16,14 @@
 //! the key of the entry in its slot, which the caller gives. Half the
 //! 16 bytes of a cell holding the key keeps twice the table in cache; on
 //! that trace, the run spent most of its time waiting for the table.
+//! Keys with the top bit set ([`GROUPED`]) go further: up to 32 keys that
+//! differ only in their low 5 bits share one cell, which points at a
+//! record of their slots (the pool groups the blocks of one prefix id so:
+//! on that trace, 16-token blocks of 512-token ids, an id's 32 blocks are
+//! registered, looked up and evicted one after another through one cell
+//! and one record, not 32 cells at random; the run took a quarter less
+//! time). A key's group is its own business: any key is valid grouped or
+//! not, so the encoding can never make two keys one.
 //! Nothing reads it in table order where the order could reach results:
 //! [`KeyMap::values`] serves checks only.
 //!
@@ -64,12 +72,62 @@ fn prefetch_read<T>(r: &T) {
     let _ = r;
 }
 
-/// The answer of [`KeyMap::entry`] for a key the map lacks: the cell it
-/// would take, valid until the map next changes ([`KeyMap::fill`] checks).
+/// Keys with this bit set are grouped: the key without its low
+/// [`PLACE_BITS`] bits names a group of up to [`GROUP_LEN`] keys, which
+/// share one cell and one record holding their slots, and those bits are
+/// its place in the group. A run of blocks whose keys share a group (the
+/// blocks of one prefix id) is looked up, registered and evicted through
+/// one cell instead of one a block. Which keys are grouped is the caller's
+/// choice ([`grouped_key`], [`plain_key`]); any key is valid either way.
+pub(crate) const GROUPED: u64 = 1 << 63;
+
+/// Bits of a grouped key's place in its group.
+pub(crate) const PLACE_BITS: u32 = 5;
+
+/// Keys a group holds.
+pub(crate) const GROUP_LEN: usize = 1 << PLACE_BITS;
+
+/// A cell's value with this bit set is a group's index, not a slot (slot
+/// numbers stay below it).
+const GROUP_CELL: u32 = 1 << 31;
+
+/// The grouped key of place `place` in the group `group` names (a hash).
+#[inline]
+pub(crate) fn grouped_key(group: u64, place: u64) -> u64 {
+    debug_assert!(place < GROUP_LEN as u64);
+    GROUPED | (group >> (PLACE_BITS + 1) << PLACE_BITS) | place
+}
+
+/// `k` as a key of its own (not grouped).
+#[inline]
+pub(crate) fn plain_key(k: u64) -> u64 {
+    k & !GROUPED
+}
+
+/// The slots of a group's keys ([`EMPTY`]: none at that place).
+#[derive(Clone, Debug)]
+struct Group {
+    /// The group's key: a grouped key without its place.
+    id: u64,
+    /// Places taken.
+    len: u32,
+    slots: [u32; GROUP_LEN],
+}
+
+/// Where [`KeyMap::fill`] puts the key [`KeyMap::entry`] found vacant.
+#[derive(Debug)]
+enum At {
+    /// A plain key, or the first of a new group, at this free cell.
+    Cell { cell: usize, tag: u32, group: Option<(u64, usize)> },
+    /// A place in an existing group.
+    Group { index: u32, place: usize },
+}
+
+/// The answer of [`KeyMap::entry`] for a key the map lacks: where it would
+/// go, valid until the map next changes ([`KeyMap::fill`] checks).
 #[derive(Debug)]
 pub(super) struct Vacant {
-    cell: usize,
-    tag: u32,
+    at: At,
     changes: u64,
 }
 
@@ -78,20 +136,36 @@ pub(super) struct Vacant {
 /// stay in cache). The full key is the entry's in the slot: every lookup
 /// takes `key_of`, which gives a mapped slot's key, and a cell whose tag
 /// matches is checked against it. The caller's entries must keep the key
-/// they are mapped under while mapped.
+/// they are mapped under while mapped. Grouped keys ([`GROUPED`]) share a
+/// cell per group, checked against the group's record.
 #[derive(Clone, Debug)]
 pub(super) struct KeyMap {
-    /// (tag, slot); slot [`EMPTY`]: a free cell. A power of two long.
+    /// (tag, slot or [`GROUP_CELL`] | group); slot [`EMPTY`]: a free cell.
+    /// A power of two long.
     cells: Vec<(u32, u32)>,
     /// 32 − log2(cells): the shift that takes a tag to its home cell.
     shift: u32,
+    /// Keys mapped.
     len: usize,
+    /// Cells taken (plain keys and groups).
+    used: usize,
+    groups: Vec<Group>,
+    /// Indices of unused records in `groups`.
+    free_groups: Vec<u32>,
     changes: u64,
 }
 
 impl Default for KeyMap {
     fn default() -> Self {
-        KeyMap { cells: vec![(0, EMPTY); FIRST_CELLS], shift: 32 - FIRST_CELLS.trailing_zeros(), len: 0, changes: 0 }
+        KeyMap {
+            cells: vec![(0, EMPTY); FIRST_CELLS],
+            shift: 32 - FIRST_CELLS.trailing_zeros(),
+            len: 0,
+            used: 0,
+            groups: Vec::new(),
+            free_groups: Vec::new(),
+            changes: 0,
+        }
     }
 }
 
@@ -107,22 +181,52 @@ impl KeyMap {
         self.cells.len() - 1
     }
 
-    /// The cell holding `k`, or the free cell where it would go.
+    /// The cell holding a plain key `k`, or the free cell where it would go.
     #[inline]
     fn find(&self, k: u64, key_of: impl Fn(u32) -> u64) -> (usize, bool) {
         let t = tag(k);
         let mask = self.mask();
         let mut i = self.home(t);
         loop {
-            let (ct, slot) = self.cells[i];
-            if slot == EMPTY {
+            let (ct, v) = self.cells[i];
+            if v == EMPTY {
                 return (i, false);
             }
-            if ct == t && key_of(slot) == k {
+            if ct == t && v & GROUP_CELL == 0 && key_of(v) == k {
                 return (i, true);
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// The cell of the group `id`, or the free cell where it would go.
+    #[inline]
+    fn find_group(&self, id: u64) -> (usize, bool) {
+        let t = tag(id);
+        let mask = self.mask();
+        let mut i = self.home(t);
+        loop {
+            let (ct, v) = self.cells[i];
+            if v == EMPTY {
+                return (i, false);
+            }
+            if ct == t && v & GROUP_CELL != 0 && self.groups[(v & !GROUP_CELL) as usize].id == id {
+                return (i, true);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// A grouped key's group and place.
+    #[inline]
+    fn split(k: u64) -> (u64, usize) {
+        (k & !(GROUP_LEN as u64 - 1), (k & (GROUP_LEN as u64 - 1)) as usize)
+    }
+
+    /// The record of the group in cell `i`.
+    #[inline]
+    fn group_at(&self, i: usize) -> u32 {
+        self.cells[i].1 & !GROUP_CELL
     }
 
     /// Asks the processor to bring the cell `k` is placed at first into
@@ -131,21 +235,19 @@ impl KeyMap {
     /// another. A hint only; nothing it does can change an answer.
     #[inline(always)]
     pub(super) fn prefetch(&self, k: u64) {
-        prefetch_read(&self.cells[self.home(tag(k))]);
+        let t = if k & GROUPED != 0 { tag(Self::split(k).0) } else { tag(k) };
+        prefetch_read(&self.cells[self.home(t)]);
     }
 
     /// The slot `k` maps to.
     #[inline]
     pub(super) fn get(&self, k: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
-        match self.find(k, key_of) {
-            (i, true) => Some(self.cells[i].1),
-            _ => None,
-        }
+        self.entry(k, key_of).ok()
     }
 
     #[inline]
     pub(super) fn contains_key(&self, k: u64, key_of: impl Fn(u32) -> u64) -> bool {
-        self.find(k, key_of).1
+        self.get(k, key_of).is_some()
     }
 
     /// Changes so far (inserts, and removals of a key it had).
@@ -158,44 +260,93 @@ impl KeyMap {
     /// mapped to before.
     #[inline]
     pub(super) fn insert(&mut self, k: u64, slot: u32, key_of: impl Fn(u32) -> u64) -> Option<u32> {
-        debug_assert_ne!(slot, EMPTY);
         debug_assert_eq!(key_of(slot), k, "a slot is mapped under its entry's key");
-        self.changes += 1;
-        match self.find(k, key_of) {
-            (i, true) => Some(std::mem::replace(&mut self.cells[i].1, slot)),
-            (i, false) => {
-                self.place(i, tag(k), slot);
+        match self.entry(k, &key_of) {
+            Ok(_) => {
+                self.changes += 1;
+                if k & GROUPED != 0 {
+                    let (id, place) = Self::split(k);
+                    let (i, _) = self.find_group(id);
+                    let g = self.group_at(i) as usize;
+                    Some(std::mem::replace(&mut self.groups[g].slots[place], slot))
+                } else {
+                    let (i, _) = self.find(k, &key_of);
+                    Some(std::mem::replace(&mut self.cells[i].1, slot))
+                }
+            }
+            Err(v) => {
+                self.fill(v, slot);
                 None
             }
         }
     }
 
     /// The slot `k` maps to, or where it would go ([`KeyMap::fill`]).
-    #[inline]
+    #[inline(always)]
     pub(super) fn entry(&self, k: u64, key_of: impl Fn(u32) -> u64) -> Result<u32, Vacant> {
-        match self.find(k, key_of) {
-            (i, true) => Ok(self.cells[i].1),
-            (cell, false) => Err(Vacant { cell, tag: tag(k), changes: self.changes }),
-        }
+        let at = if k & GROUPED != 0 {
+            let (id, place) = Self::split(k);
+            match self.find_group(id) {
+                (i, true) => {
+                    let index = self.group_at(i);
+                    let s = self.groups[index as usize].slots[place];
+                    if s != EMPTY {
+                        return Ok(s);
+                    }
+                    At::Group { index, place }
+                }
+                (cell, false) => At::Cell { cell, tag: tag(id), group: Some((id, place)) },
+            }
+        } else {
+            match self.find(k, key_of) {
+                (i, true) => return Ok(self.cells[i].1),
+                (cell, false) => At::Cell { cell, tag: tag(k), group: None },
+            }
+        };
+        Err(Vacant { at, changes: self.changes })
     }
 
     /// Maps the key [`KeyMap::entry`] found vacant to `slot` (whose entry
     /// has that key).
-    #[inline]
+    #[inline(always)]
     pub(super) fn fill(&mut self, v: Vacant, slot: u32) {
         assert_eq!(v.changes, self.changes, "the key map changed since the cell was found");
-        debug_assert_ne!(slot, EMPTY);
+        assert!(slot & GROUP_CELL == 0, "slot numbers stay below 2^31");
         self.changes += 1;
-        self.place(v.cell, v.tag, slot);
+        self.len += 1;
+        match v.at {
+            At::Group { index, place } => {
+                let g = &mut self.groups[index as usize];
+                g.slots[place] = slot;
+                g.len += 1;
+            }
+            At::Cell { cell, tag, group: None } => self.place(cell, tag, slot),
+            At::Cell { cell, tag, group: Some((id, place)) } => {
+                let mut slots = [EMPTY; GROUP_LEN];
+                slots[place] = slot;
+                let g = Group { id, len: 1, slots };
+                let index = match self.free_groups.pop() {
+                    Some(i) => {
+                        self.groups[i as usize] = g;
+                        i
+                    }
+                    None => {
+                        self.groups.push(g);
+                        u32::try_from(self.groups.len() - 1).expect("fewer groups than blocks")
+                    }
+                };
+                self.place(cell, tag, GROUP_CELL | index);
+            }
+        }
     }
 
-    /// Puts tag `t` in the free cell `i` found for it, growing the table
-    /// past its load limit.
+    /// Puts tag `t` and value `v` in the free cell `i` found for them,
+    /// growing the table past its load limit.
     #[inline]
-    fn place(&mut self, i: usize, t: u32, slot: u32) {
-        self.cells[i] = (t, slot);
-        self.len += 1;
-        if self.len * LOAD_DEN > self.cells.len() * LOAD_NUM {
+    fn place(&mut self, i: usize, t: u32, v: u32) {
+        self.cells[i] = (t, v);
+        self.used += 1;
+        if self.used * LOAD_DEN > self.cells.len() * LOAD_NUM {
             self.grow();
         }
     }
@@ -207,29 +358,59 @@ impl KeyMap {
         let old = std::mem::replace(&mut self.cells, cells);
         self.shift -= 1;
         let mask = self.mask();
-        for (t, slot) in old {
-            if slot != EMPTY {
+        for (t, v) in old {
+            if v != EMPTY {
                 let mut i = self.home(t);
                 while self.cells[i].1 != EMPTY {
                     i = (i + 1) & mask;
                 }
-                self.cells[i] = (t, slot);
+                self.cells[i] = (t, v);
             }
         }
     }
 
-    /// Unmaps `k`; the slot it mapped to. The cells after it that could sit
-    /// closer to their home move back into the hole, so every key stays
-    /// reachable from its home without gaps.
+    /// Unmaps `k`; the slot it mapped to.
     #[inline]
     pub(super) fn remove(&mut self, k: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
-        let (mut hole, found) = self.find(k, key_of);
+        if k & GROUPED != 0 {
+            let (id, place) = Self::split(k);
+            let (i, found) = self.find_group(id);
+            if !found {
+                return None;
+            }
+            let index = self.group_at(i) as usize;
+            let g = &mut self.groups[index];
+            let slot = std::mem::replace(&mut g.slots[place], EMPTY);
+            if slot == EMPTY {
+                // Nothing changed: what was looked up before stands.
+                return None;
+            }
+            g.len -= 1;
+            if g.len == 0 {
+                self.unplace(i);
+                self.free_groups.push(index as u32);
+            }
+            self.changes += 1;
+            self.len -= 1;
+            return Some(slot);
+        }
+        let (hole, found) = self.find(k, key_of);
         if !found {
             // Nothing changed: what was looked up before stands.
             return None;
         }
         self.changes += 1;
+        self.len -= 1;
         let slot = self.cells[hole].1;
+        self.unplace(hole);
+        Some(slot)
+    }
+
+    /// Empties cell `hole`. The cells after it that could sit closer to
+    /// their home move back into the hole, so every key stays reachable
+    /// from its home without gaps.
+    #[inline]
+    fn unplace(&mut self, mut hole: usize) {
         let mask = self.mask();
         let mut j = hole;
         loop {
@@ -247,14 +428,20 @@ impl KeyMap {
             }
         }
         self.cells[hole] = (0, EMPTY);
-        self.len -= 1;
-        Some(slot)
+        self.used -= 1;
     }
 
     /// The slots mapped to, in table order (for checks: the order depends
     /// on the keys and the table's history).
     pub(super) fn values(&self) -> impl Iterator<Item = u32> + '_ {
-        self.cells.iter().filter(|c| c.1 != EMPTY).map(|c| c.1)
+        self.cells.iter().filter(|c| c.1 != EMPTY).flat_map(move |&(_, v)| {
+            let (own, group) = if v & GROUP_CELL != 0 {
+                (None, Some(&self.groups[(v & !GROUP_CELL) as usize].slots))
+            } else {
+                (Some(v), None)
+            };
+            own.into_iter().chain(group.into_iter().flatten().copied().filter(|&s| s != EMPTY))
+        })
     }
 }
 
@@ -294,6 +481,10 @@ mod tests {
             any::<u64>(),
             (0u64..16).prop_map(|k| k << 58),
             (0u64..16).prop_map(move |c| c.wrapping_mul(inv)),
+            // Grouped keys: a few groups, their places, and groups whose
+            // own keys share a tag.
+            (0u64..4, 0u64..GROUP_LEN as u64).prop_map(|(g, p)| GROUPED | g << PLACE_BITS | p),
+            (0u64..4, 0u64..4).prop_map(move |(c, p)| (c.wrapping_mul(inv) & !(GROUP_LEN as u64 - 1)) | GROUPED | p),
         ];
         prop_oneof![key.clone().prop_map(Op::Insert), key.clone().prop_map(Op::Vacant), key.prop_map(Op::Remove),]
     }
@@ -339,7 +530,9 @@ mod tests {
                 }
                 prop_assert_eq!(m.changes(), changes);
                 prop_assert_eq!(m.len, model.len());
-                prop_assert!(m.len * LOAD_DEN <= m.cells.len() * LOAD_NUM);
+                prop_assert!(m.used * LOAD_DEN <= m.cells.len() * LOAD_NUM);
+                prop_assert_eq!(m.used, m.cells.iter().filter(|c| c.1 != EMPTY).count());
+                prop_assert_eq!(m.groups.len() - m.free_groups.len(), m.cells.iter().filter(|c| c.1 != EMPTY && c.1 & GROUP_CELL != 0).count());
             }
             for (&k, &s) in &model {
                 prop_assert_eq!(m.get(k, |s: u32| slot_keys[s as usize]), Some(s));

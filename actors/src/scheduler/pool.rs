@@ -70,7 +70,7 @@
 //! Conservation: `private + shared + cached_free + free = num_blocks`
 //! (`cached_free` counting the nameless runs).
 
-use super::keymap::KeyMap;
+use super::keymap::{KeyMap, plain_key};
 use crate::fxmap::FxHashMap;
 use crate::model::{CacheGroup, CacheGroupKind, block_size_lcm};
 use crate::rules;
@@ -1310,7 +1310,10 @@ impl KvPool {
             self.free_nameless(own * w.groups);
         } else {
             for i in (old..new).rev().filter(|&i| !pinned(i)) {
-                let k = mix(mix(alloc.owner ^ OWN_CONTENT, (u64::from(i) + 1) * w.block.get()), WINDOW_ENTRY);
+                let k = plain_key(mix(
+                    plain_key(mix(alloc.owner ^ OWN_CONTENT, (u64::from(i) + 1) * w.block.get())),
+                    WINDOW_ENTRY,
+                ));
                 let slot = self.new_entry(k, Kind::Window);
                 self.lru.slots[slot as usize].refs = 0;
                 self.lru.push_back(slot);
@@ -1518,13 +1521,13 @@ impl KvPool {
     /// rest of its prompt, and its generated tokens).
     fn key(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, block: u32) -> u64 {
         let b = self.cache_block();
-        Self::key_at(prefix, prompt, owner, Tokens::new((u64::from(block) + 1) * b.get()))
+        Self::key_at(prefix, prompt, owner, Tokens::new((u64::from(block) + 1) * b.get()), b)
     }
 
     /// The cache key of a request's content through `end` tokens (see
     /// [`KvPool::key`]).
-    fn key_at(prefix: &PrefixIds, prompt: Tokens, owner: u64, end: Tokens) -> u64 {
-        prefix.key_through(end, prompt).unwrap_or_else(|| mix(owner ^ OWN_CONTENT, end.get()))
+    fn key_at(prefix: &PrefixIds, prompt: Tokens, owner: u64, end: Tokens, b: Tokens) -> u64 {
+        prefix.key_through(end, prompt, b).unwrap_or_else(|| plain_key(mix(owner ^ OWN_CONTENT, end.get())))
     }
 
     /// Leading full-attention blocks of the prompt present in the cache
@@ -1629,13 +1632,16 @@ impl KvPool {
     /// The key of window block `block` of a request.
     fn win_key(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, block: u32) -> u64 {
         let b = self.win.expect("a window cache").block;
-        mix(Self::key_at(prefix, prompt, owner, Tokens::new((u64::from(block) + 1) * b.get())), WINDOW_ENTRY)
+        plain_key(mix(
+            Self::key_at(prefix, prompt, owner, Tokens::new((u64::from(block) + 1) * b.get()), b),
+            WINDOW_ENTRY,
+        ))
     }
 
     /// The key of the state cached after the first `n` full-attention
     /// blocks of the prompt.
     fn state_key(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, n: u32) -> u64 {
-        mix(self.key(prefix, prompt, owner, n - 1), STATE_ENTRY)
+        plain_key(mix(self.key(prefix, prompt, owner, n - 1), STATE_ENTRY))
     }
 
     /// The cached state entry a hit of `n` blocks pins (0: none, or a hit on
@@ -2332,8 +2338,10 @@ impl KvPool {
         }
         let mut slots = self.take_win_slots(alloc);
         while i < full {
-            let Some(k) = prefix.key_through(Tokens::new((u64::from(i) + 1) * w.block.get()), prompt) else { break };
-            let k = mix(k, WINDOW_ENTRY);
+            let Some(k) = prefix.key_through(Tokens::new((u64::from(i) + 1) * w.block.get()), prompt, w.block) else {
+                break;
+            };
+            let k = plain_key(mix(k, WINDOW_ENTRY));
             if alloc.wpinned == 0 {
                 alloc.wfirst = i;
             }
