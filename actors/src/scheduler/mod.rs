@@ -44,7 +44,9 @@ mod tests;
 
 use sim_core::{SimDuration, SimTime};
 
-pub(crate) use keymap::{GROUP_LEN, GROUPED, grouped_key, plain_key};
+#[cfg(test)]
+pub(crate) use keymap::GROUPED;
+pub(crate) use keymap::{GROUP_LEN, grouped_key, plain_key};
 pub use policy::{BatchPolicy, VllmPolicy};
 pub(crate) use pool::MAX_GROUPS;
 pub use stats::StepStats;
