@@ -101,10 +101,11 @@ impl PrefixIds {
 }
 
 /// The cache key of the pool block of `b` tokens that ends at token `end`
-/// within the ids' block `idx` (of `g` tokens) whose id is `id`: one key
+/// within the ids' block `idx` (of `g` tokens) whose id is `id`: for one
+/// `b` (each kind of key of a pool is made with one block size), one key
 /// for each (id, end), as `mix(id, end)` would give. When the pool's blocks
-/// tile the ids' blocks (`b` divides `g`, at most
-/// [`GROUP_LEN`](crate::scheduler::GROUP_LEN) of them), the keys of one
+/// tile the ids' blocks in groups worth a record (`b` divides `g`, from
+/// [`MIN_GROUP`] to [`GROUP_LEN`](crate::scheduler::GROUP_LEN) of them), the keys of one
 /// id's blocks are grouped in the key map, their place the block's within
 /// the id; else each is a key of its own. (Ids name content in place, but
 /// the group is a mix of the id and its index all the same, so that an id
@@ -118,8 +119,13 @@ pub(crate) fn named_key(id: u64, idx: u64, end: u64, g: u64, b: u64) -> u64 {
 /// ([`named_key`]).
 #[inline]
 fn groups_blocks(g: u64, b: u64) -> bool {
-    b > 0 && g.is_multiple_of(b) && g / b <= crate::scheduler::GROUP_LEN as u64
+    b > 0 && g.is_multiple_of(b) && (MIN_GROUP..=crate::scheduler::GROUP_LEN as u64).contains(&(g / b))
 }
+
+/// The fewest blocks an id's blocks must be for their keys to be grouped: a
+/// group's record (140 bytes) then serves at least this many keys; fewer
+/// are plain keys, 8 bytes a cell. (A threshold chosen, not measured.)
+const MIN_GROUP: u64 = 4;
 
 /// A 64-bit mixer (splitmix64's finaliser) over an id and a position.
 pub fn mix(id: u64, pos: u64) -> u64 {

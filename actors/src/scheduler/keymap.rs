@@ -261,6 +261,7 @@ impl KeyMap {
     #[inline]
     pub(super) fn insert(&mut self, k: u64, slot: u32, key_of: impl Fn(u32) -> u64) -> Option<u32> {
         debug_assert_eq!(key_of(slot), k, "a slot is mapped under its entry's key");
+        assert!(slot & GROUP_CELL == 0, "slot numbers stay below 2^31");
         match self.entry(k, &key_of) {
             Ok(_) => {
                 self.changes += 1;
@@ -332,7 +333,10 @@ impl KeyMap {
                     }
                     None => {
                         self.groups.push(g);
-                        u32::try_from(self.groups.len() - 1).expect("fewer groups than blocks")
+                        let i = u32::try_from(self.groups.len() - 1).unwrap_or(u32::MAX);
+                        // (A cell holds `GROUP_CELL | i`; all ones is EMPTY.)
+                        assert!(i < GROUP_CELL - 1, "fewer groups than 2^31 - 1");
+                        i
                     }
                 };
                 self.place(cell, tag, GROUP_CELL | index);

@@ -1310,8 +1310,10 @@ impl KvPool {
             self.free_nameless(own * w.groups);
         } else {
             for i in (old..new).rev().filter(|&i| !pinned(i)) {
+                // (As `win_key` makes it for content no prefix id names.)
+                let end = Tokens::new((u64::from(i) + 1) * w.block.get());
                 let k = plain_key(mix(
-                    plain_key(mix(alloc.owner ^ OWN_CONTENT, (u64::from(i) + 1) * w.block.get())),
+                    Self::key_at(&PrefixIds::none(), Tokens::ZERO, alloc.owner, end, w.block),
                     WINDOW_ENTRY,
                 ));
                 let slot = self.new_entry(k, Kind::Window);
