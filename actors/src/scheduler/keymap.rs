@@ -181,10 +181,10 @@ impl KeyMap {
         self.cells.len() - 1
     }
 
-    /// The cell holding a plain key `k`, or the free cell where it would go.
-    #[inline]
-    fn find(&self, k: u64, key_of: impl Fn(u32) -> u64) -> (usize, bool) {
-        let t = tag(k);
+    /// The cell of tag `t` whose value `is` the one sought, or the free cell
+    /// where it would go (linear probing from the tag's home).
+    #[inline(always)]
+    fn probe(&self, t: u32, is: impl Fn(u32) -> bool) -> (usize, bool) {
         let mask = self.mask();
         let mut i = self.home(t);
         loop {
@@ -192,29 +192,23 @@ impl KeyMap {
             if v == EMPTY {
                 return (i, false);
             }
-            if ct == t && v & GROUP_CELL == 0 && key_of(v) == k {
+            if ct == t && is(v) {
                 return (i, true);
             }
             i = (i + 1) & mask;
         }
     }
 
+    /// The cell holding a plain key `k`, or the free cell where it would go.
+    #[inline]
+    fn find(&self, k: u64, key_of: impl Fn(u32) -> u64) -> (usize, bool) {
+        self.probe(tag(k), |v| v & GROUP_CELL == 0 && key_of(v) == k)
+    }
+
     /// The cell of the group `id`, or the free cell where it would go.
     #[inline]
     fn find_group(&self, id: u64) -> (usize, bool) {
-        let t = tag(id);
-        let mask = self.mask();
-        let mut i = self.home(t);
-        loop {
-            let (ct, v) = self.cells[i];
-            if v == EMPTY {
-                return (i, false);
-            }
-            if ct == t && v & GROUP_CELL != 0 && self.groups[(v & !GROUP_CELL) as usize].id == id {
-                return (i, true);
-            }
-            i = (i + 1) & mask;
-        }
+        self.probe(tag(id), |v| v & GROUP_CELL != 0 && self.groups[(v & !GROUP_CELL) as usize].id == id)
     }
 
     /// A grouped key's group and place.
