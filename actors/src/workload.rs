@@ -123,7 +123,7 @@ fn groups_blocks(g: u64, b: u64) -> bool {
 }
 
 /// The fewest blocks an id's blocks must be for their keys to be grouped: a
-X at least this many keys; fewer
+/// group's record (144 bytes) then serves at least this many keys; fewer
 /// are plain keys, 8 bytes a cell. (A threshold chosen, not measured.)
 const MIN_GROUP: u64 = 4;
 
