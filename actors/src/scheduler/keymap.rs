@@ -59,7 +59,7 @@ fn tag(k: u64) -> u32 {
 /// Hints that `*r` will be read soon (an x86-64 prefetch; nothing
 /// elsewhere).
 #[inline(always)]
-fn prefetch_read<T>(r: &T) {
+pub(super) fn prefetch_read<T>(r: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads nothing a program can observe and cannot
     // fault, whatever the address; `r` is a live reference besides. Its
@@ -152,6 +152,13 @@ pub(super) struct KeyMap {
     groups: Vec<Group>,
     /// Indices of unused records in `groups`.
     free_groups: Vec<u32>,
+    /// The group an operation last found or made, and its record's index
+    /// (id 0: none; no group's id is 0): the blocks of one prefix id are
+    /// looked up, registered and evicted one after another, and all but the
+    /// first of a run then skip the probe. A record keeps its index while
+    /// the group has keys, whatever cells move; the group's last removal
+    /// forgets it.
+    last: std::cell::Cell<(u64, u32)>,
     changes: u64,
 }
 
@@ -164,6 +171,7 @@ impl Default for KeyMap {
             used: 0,
             groups: Vec::new(),
             free_groups: Vec::new(),
+            last: std::cell::Cell::new((0, 0)),
             changes: 0,
         }
     }
@@ -209,6 +217,23 @@ impl KeyMap {
     #[inline]
     fn find_group(&self, id: u64) -> (usize, bool) {
         self.probe(tag(id), |v| v & GROUP_CELL != 0 && self.groups[(v & !GROUP_CELL) as usize].id == id)
+    }
+
+    /// The record of the group `id`, if it has one ([`KeyMap::last`] first).
+    #[inline(always)]
+    fn group_index(&self, id: u64) -> Result<u32, usize> {
+        let (last, index) = self.last.get();
+        if last == id {
+            return Ok(index);
+        }
+        match self.find_group(id) {
+            (i, true) => {
+                let index = self.group_at(i);
+                self.last.set((id, index));
+                Ok(index)
+            }
+            (cell, false) => Err(cell),
+        }
     }
 
     /// A grouped key's group and place.
@@ -261,8 +286,7 @@ impl KeyMap {
                 self.changes += 1;
                 if k & GROUPED != 0 {
                     let (id, place) = Self::split(k);
-                    let (i, _) = self.find_group(id);
-                    let g = self.group_at(i) as usize;
+                    let g = self.group_index(id).expect("a grouped key found has its group") as usize;
                     Some(std::mem::replace(&mut self.groups[g].slots[place], slot))
                 } else {
                     let (i, _) = self.find(k, &key_of);
@@ -281,16 +305,15 @@ impl KeyMap {
     pub(super) fn entry(&self, k: u64, key_of: impl Fn(u32) -> u64) -> Result<u32, Vacant> {
         let at = if k & GROUPED != 0 {
             let (id, place) = Self::split(k);
-            match self.find_group(id) {
-                (i, true) => {
-                    let index = self.group_at(i);
+            match self.group_index(id) {
+                Ok(index) => {
                     let s = self.groups[index as usize].slots[place];
                     if s != EMPTY {
                         return Ok(s);
                     }
                     At::Group { index, place }
                 }
-                (cell, false) => At::Cell { cell, tag: tag(id), group: Some((id, place)) },
+                Err(cell) => At::Cell { cell, tag: tag(id), group: Some((id, place)) },
             }
         } else {
             match self.find(k, key_of) {
@@ -333,6 +356,7 @@ impl KeyMap {
                         i
                     }
                 };
+                self.last.set((id, index));
                 self.place(cell, tag, GROUP_CELL | index);
             }
         }
@@ -372,12 +396,8 @@ impl KeyMap {
     pub(super) fn remove(&mut self, k: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
         if k & GROUPED != 0 {
             let (id, place) = Self::split(k);
-            let (i, found) = self.find_group(id);
-            if !found {
-                return None;
-            }
-            let index = self.group_at(i) as usize;
-            let g = &mut self.groups[index];
+            let Ok(index) = self.group_index(id) else { return None };
+            let g = &mut self.groups[index as usize];
             let slot = std::mem::replace(&mut g.slots[place], EMPTY);
             if slot == EMPTY {
                 // Nothing changed: what was looked up before stands.
@@ -385,8 +405,11 @@ impl KeyMap {
             }
             g.len -= 1;
             if g.len == 0 {
+                let (i, found) = self.find_group(id);
+                debug_assert!(found);
                 self.unplace(i);
-                self.free_groups.push(index as u32);
+                self.free_groups.push(index);
+                self.last.set((0, 0));
             }
             self.changes += 1;
             self.len -= 1;

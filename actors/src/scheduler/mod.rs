@@ -32,6 +32,7 @@
 mod align;
 mod decoding;
 mod keymap;
+mod lru;
 mod plan;
 pub mod policy;
 mod pool;

@@ -33,7 +33,7 @@
 //! recently freed first (it appends them at the back). vLLM has hashed
 //! every full block of computed KV, so a finished request's own
 //! full-attention blocks wait their turn in that order too: pdsim keeps
-//! them as a nameless run on the LRU list ([`KvPool::release`]), a count
+//! them as a nameless run in the LRU order ([`KvPool::release`]), a count
 //! with no keys, since nothing can hit them. Nameless blocks with no named
 //! entry before them are next in line and can never hit, so they are plain
 //! free blocks.
@@ -71,6 +71,7 @@
 //! (`cached_free` counting the nameless runs).
 
 use super::keymap::{KeyMap, plain_key};
+use super::lru::{Back, Entry, Lru};
 use crate::fxmap::FxHashMap;
 use crate::model::{CacheGroup, CacheGroupKind, block_size_lcm};
 use crate::rules;
@@ -177,12 +178,9 @@ pub struct Shortfall {
     pub available: u64,
 }
 
-/// No slot: the end of the LRU list, or of the free-slot list.
-const NIL: u32 = u32::MAX;
-
 /// What a cached entry stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     /// One block in each full-attention group.
     Full = 0,
     /// One block in each aligned state group (align mode).
@@ -219,26 +217,6 @@ impl Win {
     }
 }
 
-/// A cached entry, in the pool's slab.
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    /// Its cache key (to remove it from the key map when evicted).
-    key: u64,
-    /// Requests pinning it; while zero it is on the LRU list.
-    refs: u32,
-    /// What it caches: one block in each full-attention group, each
-    /// aligned state group, or each cached window group.
-    kind: Kind,
-    /// A nameless run: this many cached blocks no lookup can name (a
-    /// finished request's own and generated content), keeping their place
-    /// in the eviction order; no key, never pinned. Zero for a named entry.
-    nameless: u64,
-    /// The LRU list's neighbours while `refs == 0` (the next free slot
-    /// while the slot is free).
-    prev: u32,
-    next: u32,
-}
-
 /// An eviction made for a decode step taken ahead of its time
 /// ([`KvPool::resize_ahead`]), kept so that it can be undone exactly if the
 /// step does not run: the entries leave the LRU order's head one at a time,
@@ -273,123 +251,6 @@ struct HitMemo {
     slots: Vec<u32>,
 }
 
-/// The cached entries: a slab of [`Entry`] with the unpinned ones on an
-/// intrusive doubly linked list in the order they were unpinned (head:
-/// least recently), so that unpinning, re-pinning and evicting are O(1).
-/// The order is that of a counter stamped at each unpin, which is what
-/// the list keeps: appended at the tail, taken from the head.
-#[derive(Clone, Debug, Default)]
-struct Lru {
-    slots: Vec<Entry>,
-    /// Free slots, linked through `next`.
-    free_slot: u32,
-    head: u32,
-    tail: u32,
-    len: usize,
-}
-
-impl Lru {
-    fn new() -> Self {
-        Lru { slots: Vec::new(), free_slot: NIL, head: NIL, tail: NIL, len: 0 }
-    }
-
-    /// A new pinned entry (not on the list).
-    #[inline]
-    fn alloc(&mut self, key: u64, kind: Kind) -> u32 {
-        self.alloc_entry(Entry { key, refs: 1, kind, nameless: 0, prev: NIL, next: NIL })
-    }
-
-    #[inline]
-    fn alloc_entry(&mut self, e: Entry) -> u32 {
-        if self.free_slot != NIL {
-            let i = self.free_slot;
-            self.free_slot = self.slots[i as usize].next;
-            self.slots[i as usize] = e;
-            i
-        } else {
-            self.slots.push(e);
-            u32::try_from(self.slots.len() - 1).expect("fewer cached entries than blocks")
-        }
-    }
-
-    #[inline]
-    fn push_back(&mut self, i: u32) {
-        let tail = self.tail;
-        let e = &mut self.slots[i as usize];
-        (e.prev, e.next) = (tail, NIL);
-        if tail == NIL {
-            self.head = i;
-        } else {
-            self.slots[tail as usize].next = i;
-        }
-        self.tail = i;
-        self.len += 1;
-    }
-
-    /// Puts entry `i` at the head (an eviction undone).
-    fn push_front(&mut self, i: u32) {
-        let head = self.head;
-        let e = &mut self.slots[i as usize];
-        (e.prev, e.next) = (NIL, head);
-        if head == NIL {
-            self.tail = i;
-        } else {
-            self.slots[head as usize].prev = i;
-        }
-        self.head = i;
-        self.len += 1;
-    }
-
-    #[inline]
-    fn unlink(&mut self, i: u32) {
-        let Entry { prev, next, .. } = self.slots[i as usize];
-        if prev == NIL {
-            self.head = next;
-        } else {
-            self.slots[prev as usize].next = next;
-        }
-        if next == NIL {
-            self.tail = prev;
-        } else {
-            self.slots[next as usize].prev = prev;
-        }
-        self.len -= 1;
-    }
-
-    /// Takes the least recently unpinned entry off the list and frees its
-    /// slot; returns the slot and the entry.
-    #[inline]
-    fn pop_front(&mut self) -> Option<(u32, Entry)> {
-        let i = self.head;
-        if i == NIL {
-            return None;
-        }
-        self.unlink(i);
-        let e = &mut self.slots[i as usize];
-        let out = *e;
-        e.next = self.free_slot;
-        self.free_slot = i;
-        Some((i, out))
-    }
-
-    /// Appends `blocks` nameless cached blocks at the tail: to the tail's
-    /// run if it is one, else as a new run. The caller keeps the list's
-    /// head named ([`KvPool::absorb_front`]).
-    fn push_nameless(&mut self, blocks: u64) {
-        if self.tail != NIL && self.slots[self.tail as usize].nameless > 0 {
-            self.slots[self.tail as usize].nameless += blocks;
-            return;
-        }
-        let i = self.alloc_entry(Entry { key: 0, refs: 0, kind: Kind::Full, nameless: blocks, prev: NIL, next: NIL });
-        self.push_back(i);
-    }
-
-    /// Whether the head is a nameless run.
-    fn head_nameless(&self) -> bool {
-        self.head != NIL && self.slots[self.head as usize].nameless > 0
-    }
-}
-
 /// The key of the entry in a slot, for [`KeyMap`]'s lookups.
 #[inline]
 fn keys(slots: &[Entry]) -> impl Fn(u32) -> u64 + '_ {
@@ -419,7 +280,7 @@ pub struct KvPool {
     /// Blocks of cached entries no request pins (evictable), the nameless
     /// runs' included.
     cached_free: u64,
-    /// Blocks of the nameless runs on the LRU list (of `cached_free`).
+    /// Blocks of the nameless runs in the LRU order (of `cached_free`).
     nameless: u64,
     /// Blocks in use per group: each allocation's own blocks, plus one per
     /// pinned cache entry in every group it spans (full attention, aligned
@@ -537,7 +398,7 @@ impl KvPool {
             held_slots: FxHashMap::default(),
             spare_slot_lists: Vec::new(),
             key_scratch: Vec::new(),
-            lru: Lru::new(),
+            lru: Lru::default(),
             peak_used: 0,
             evicted_blocks: 0,
             suspend_peak: false,
@@ -892,15 +753,19 @@ impl KvPool {
         if n > available {
             return Err(Shortfall { needed: n, available });
         }
-        // The key map's cells of the entries about to go fetched a few
-        // entries ahead of their removal (see `KeyMap::prefetch`): at most
-        // as many ahead as blocks are wanted, then one an eviction.
-        let mut ahead = self.lru.head;
-        for _ in 0..(n - self.free).min(PREFETCH_AHEAD as u64) {
-            ahead = self.prefetch_cell_of(ahead);
+        // The entries about to go, and then their key map cells, are
+        // fetched ahead of their eviction (`Lru::prefetch_ahead`): those of
+        // the first evictions together, then one of each an eviction.
+        let want = usize::try_from(n - self.free).unwrap_or(usize::MAX);
+        for d in 0..want.min(2 * PREFETCH_AHEAD) {
+            self.lru.prefetch_ahead(d);
+        }
+        for d in 0..want.min(PREFETCH_AHEAD) {
+            self.entries.prefetch(self.lru.key_hint(d));
         }
         while self.free < n {
-            ahead = self.prefetch_cell_of(ahead);
+            let k = self.lru.prefetch_ahead(2 * PREFETCH_AHEAD);
+            self.entries.prefetch(k);
             // The head is named (`absorb_front`).
             let (i, e) = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
             let copy = self.forget_copy(e.key, i);
@@ -917,19 +782,6 @@ impl KvPool {
         Ok(())
     }
 
-    /// Prefetches the key map's cell of the key of the entry in slot `i`
-    /// (nothing for [`NIL`]); the entry after it in the LRU order. A hint:
-    /// past a slot freed meanwhile it walks the free slots, harmlessly.
-    #[inline(always)]
-    fn prefetch_cell_of(&self, i: u32) -> u32 {
-        if i == NIL {
-            return NIL;
-        }
-        let e = &self.lru.slots[i as usize];
-        self.entries.prefetch(e.key);
-        e.next
-    }
-
     /// An evicted copy (slot `i`) of `key` leaves the key map: the first
     /// copy's place goes to the next copy, if any (vLLM's
     /// `BlockHashToBlockMap` serves the first block it holds for a hash).
@@ -938,16 +790,16 @@ impl KvPool {
     #[inline]
     fn forget_copy(&mut self, key: u64, i: u32) -> Option<usize> {
         if self.copies.is_empty() {
-            self.entries.remove(key, keys(&self.lru.slots));
+            self.entries.remove(key, keys(self.lru.slots()));
             return None;
         }
         let Some(later) = self.copies.get_mut(&key) else {
-            self.entries.remove(key, keys(&self.lru.slots));
+            self.entries.remove(key, keys(self.lru.slots()));
             return None;
         };
-        let at = if self.entries.get(key, keys(&self.lru.slots)) == Some(i) {
+        let at = if self.entries.get(key, keys(self.lru.slots())) == Some(i) {
             let next = later.remove(0);
-            self.entries.insert(key, next, keys(&self.lru.slots));
+            self.entries.insert(key, next, keys(self.lru.slots()));
             None
         } else {
             let at = later.iter().position(|&c| c == i).expect("an evicted copy is listed");
@@ -960,7 +812,7 @@ impl KvPool {
         at
     }
 
-    /// Keeps the LRU list's head named: nameless blocks with no named entry
+    /// Keeps the LRU order's head named: nameless blocks with no named entry
     /// before them are next to be reused and nothing can hit them, so they
     /// are plain free blocks (which lets the decoding set take them ahead).
     #[inline(always)]
@@ -990,7 +842,7 @@ impl KvPool {
         if blocks == 0 {
             return;
         }
-        if self.lru.len == 0 {
+        if self.lru.len() == 0 {
             self.free += blocks;
         } else {
             self.lru.push_nameless(blocks);
@@ -1072,22 +924,17 @@ impl KvPool {
                 break;
             }
             self.evicted_ahead.pop();
-            let (entry, blocks) = match ev {
-                Evicted::Named { key, kind, .. } => {
-                    (Entry { key, refs: 0, kind, nameless: 0, prev: NIL, next: NIL }, self.entry_blocks(kind))
-                }
-                Evicted::Nameless { blocks, .. } => {
-                    (Entry { key: 0, refs: 0, kind: Kind::Full, nameless: blocks, prev: NIL, next: NIL }, blocks)
-                }
+            let (back, blocks) = match ev {
+                Evicted::Named { key, kind, .. } => (Back::Named { key, kind }, self.entry_blocks(kind)),
+                Evicted::Nameless { blocks, .. } => (Back::Nameless { blocks }, blocks),
             };
-            let slot = self.lru.alloc_entry(entry);
-            self.lru.push_front(slot);
+            let slot = self.lru.put_front(back);
             match ev {
                 Evicted::Named { key, copy, .. } => {
                     match copy {
                         Some(at) => self.copies.entry(key).or_default().insert(at, slot),
                         None => {
-                            if let Some(first) = self.entries.insert(key, slot, keys(&self.lru.slots)) {
+                            if let Some(first) = self.entries.insert(key, slot, keys(self.lru.slots())) {
                                 self.copies.entry(key).or_default().insert(0, first);
                             }
                         }
@@ -1317,8 +1164,7 @@ impl KvPool {
                     WINDOW_ENTRY,
                 ));
                 let slot = self.new_entry(k, Kind::Window);
-                self.lru.slots[slot as usize].refs = 0;
-                self.lru.push_back(slot);
+                self.lru.unpin(slot);
             }
             self.cached_free += own * w.groups;
         }
@@ -1587,7 +1433,7 @@ impl KvPool {
         }
         let mut m = n;
         while m > 0 {
-            if self.entries.contains_key(self.state_key(prefix, prompt, owner, m), keys(&self.lru.slots)) {
+            if self.entries.contains_key(self.state_key(prefix, prompt, owner, m), keys(self.lru.slots())) {
                 break;
             }
             m -= self.hit_align.min(m);
@@ -1616,7 +1462,7 @@ impl KvPool {
         let mut run = 0u32;
         let mut hit = None;
         for i in (0..n).rev() {
-            if self.entries.contains_key(self.win_key(prefix, prompt, owner, i), keys(&self.lru.slots)) {
+            if self.entries.contains_key(self.win_key(prefix, prompt, owner, i), keys(self.lru.slots())) {
                 run += 1;
                 if run >= w.need {
                     hit = Some(i + w.need);
@@ -1654,7 +1500,7 @@ impl KvPool {
             return 0;
         }
         let k = self.state_key(prefix, prompt, owner, n);
-        if self.entries.contains_key(k, keys(&self.lru.slots)) { k } else { 0 }
+        if self.entries.contains_key(k, keys(self.lru.slots())) { k } else { 0 }
     }
 
     /// The state-group block index of the state after `t` tokens.
@@ -1681,7 +1527,7 @@ impl KvPool {
         let limit = goal.saturating_sub(Tokens::new(1));
         let max = limit.blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
         let first =
-            if max > 0 { self.entries.get(self.key(prefix, prompt, owner, 0), keys(&self.lru.slots)) } else { None };
+            if max > 0 { self.entries.get(self.key(prefix, prompt, owner, 0), keys(self.lru.slots())) } else { None };
         let Some(first) = first else {
             // No hit: nothing to pin, so the memo may stand as it is.
             return 0;
@@ -1691,7 +1537,9 @@ impl KvPool {
         memo.slots.clear();
         memo.slots.push(first);
         while u64::from(n) < max {
-            let Some(slot) = self.entries.get(self.key(prefix, prompt, owner, n), keys(&self.lru.slots)) else { break };
+            let Some(slot) = self.entries.get(self.key(prefix, prompt, owner, n), keys(self.lru.slots())) else {
+                break;
+            };
             memo.slots.push(slot);
             n += 1;
         }
@@ -1744,7 +1592,7 @@ impl KvPool {
         // The hit's entries no request pins leave the eviction order when
         // pinned, so they count against the free and evictable blocks.
         let evictable =
-            |k: u64| self.entries.get(k, keys(&self.lru.slots)).is_some_and(|i| self.lru.slots[i as usize].refs == 0);
+            |k: u64| self.entries.get(k, keys(self.lru.slots())).is_some_and(|i| self.lru.get(i).refs() == 0);
         let mut touched = 0u64;
         if self.fa_groups > 0 && self.caching {
             for i in 0..n {
@@ -1880,7 +1728,7 @@ impl KvPool {
             if memo.changes == self.entries.changes() && memo.of == of && memo.slots.len() >= fa as usize {
                 // The key map is as the lookup left it: the slots it found.
                 debug_assert!((0..fa).all(|i| {
-                    self.entries.get(self.key(prefix, prompt, alloc.owner, i), keys(&self.lru.slots))
+                    self.entries.get(self.key(prefix, prompt, alloc.owner, i), keys(self.lru.slots()))
                         == Some(memo.slots[i as usize])
                 }));
                 self.ref_slots(&memo.slots[..fa as usize], Kind::Full);
@@ -1888,7 +1736,7 @@ impl KvPool {
             } else {
                 for i in 0..fa {
                     let k = self.key(prefix, prompt, alloc.owner, i);
-                    let slot = self.entries.get(k, keys(&self.lru.slots)).expect("a hit's entries exist");
+                    let slot = self.entries.get(k, keys(self.lru.slots())).expect("a hit's entries exist");
                     self.ref_slot(slot);
                     slots.push(slot);
                 }
@@ -1901,7 +1749,7 @@ impl KvPool {
             let mut slots = self.take_win_slots(alloc);
             for i in window {
                 let k = self.win_key(prefix, prompt, alloc.owner, i);
-                let slot = self.entries.get(k, keys(&self.lru.slots)).expect("a hit's window entries exist");
+                let slot = self.entries.get(k, keys(self.lru.slots())).expect("a hit's window entries exist");
                 self.ref_slot(slot);
                 slots.push(slot);
             }
@@ -2138,22 +1986,18 @@ impl KvPool {
     }
 
     fn ref_entry(&mut self, k: u64) {
-        let i = self.entries.get(k, keys(&self.lru.slots)).expect("entry exists");
+        let i = self.entries.get(k, keys(self.lru.slots())).expect("entry exists");
         self.ref_slot(i);
     }
 
     /// [`KvPool::ref_entry`] of the entry in slot `i`.
     #[inline]
     fn ref_slot(&mut self, i: u32) {
-        let e = &mut self.lru.slots[i as usize];
-        e.refs += 1;
-        if e.refs == 1 {
-            let kind = e.kind;
-            let was_head = self.lru.head == i;
-            self.lru.unlink(i);
+        if let Some(was_head) = self.lru.pin(i) {
             if was_head {
                 self.absorb_front();
             }
+            let kind = self.lru.get(i).kind;
             let blocks = self.entry_blocks(kind);
             self.cached_free -= blocks;
             self.shared += blocks;
@@ -2167,12 +2011,8 @@ impl KvPool {
     fn ref_slots(&mut self, slots: &[u32], kind: Kind) {
         let mut taken = 0u64;
         for &i in slots {
-            let e = &mut self.lru.slots[i as usize];
-            debug_assert_eq!(e.kind, kind);
-            e.refs += 1;
-            if e.refs == 1 {
-                let was_head = self.lru.head == i;
-                self.lru.unlink(i);
+            debug_assert_eq!(self.lru.get(i).kind, kind);
+            if let Some(was_head) = self.lru.pin(i) {
                 if was_head {
                     self.absorb_front();
                 }
@@ -2194,13 +2034,8 @@ impl KvPool {
     fn unref_slots_rev(&mut self, slots: &[u32], kind: Kind) {
         let mut freed = 0u64;
         for &i in slots.iter().rev() {
-            let e = &mut self.lru.slots[i as usize];
-            debug_assert_eq!(e.kind, kind);
-            e.refs -= 1;
-            if e.refs == 0 {
-                self.lru.push_back(i);
-                freed += 1;
-            }
+            debug_assert_eq!(self.lru.get(i).kind, kind);
+            freed += u64::from(self.lru.unpin(i));
         }
         if freed > 0 {
             let blocks = freed * self.entry_blocks(kind);
@@ -2212,18 +2047,15 @@ impl KvPool {
 
     /// Drops one pin of entry `k`; unpinned, it joins the LRU order's tail.
     fn unref(&mut self, k: u64) {
-        let i = self.entries.get(k, keys(&self.lru.slots)).expect("pinned entry exists");
+        let i = self.entries.get(k, keys(self.lru.slots())).expect("pinned entry exists");
         self.unref_slot(i);
     }
 
     /// [`KvPool::unref`] of the entry in slot `i`.
     #[inline]
     fn unref_slot(&mut self, i: u32) {
-        let e = &mut self.lru.slots[i as usize];
-        e.refs -= 1;
-        if e.refs == 0 {
-            let kind = e.kind;
-            self.lru.push_back(i);
+        if self.lru.unpin(i) {
+            let kind = self.lru.get(i).kind;
             let blocks = self.entry_blocks(kind);
             self.shared -= blocks;
             self.cached_free += blocks;
@@ -2393,7 +2225,7 @@ impl KvPool {
         }
         let Some(slot) = pins.iter().position(|&(key, _)| key == 0) else { return };
         let sg = self.state_groups;
-        match self.entries.entry(k, keys(&self.lru.slots)) {
+        match self.entries.entry(k, keys(self.lru.slots())) {
             Err(vacant) => {
                 let slot = self.lru.alloc(k, Kind::State);
                 self.entries.fill(vacant, slot);
@@ -2507,7 +2339,7 @@ impl KvPool {
     /// A new pinned entry of `kind` under key `k`: the key's first copy, or
     /// a later one if the content is cached already.
     fn new_entry(&mut self, k: u64, kind: Kind) -> u32 {
-        let found = self.entries.entry(k, keys(&self.lru.slots));
+        let found = self.entries.entry(k, keys(self.lru.slots()));
         let slot = self.lru.alloc(k, kind);
         match found {
             Err(vacant) => self.entries.fill(vacant, slot),
@@ -2521,21 +2353,15 @@ impl KvPool {
     /// LRU order, and each key's copies in order with their pins.
     #[cfg(test)]
     pub(crate) fn canonical(&self) -> String {
-        let mut order = Vec::new();
-        let mut i = self.lru.head;
-        while i != NIL {
-            let e = &self.lru.slots[i as usize];
-            order.push((e.key, e.kind, e.nameless));
-            i = e.next;
-        }
+        let order: Vec<_> = self.lru.order().map(|e| (e.key, e.kind, e.nameless)).collect();
         let mut keys: Vec<(u64, Vec<(Kind, u32)>)> = self
             .entries
             .values()
             .map(|first| {
-                let k = self.lru.slots[first as usize].key;
+                let k = self.lru.get(first).key;
                 let later = self.copies.get(&k).into_iter().flatten();
-                let copies = std::iter::once(&first).chain(later).map(|&c| &self.lru.slots[c as usize]);
-                (k, copies.map(|e| (e.kind, e.refs)).collect())
+                let copies = std::iter::once(&first).chain(later).map(|&c| self.lru.get(c));
+                (k, copies.map(|e| (e.kind, e.refs())).collect())
             })
             .collect();
         keys.sort_unstable_by_key(|&(k, _)| k);
@@ -2561,8 +2387,8 @@ impl KvPool {
             .entries
             .values()
             .chain(self.copies.values().flatten().copied())
-            .map(|i| &self.lru.slots[i as usize])
-            .filter(|e| e.refs == 0)
+            .map(|i| self.lru.get(i))
+            .filter(|e| e.refs() == 0)
             .map(|e| self.entry_blocks(e.kind))
             .sum();
         // Every pin of a full-attention or window entry is a holding's
@@ -2574,8 +2400,8 @@ impl KvPool {
                     return Err(format!("holding {owner}: an empty {kind:?} slot list"));
                 }
                 for &slot in slots {
-                    let e = &self.lru.slots[slot as usize];
-                    let live = self.entries.get(e.key, keys(&self.lru.slots)) == Some(slot)
+                    let e = self.lru.get(slot);
+                    let live = self.entries.get(e.key, keys(self.lru.slots())) == Some(slot)
                         || self.copies.get(&e.key).is_some_and(|c| c.contains(&slot));
                     if e.kind != kind || !live {
                         return Err(format!("holding {owner}: slot {slot} is no live {kind:?} entry"));
@@ -2585,17 +2411,16 @@ impl KvPool {
             }
         }
         for slot in self.entries.values().chain(self.copies.values().flatten().copied()) {
-            let e = &self.lru.slots[slot as usize];
-            if e.kind != Kind::State && e.refs != listed.get(&slot).copied().unwrap_or(0) {
-                return Err(format!("entry in slot {slot}: {} pins, {:?} holdings list it", e.refs, listed.get(&slot)));
+            let e = self.lru.get(slot);
+            if e.kind != Kind::State && e.refs() != listed.get(&slot).copied().unwrap_or(0) {
+                return Err(format!(
+                    "entry in slot {slot}: {} pins, {:?} holdings list it",
+                    e.refs(),
+                    listed.get(&slot)
+                ));
             }
         }
-        let mut nameless = 0;
-        let mut i = self.lru.head;
-        while i != NIL {
-            nameless += self.lru.slots[i as usize].nameless;
-            i = self.lru.slots[i as usize].next;
-        }
+        let nameless: u64 = self.lru.order().map(|e| e.nameless).sum();
         if self.lru.head_nameless() {
             return Err("a nameless run heads the LRU order (it should be plain free blocks)".into());
         }

@@ -1,0 +1,457 @@
+//! The pool's cached entries and their eviction order: a slab of
+//! [`Entry`], the unpinned ones in the order they were unpinned (the head
+//! least recently), so that unpinning, re-pinning and evicting are O(1).
+//!
+//! The order is a ring of slot numbers with lazy removal, not a linked
+//! list. An entry on it records its position in the ring; a
+//! pin takes it off by forgetting that position, and the ring keeps the
+//! slot as a stale item until the head passes it or the ring is compacted
+//! (when stale items outnumber live ones). Eviction reads the ring front to
+//! back, so the entries it will take next are known many evictions ahead
+//! and can be fetched together ([`Lru::prefetch_ahead`]). A linked list
+//! gives its next entry only once the current one has arrived: on a trace
+//! whose cache holds more than the processor's caches (the Mooncake
+//! conversation trace), each eviction waited for one entry after another,
+//! and eviction was a third of the run.
+//!
+//! The head and the tail of the ring are always live entries (or the ring
+//! is empty), so both ends read as the order's.
+
+use super::keymap::prefetch_read;
+use super::pool::Kind;
+
+/// An entry's position while it is not on the order.
+const OFF: u64 = u64::MAX;
+
+/// The position of the first entry put on an empty order: room for
+/// 2^62 entries put back at the head (undone evictions) and as many
+/// appended, so positions never run out.
+const FIRST: u64 = 1 << 62;
+
+/// Items of the first ring (it grows by doubling; tests start smaller, so
+/// that short sequences wrap and grow).
+const FIRST_RING: usize = if cfg!(test) { 4 } else { 64 };
+
+/// Stale items the ring may hold beyond as many as it has live ones,
+/// before it is compacted. (Tests take less, so that short sequences
+/// compact.)
+const SLACK: usize = if cfg!(test) { 2 } else { 64 };
+
+/// A cached entry, in the slab.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Entry {
+    /// Its cache key (to remove it from the key map when evicted).
+    pub(super) key: u64,
+    /// Requests pinning it; while zero it is on the order.
+    refs: u32,
+    /// What it caches: one block in each full-attention group, each
+    /// aligned state group, or each cached window group.
+    pub(super) kind: Kind,
+    /// A nameless run: this many cached blocks no lookup can name (a
+    /// finished request's own and generated content), keeping their place
+    /// in the eviction order; no key, never pinned. Zero for a named entry.
+    pub(super) nameless: u64,
+    /// Its position in the ring while on the order ([`OFF`] otherwise).
+    at: u64,
+}
+
+impl Entry {
+    /// Requests pinning it.
+    pub(super) fn refs(&self) -> u32 {
+        self.refs
+    }
+}
+
+/// What [`Lru::put_front`] puts back.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Back {
+    Named { key: u64, kind: Kind },
+    Nameless { blocks: u64 },
+}
+
+/// The slab and the order (see the module's documentation).
+#[derive(Clone, Debug)]
+pub(super) struct Lru {
+    slots: Vec<Entry>,
+    /// Free slots, the last freed on top.
+    free_slots: Vec<u32>,
+    /// Slots in order: the item at position `p` (`front <= p < end`) is
+    /// `ring[p & mask]`, stale unless its entry's `at` is `p`. A power of
+    /// two long.
+    ring: Vec<u32>,
+    mask: u64,
+    /// The head's position.
+    front: u64,
+    /// The position after the tail's.
+    end: u64,
+    /// Entries on the order.
+    len: usize,
+}
+
+impl Default for Lru {
+    fn default() -> Self {
+        Lru {
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            ring: vec![0; FIRST_RING],
+            mask: FIRST_RING as u64 - 1,
+            front: FIRST,
+            end: FIRST,
+            len: 0,
+        }
+    }
+}
+
+impl Lru {
+    /// The slab, for the key map's lookups (an entry's key by slot).
+    #[inline]
+    pub(super) fn slots(&self) -> &[Entry] {
+        &self.slots
+    }
+
+    /// The entry in slot `i`.
+    #[inline]
+    pub(super) fn get(&self, i: u32) -> &Entry {
+        &self.slots[i as usize]
+    }
+
+    /// Entries on the order.
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The head's slot.
+    #[inline]
+    pub(super) fn head(&self) -> Option<u32> {
+        (self.front < self.end).then(|| self.item(self.front))
+    }
+
+    /// The slot of the item at position `p`.
+    #[inline(always)]
+    fn item(&self, p: u64) -> u32 {
+        self.ring[(p & self.mask) as usize]
+    }
+
+    /// Whether the item at position `p` is live.
+    #[inline(always)]
+    fn live(&self, p: u64) -> bool {
+        self.slots[self.item(p) as usize].at == p
+    }
+
+    /// A new entry pinned once (not on the order).
+    #[inline]
+    pub(super) fn alloc(&mut self, key: u64, kind: Kind) -> u32 {
+        self.alloc_entry(Entry { key, refs: 1, kind, nameless: 0, at: OFF })
+    }
+
+    #[inline]
+    fn alloc_entry(&mut self, e: Entry) -> u32 {
+        if let Some(i) = self.free_slots.pop() {
+            self.slots[i as usize] = e;
+            i
+        } else {
+            self.slots.push(e);
+            u32::try_from(self.slots.len() - 1).expect("fewer cached entries than blocks")
+        }
+    }
+
+    /// Pins entry `i` once more. `Some(was the head)` when that took it off
+    /// the order (its first pin).
+    #[inline]
+    pub(super) fn pin(&mut self, i: u32) -> Option<bool> {
+        let e = &mut self.slots[i as usize];
+        e.refs += 1;
+        if e.refs > 1 {
+            return None;
+        }
+        let was_head = e.at == self.front;
+        self.unlink(i);
+        Some(was_head)
+    }
+
+    /// Drops one pin of entry `i`; whether that put it on the order (at
+    /// the tail: its last pin).
+    #[inline]
+    pub(super) fn unpin(&mut self, i: u32) -> bool {
+        let e = &mut self.slots[i as usize];
+        e.refs -= 1;
+        if e.refs > 0 {
+            return false;
+        }
+        self.push_back(i);
+        true
+    }
+
+    #[inline]
+    fn push_back(&mut self, i: u32) {
+        self.make_room();
+        let p = self.end;
+        self.ring[(p & self.mask) as usize] = i;
+        self.slots[i as usize].at = p;
+        self.end += 1;
+        self.len += 1;
+    }
+
+    /// Puts an entry back at the head, unpinned (an eviction undone); its
+    /// slot.
+    pub(super) fn put_front(&mut self, back: Back) -> u32 {
+        let (key, kind, nameless) = match back {
+            Back::Named { key, kind } => (key, kind, 0),
+            Back::Nameless { blocks } => (0, Kind::Full, blocks),
+        };
+        self.make_room();
+        self.front -= 1;
+        let i = self.alloc_entry(Entry { key, refs: 0, kind, nameless, at: self.front });
+        self.ring[(self.front & self.mask) as usize] = i;
+        self.len += 1;
+        i
+    }
+
+    /// Makes room in the ring for one more item.
+    #[inline(always)]
+    fn make_room(&mut self) {
+        if self.end - self.front == self.ring.len() as u64 {
+            self.grow();
+        }
+    }
+
+    /// A full ring: compacted if half of it is stale, else doubled.
+    #[cold]
+    fn grow(&mut self) {
+        if (self.len as u64) * 2 <= self.end - self.front {
+            self.compact();
+            return;
+        }
+        let mut ring = vec![0; self.ring.len() * 2];
+        let mask = ring.len() as u64 - 1;
+        for p in self.front..self.end {
+            ring[(p & mask) as usize] = self.item(p);
+        }
+        self.ring = ring;
+        self.mask = mask;
+    }
+
+    /// Takes entry `i` off the order.
+    #[inline]
+    fn unlink(&mut self, i: u32) {
+        let at = std::mem::replace(&mut self.slots[i as usize].at, OFF);
+        debug_assert!(at != OFF, "an entry taken off the order is on it");
+        self.len -= 1;
+        if at == self.front {
+            self.front += 1;
+            while self.front < self.end && !self.live(self.front) {
+                self.front += 1;
+            }
+        } else if at + 1 == self.end {
+            self.end -= 1;
+            while self.front < self.end && !self.live(self.end - 1) {
+                self.end -= 1;
+            }
+        } else if self.end - self.front > 2 * self.len as u64 + SLACK as u64 {
+            self.compact();
+        }
+        if self.front == self.end {
+            (self.front, self.end) = (FIRST, FIRST);
+        }
+    }
+
+    /// Drops the stale items, moving the live ones up to the head and
+    /// renumbering them. (An item moves to a position at most its own, one
+    /// already read, so the ring is compacted in place.)
+    #[cold]
+    fn compact(&mut self) {
+        let mut to = self.front;
+        for p in self.front..self.end {
+            let i = self.item(p);
+            let e = &mut self.slots[i as usize];
+            if e.at == p {
+                e.at = to;
+                self.ring[(to & self.mask) as usize] = i;
+                to += 1;
+            }
+        }
+        self.end = to;
+        debug_assert_eq!(self.end - self.front, self.len as u64);
+    }
+
+    /// Takes the head off the order and frees its slot; the slot and the
+    /// entry.
+    #[inline]
+    pub(super) fn pop_front(&mut self) -> Option<(u32, Entry)> {
+        let i = self.head()?;
+        self.unlink(i);
+        self.free_slots.push(i);
+        Some((i, self.slots[i as usize]))
+    }
+
+    /// Asks for the entry `d` items behind the head to be fetched, and
+    /// returns the key of the one `d / 2` behind it (fetched by an earlier
+    /// call, for its key map cell to be fetched in turn); 0 past the end.
+    /// Hints only: an item may be stale.
+    #[inline(always)]
+    pub(super) fn prefetch_ahead(&self, d: usize) -> u64 {
+        let p = self.front + d as u64;
+        if p < self.end {
+            prefetch_read(&self.slots[self.item(p) as usize]);
+        }
+        self.key_hint(d / 2)
+    }
+
+    /// The key of the entry `d` items behind the head (0 past the end; a
+    /// hint: the item may be stale).
+    #[inline(always)]
+    pub(super) fn key_hint(&self, d: usize) -> u64 {
+        let p = self.front + d as u64;
+        if p < self.end { self.slots[self.item(p) as usize].key } else { 0 }
+    }
+
+    /// Appends `blocks` nameless cached blocks at the tail: to the tail's
+    /// run if it is one, else as a new run. The caller keeps the order's
+    /// head named (`KvPool::absorb_front`).
+    pub(super) fn push_nameless(&mut self, blocks: u64) {
+        if self.front < self.end {
+            let t = self.item(self.end - 1) as usize;
+            if self.slots[t].nameless > 0 {
+                self.slots[t].nameless += blocks;
+                return;
+            }
+        }
+        let i = self.alloc_entry(Entry { key: 0, refs: 0, kind: Kind::Full, nameless: blocks, at: OFF });
+        self.push_back(i);
+    }
+
+    /// Whether the head is a nameless run.
+    #[inline]
+    pub(super) fn head_nameless(&self) -> bool {
+        self.head().is_some_and(|i| self.slots[i as usize].nameless > 0)
+    }
+
+    /// The entries on the order, the head first.
+    pub(super) fn order(&self) -> impl Iterator<Item = &Entry> + '_ {
+        (self.front..self.end).filter(|&p| self.live(p)).map(|p| &self.slots[self.item(p) as usize])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        New,
+        Pin(usize),
+        Unpin(usize),
+        Pop,
+        PutFront,
+        Nameless(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => Just(Op::New),
+            3 => any::<usize>().prop_map(Op::Pin),
+            4 => any::<usize>().prop_map(Op::Unpin),
+            2 => Just(Op::Pop),
+            1 => Just(Op::PutFront),
+            1 => (1u64..4).prop_map(Op::Nameless),
+        ]
+    }
+
+    /// The model: the order as a list of slots, and each live slot's pins.
+    #[derive(Default)]
+    struct Model {
+        order: Vec<u32>,
+        refs: std::collections::BTreeMap<u32, u32>,
+        nameless: std::collections::BTreeMap<u32, u64>,
+    }
+
+    proptest! {
+        /// Any sequence of pins, unpins, evictions, evictions undone and
+        /// nameless runs leaves the order the one a plain list keeps: the
+        /// same entries in the same order, the same head, the same answers
+        /// on the way; freed slots are reused and live ones never handed
+        /// out twice. Long sequences make the ring wrap, grow and compact.
+        #[test]
+        fn the_ring_keeps_the_order_a_list_keeps(ops in prop::collection::vec(op(), 0..800)) {
+            let mut lru = Lru::default();
+            let mut m = Model::default();
+            let mut next_key = 1u64;
+            for op in ops {
+                match op {
+                    Op::New => {
+                        let i = lru.alloc(next_key, Kind::Full);
+                        next_key += 1;
+                        prop_assert!(!m.refs.contains_key(&i), "slot {} handed out twice", i);
+                        m.refs.insert(i, 1);
+                    }
+                    Op::Pin(x) => {
+                        let named: Vec<u32> = m.refs.keys().copied().filter(|i| !m.nameless.contains_key(i)).collect();
+                        if named.is_empty() { continue; }
+                        let i = named[x % named.len()];
+                        let r = m.refs.get_mut(&i).expect("live");
+                        *r += 1;
+                        let expect = (*r == 1).then(|| {
+                            let at = m.order.iter().position(|&s| s == i).expect("unpinned is ordered");
+                            m.order.remove(at);
+                            at == 0
+                        });
+                        prop_assert_eq!(lru.pin(i), expect);
+                    }
+                    Op::Unpin(x) => {
+                        let pinned: Vec<u32> = m.refs.iter().filter(|&(_, &r)| r > 0).map(|(&i, _)| i).collect();
+                        if pinned.is_empty() { continue; }
+                        let i = pinned[x % pinned.len()];
+                        let r = m.refs.get_mut(&i).expect("live");
+                        *r -= 1;
+                        if *r == 0 { m.order.push(i); }
+                        prop_assert_eq!(lru.unpin(i), *r == 0);
+                    }
+                    Op::Pop => {
+                        let want = (!m.order.is_empty()).then(|| m.order.remove(0));
+                        let got = lru.pop_front().map(|(i, _)| i);
+                        prop_assert_eq!(got, want);
+                        if let Some(i) = want {
+                            m.refs.remove(&i);
+                            m.nameless.remove(&i);
+                        }
+                    }
+                    Op::PutFront => {
+                        let i = lru.put_front(Back::Named { key: next_key, kind: Kind::Full });
+                        next_key += 1;
+                        prop_assert!(!m.refs.contains_key(&i), "slot {} handed out twice", i);
+                        m.refs.insert(i, 0);
+                        m.order.insert(0, i);
+                    }
+                    Op::Nameless(b) => {
+                        lru.push_nameless(b);
+                        match m.order.last() {
+                            Some(t) if m.nameless.contains_key(t) => *m.nameless.get_mut(t).expect("run") += b,
+                            _ => {
+                                let i = lru.item(lru.end - 1);
+                                prop_assert!(!m.refs.contains_key(&i), "slot {} handed out twice", i);
+                                m.refs.insert(i, 0);
+                                m.nameless.insert(i, b);
+                                m.order.push(i);
+                            }
+                        }
+                    }
+                }
+                prop_assert_eq!(lru.len(), m.order.len());
+                prop_assert_eq!(lru.head(), m.order.first().copied());
+                let keys: Vec<(u64, u64)> = lru.order().map(|e| (e.key, e.nameless)).collect();
+                let want: Vec<(u64, u64)> = m.order.iter().map(|&i| {
+                    let e = lru.get(i);
+                    (e.key, m.nameless.get(&i).copied().unwrap_or(0))
+                }).collect();
+                prop_assert_eq!(keys, want);
+                prop_assert!(lru.end - lru.front <= lru.ring.len() as u64);
+                for (&i, &r) in &m.refs {
+                    prop_assert_eq!(lru.get(i).refs(), r);
+                }
+            }
+        }
+    }
+}
