@@ -254,7 +254,15 @@ impl KeyMap {
     /// another. A hint only; nothing it does can change an answer.
     #[inline(always)]
     pub(super) fn prefetch(&self, k: u64) {
-        let t = if k & GROUPED != 0 { tag(Self::split(k).0) } else { tag(k) };
+        let t = if k & GROUPED != 0 {
+            let id = Self::split(k).0;
+            if id == self.last.get().0 {
+                return; // its record is found without the cell
+            }
+            tag(id)
+        } else {
+            tag(k)
+        };
         prefetch_read(&self.cells[self.home(t)]);
     }
 
@@ -293,6 +301,38 @@ impl KeyMap {
                     Some(std::mem::replace(&mut self.cells[i].1, slot))
                 }
             }
+            Err(v) => {
+                self.fill(v, slot);
+                None
+            }
+        }
+    }
+
+    /// Maps `k` to `slot` (whose entry has key `k` already) unless `k` is
+    /// mapped; the slot it maps to if so (and nothing changes). A key of
+    /// the group last found goes straight to its place.
+    #[inline(always)]
+    pub(super) fn insert_if_vacant(&mut self, k: u64, slot: u32, key_of: impl Fn(u32) -> u64) -> Option<u32> {
+        debug_assert_eq!(key_of(slot), k, "a slot is mapped under its entry's key");
+        if k & GROUPED != 0 {
+            let (id, place) = Self::split(k);
+            let (last, index) = self.last.get();
+            if last == id {
+                assert!(slot & GROUP_CELL == 0, "slot numbers stay below 2^31");
+                let g = &mut self.groups[index as usize];
+                let s = g.slots[place];
+                if s != EMPTY {
+                    return Some(s);
+                }
+                g.slots[place] = slot;
+                g.len += 1;
+                self.len += 1;
+                self.changes += 1;
+                return None;
+            }
+        }
+        match self.entry(k, key_of) {
+            Ok(s) => Some(s),
             Err(v) => {
                 self.fill(v, slot);
                 None
@@ -478,6 +518,7 @@ mod tests {
     enum Op {
         Insert(u64),
         Vacant(u64),
+        IfVacant(u64),
         Remove(u64),
     }
 
@@ -507,7 +548,12 @@ mod tests {
             (0u64..4, 0u64..GROUP_LEN as u64).prop_map(|(g, p)| GROUPED | g << PLACE_BITS | p),
             (0u64..4, 0u64..4).prop_map(move |(c, p)| (c.wrapping_mul(inv) & !(GROUP_LEN as u64 - 1)) | GROUPED | p),
         ];
-        prop_oneof![key.clone().prop_map(Op::Insert), key.clone().prop_map(Op::Vacant), key.prop_map(Op::Remove),]
+        prop_oneof![
+            key.clone().prop_map(Op::Insert),
+            key.clone().prop_map(Op::Vacant),
+            key.clone().prop_map(Op::IfVacant),
+            key.prop_map(Op::Remove),
+        ]
     }
 
     proptest! {
@@ -538,6 +584,16 @@ mod tests {
                             slot_keys.push(k);
                             let s = (slot_keys.len() - 1) as u32;
                             m.fill(v, s);
+                            model.insert(k, s);
+                            changes += 1;
+                        }
+                    }
+                    Op::IfVacant(k) => {
+                        slot_keys.push(k);
+                        let s = (slot_keys.len() - 1) as u32;
+                        let had = model.get(&k).copied();
+                        prop_assert_eq!(m.insert_if_vacant(k, s, |s: u32| slot_keys[s as usize]), had);
+                        if had.is_none() {
                             model.insert(k, s);
                             changes += 1;
                         }

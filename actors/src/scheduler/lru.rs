@@ -275,14 +275,23 @@ impl Lru {
         debug_assert_eq!(self.end - self.front, self.len as u64);
     }
 
-    /// Takes the head off the order and frees its slot; the slot and the
-    /// entry.
-    #[inline]
-    pub(super) fn pop_front(&mut self) -> Option<(u32, Entry)> {
+    /// Takes the head off the order and frees its slot; the slot. The entry
+    /// stays as it was in the slot ([`Lru::get`]) until the slot is reused.
+    #[inline(always)]
+    pub(super) fn pop_front(&mut self) -> Option<u32> {
         let i = self.head()?;
-        self.unlink(i);
+        // (`unlink` of the head, inline: eviction's path.)
+        self.slots[i as usize].at = OFF;
+        self.len -= 1;
+        self.front += 1;
+        while self.front < self.end && !self.live(self.front) {
+            self.front += 1;
+        }
+        if self.front == self.end {
+            (self.front, self.end) = (FIRST, FIRST);
+        }
         self.free_slots.push(i);
-        Some((i, self.slots[i as usize]))
+        Some(i)
     }
 
     /// Asks for the entry `d` items behind the head to be fetched, and
@@ -411,7 +420,7 @@ mod tests {
                     }
                     Op::Pop => {
                         let want = (!m.order.is_empty()).then(|| m.order.remove(0));
-                        let got = lru.pop_front().map(|(i, _)| i);
+                        let got = lru.pop_front();
                         prop_assert_eq!(got, want);
                         if let Some(i) = want {
                             m.refs.remove(&i);

@@ -767,12 +767,13 @@ impl KvPool {
             let k = self.lru.prefetch_ahead(2 * PREFETCH_AHEAD);
             self.entries.prefetch(k);
             // The head is named (`absorb_front`).
-            let (i, e) = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
-            let copy = self.forget_copy(e.key, i);
+            let i = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
+            let (key, kind) = (self.lru.get(i).key, self.lru.get(i).kind);
+            let copy = self.forget_copy(key, i);
             if let Some(step) = self.ahead_step {
-                self.evicted_ahead.push(Evicted::Named { step, key: e.key, kind: e.kind, copy });
+                self.evicted_ahead.push(Evicted::Named { step, key, kind, copy });
             }
-            let blocks = self.entry_blocks(e.kind);
+            let blocks = self.entry_blocks(kind);
             self.cached_free -= blocks;
             self.free += blocks;
             self.evicted_blocks += blocks;
@@ -826,13 +827,14 @@ impl KvPool {
     #[inline(never)]
     fn absorb_front_runs(&mut self) {
         while self.lru.head_nameless() {
-            let (_, e) = self.lru.pop_front().expect("a head");
+            let i = self.lru.pop_front().expect("a head");
+            let blocks = self.lru.get(i).nameless;
             if let Some(step) = self.ahead_step {
-                self.evicted_ahead.push(Evicted::Nameless { step, blocks: e.nameless });
+                self.evicted_ahead.push(Evicted::Nameless { step, blocks });
             }
-            self.cached_free -= e.nameless;
-            self.nameless -= e.nameless;
-            self.free += e.nameless;
+            self.cached_free -= blocks;
+            self.nameless -= blocks;
+            self.free += blocks;
         }
     }
 
@@ -2338,12 +2340,11 @@ impl KvPool {
 
     /// A new pinned entry of `kind` under key `k`: the key's first copy, or
     /// a later one if the content is cached already.
+    #[inline(always)]
     fn new_entry(&mut self, k: u64, kind: Kind) -> u32 {
-        let found = self.entries.entry(k, keys(self.lru.slots()));
         let slot = self.lru.alloc(k, kind);
-        match found {
-            Err(vacant) => self.entries.fill(vacant, slot),
-            Ok(_) => self.copies.entry(k).or_default().push(slot),
+        if self.entries.insert_if_vacant(k, slot, keys(self.lru.slots())).is_some() {
+            self.copies.entry(k).or_default().push(slot);
         }
         slot
     }
