@@ -431,9 +431,32 @@ impl KeyMap {
         }
     }
 
-    /// Unmaps `k`; the slot it mapped to.
-    #[inline]
+    /// Unmaps `k`; the slot it mapped to. A key of the group last found,
+    /// not its last, is taken from its place inline (eviction's path: an
+    /// id's blocks go one after another); the rest out of line.
+    #[inline(always)]
     pub(super) fn remove(&mut self, k: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
+        if k & GROUPED != 0 {
+            let (id, place) = Self::split(k);
+            let (last, index) = self.last.get();
+            if last == id {
+                let g = &mut self.groups[index as usize];
+                let slot = g.slots[place];
+                if slot != EMPTY && g.len > 1 {
+                    g.slots[place] = EMPTY;
+                    g.len -= 1;
+                    self.changes += 1;
+                    self.len -= 1;
+                    return Some(slot);
+                }
+            }
+        }
+        self.remove_slow(k, key_of)
+    }
+
+    /// [`KeyMap::remove`] but for its inline case.
+    #[inline(never)]
+    fn remove_slow(&mut self, k: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
         if k & GROUPED != 0 {
             let (id, place) = Self::split(k);
             let Ok(index) = self.group_index(id) else { return None };
@@ -610,6 +633,13 @@ mod tests {
                 prop_assert!(m.used * LOAD_DEN <= m.cells.len() * LOAD_NUM);
                 prop_assert_eq!(m.used, m.cells.iter().filter(|c| c.1 != EMPTY).count());
                 prop_assert_eq!(m.groups.len() - m.free_groups.len(), m.cells.iter().filter(|c| c.1 != EMPTY && c.1 & GROUP_CELL != 0).count());
+                // A placed group has keys, as many as its record's places
+                // taken (its last removal frees it).
+                for c in m.cells.iter().filter(|c| c.1 != EMPTY && c.1 & GROUP_CELL != 0) {
+                    let g = &m.groups[(c.1 & !GROUP_CELL) as usize];
+                    prop_assert!(g.len > 0);
+                    prop_assert_eq!(g.len as usize, g.slots.iter().filter(|&&s| s != EMPTY).count());
+                }
             }
             for (&k, &s) in &model {
                 prop_assert_eq!(m.get(k, |s: u32| slot_keys[s as usize]), Some(s));
