@@ -2011,15 +2011,13 @@ impl KvPool {
     /// the counts changed once for the run.
     #[inline]
     fn ref_slots(&mut self, slots: &[u32], kind: Kind) {
-        let mut taken = 0u64;
-        for &i in slots {
-            debug_assert_eq!(self.lru.get(i).kind, kind);
-            if let Some(was_head) = self.lru.pin(i) {
-                if was_head {
-                    self.absorb_front();
-                }
-                taken += 1;
-            }
+        debug_assert!(slots.iter().all(|&i| self.lru.get(i).kind == kind));
+        // (Absorbing once at the end of the run leaves the order as absorbing
+        // after each pin of the head would: the nameless runs that come to
+        // head it are the same, in the same order.)
+        let (taken, head) = self.lru.pin_run(slots);
+        if head {
+            self.absorb_front();
         }
         if taken > 0 {
             let blocks = taken * self.entry_blocks(kind);
@@ -2034,11 +2032,8 @@ impl KvPool {
     /// the counts changed once for the run.
     #[inline]
     fn unref_slots_rev(&mut self, slots: &[u32], kind: Kind) {
-        let mut freed = 0u64;
-        for &i in slots.iter().rev() {
-            debug_assert_eq!(self.lru.get(i).kind, kind);
-            freed += u64::from(self.lru.unpin(i));
-        }
+        debug_assert!(slots.iter().all(|&i| self.lru.get(i).kind == kind));
+        let freed = self.lru.unpin_rev(slots);
         if freed > 0 {
             let blocks = freed * self.entry_blocks(kind);
             self.shared -= blocks;
