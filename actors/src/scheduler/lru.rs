@@ -3,16 +3,18 @@
 //! least recently), so that unpinning, re-pinning and evicting are O(1).
 //!
 //! The order is a ring of slot numbers with lazy removal, not a linked
-//! list. An entry on it records its position in the ring; a
-//! pin takes it off by forgetting that position, and the ring keeps the
-//! slot as a stale item until the head passes it or the ring is compacted
-//! (when stale items outnumber live ones). Eviction reads the ring front to
-//! back, so the entries it will take next are known many evictions ahead
-//! and can be fetched together ([`Lru::prefetch_ahead`]). A linked list
-//! gives its next entry only once the current one has arrived: on a trace
-//! whose cache holds more than the processor's caches (the Mooncake
-//! conversation trace), each eviction waited for one entry after another,
-//! and eviction was a third of the run.
+//! list. An entry on it records its position in the ring, and the item
+//! there is marked live; a pin takes the entry off by clearing the mark,
+//! and the ring keeps the item, stale, until the head passes it or the
+//! ring is compacted (when stale items far outnumber live ones). Stale
+//! items are told by their mark alone, so passing or dropping one reads no
+//! entry. Eviction reads the ring front to back, so the entries it will
+//! take next are known many evictions ahead and can be fetched together
+//! ([`Lru::prefetch_ahead`]). A linked list gives its next entry only once
+//! the current one has arrived: on a trace whose cache holds more than the
+//! processor's caches (the Mooncake conversation trace), each eviction
+//! waited for one entry after another, and eviction was a third of the
+//! run.
 //!
 //! The head and the tail of the ring are always live entries (or the ring
 //! is empty), so both ends read as the order's.
@@ -33,19 +35,19 @@ const FIRST: u64 = 1 << 62;
 const FIRST_RING: usize = if cfg!(test) { 4 } else { 64 };
 
 /// The ring is compacted once it holds more than `SPAN` times as many
-/// items as live ones, plus [`SLACK`]. A compaction reads every item's
-/// entry, so a stale item costs `SPAN / (SPAN - 1)` entry reads: 4/3 at 4
-/// (at 2 it was 2, and compaction was a tenth of the cache misses of the
-/// shipped Llama 1P1D scenario, whose shared prefixes are pinned and
-/// unpinned all the time).
+/// items as live ones, plus [`SLACK`]. A compaction renumbers the live
+/// items' entries, `1 / (SPAN - 1)` entry writes a stale item dropped.
 const SPAN: u64 = 4;
+
+/// The mark of a live item (slot numbers stay below it).
+const LIVE: u32 = 1 << 31;
 
 /// Stale items the ring may hold beyond [`SPAN`] times its live ones
 /// before it is compacted. (Tests take less, so that short sequences
 /// compact.)
 const SLACK: usize = if cfg!(test) { 2 } else { 64 };
 
-/// How many items ahead of its reads a compaction fetches their entries.
+/// How many items ahead of its writes a compaction fetches their entries.
 const COMPACT_AHEAD: u64 = 16;
 
 /// A cached entry, in the slab.
@@ -87,8 +89,8 @@ pub(super) struct Lru {
     /// Free slots, the last freed on top.
     free_slots: Vec<u32>,
     /// Slots in order: the item at position `p` (`front <= p < end`) is
-    /// `ring[p & mask]`, stale unless its entry's `at` is `p`. A power of
-    /// two long.
+    /// `ring[p & mask]`, the slot, marked [`LIVE`] while its entry is on
+    /// the order at `p`. A power of two long.
     ring: Vec<u32>,
     mask: u64,
     /// The head's position.
@@ -138,16 +140,16 @@ impl Lru {
         (self.front < self.end).then(|| self.item(self.front))
     }
 
-    /// The slot of the item at position `p`.
+    /// The slot of the item at position `p` (live or not).
     #[inline(always)]
     fn item(&self, p: u64) -> u32 {
-        self.ring[(p & self.mask) as usize]
+        self.ring[(p & self.mask) as usize] & !LIVE
     }
 
     /// Whether the item at position `p` is live.
     #[inline(always)]
     fn live(&self, p: u64) -> bool {
-        self.slots[self.item(p) as usize].at == p
+        self.ring[(p & self.mask) as usize] & LIVE != 0
     }
 
     /// A new entry pinned once (not on the order).
@@ -163,7 +165,9 @@ impl Lru {
             i
         } else {
             self.slots.push(e);
-            u32::try_from(self.slots.len() - 1).expect("fewer cached entries than blocks")
+            let i = u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX);
+            assert!(i < LIVE, "fewer cached entries than 2^31");
+            i
         }
     }
 
@@ -197,16 +201,15 @@ impl Lru {
             }
             let at = std::mem::replace(&mut e.at, OFF);
             debug_assert!(at != OFF, "an entry taken off the order is on it");
+            self.ring[(at & mask) as usize] &= !LIVE;
             taken += 1;
             if at == front {
                 head = true;
-                front += 1;
-                while front < end && self.slots[self.ring[(front & mask) as usize] as usize].at != front {
+                while front < end && self.ring[(front & mask) as usize] & LIVE == 0 {
                     front += 1;
                 }
             } else if at + 1 == end {
-                end -= 1;
-                while front < end && self.slots[self.ring[((end - 1) & mask) as usize] as usize].at != end - 1 {
+                while front < end && self.ring[((end - 1) & mask) as usize] & LIVE == 0 {
                     end -= 1;
                 }
             }
@@ -234,9 +237,9 @@ impl Lru {
 
     #[inline]
     fn push_back(&mut self, i: u32) {
-        self.make_room();
+        self.reserve(1);
         let p = self.end;
-        self.ring[(p & self.mask) as usize] = i;
+        self.ring[(p & self.mask) as usize] = i | LIVE;
         self.slots[i as usize].at = p;
         self.end += 1;
         self.len += 1;
@@ -249,18 +252,12 @@ impl Lru {
             Back::Named { key, kind } => (key, kind, 0),
             Back::Nameless { blocks } => (0, Kind::Full, blocks),
         };
-        self.make_room();
+        self.reserve(1);
         self.front -= 1;
         let i = self.alloc_entry(Entry { key, refs: 0, kind, nameless, at: self.front });
-        self.ring[(self.front & self.mask) as usize] = i;
+        self.ring[(self.front & self.mask) as usize] = i | LIVE;
         self.len += 1;
         i
-    }
-
-    /// Makes room in the ring for one more item.
-    #[inline(always)]
-    fn make_room(&mut self) {
-        self.reserve(1);
     }
 
     /// Makes room in the ring for `n` more items.
@@ -286,7 +283,7 @@ impl Lru {
         let mut ring = vec![0; cells];
         let mask = ring.len() as u64 - 1;
         for p in self.front..self.end {
-            ring[(p & mask) as usize] = self.item(p);
+            ring[(p & mask) as usize] = self.ring[(p & self.mask) as usize];
         }
         self.ring = ring;
         self.mask = mask;
@@ -305,7 +302,7 @@ impl Lru {
             e.refs -= 1;
             if e.refs == 0 {
                 e.at = end;
-                self.ring[(end & mask) as usize] = i;
+                self.ring[(end & mask) as usize] = i | LIVE;
                 end += 1;
             }
         }
@@ -320,14 +317,13 @@ impl Lru {
     fn unlink(&mut self, i: u32) {
         let at = std::mem::replace(&mut self.slots[i as usize].at, OFF);
         debug_assert!(at != OFF, "an entry taken off the order is on it");
+        self.ring[(at & self.mask) as usize] &= !LIVE;
         self.len -= 1;
         if at == self.front {
-            self.front += 1;
             while self.front < self.end && !self.live(self.front) {
                 self.front += 1;
             }
         } else if at + 1 == self.end {
-            self.end -= 1;
             while self.front < self.end && !self.live(self.end - 1) {
                 self.end -= 1;
             }
@@ -340,20 +336,20 @@ impl Lru {
     }
 
     /// Drops the stale items, moving the live ones up to the head and
-    /// renumbering them. (An item moves to a position at most its own, one
-    /// already read, so the ring is compacted in place.)
+    /// renumbering their entries. (An item moves to a position at most its
+    /// own, one already read, so the ring is compacted in place.)
     #[cold]
     fn compact(&mut self) {
         let mut to = self.front;
         for p in self.front..self.end {
-            if p + COMPACT_AHEAD < self.end {
-                prefetch_read(&self.slots[self.item(p + COMPACT_AHEAD) as usize]);
+            let ahead = p + COMPACT_AHEAD;
+            if ahead < self.end && self.live(ahead) {
+                prefetch_read(&self.slots[self.item(ahead) as usize]);
             }
-            let i = self.item(p);
-            let e = &mut self.slots[i as usize];
-            if e.at == p {
-                e.at = to;
-                self.ring[(to & self.mask) as usize] = i;
+            let raw = self.ring[(p & self.mask) as usize];
+            if raw & LIVE != 0 {
+                self.slots[(raw & !LIVE) as usize].at = to;
+                self.ring[(to & self.mask) as usize] = raw;
                 to += 1;
             }
         }
@@ -366,7 +362,8 @@ impl Lru {
     #[inline(always)]
     pub(super) fn pop_front(&mut self) -> Option<u32> {
         let i = self.head()?;
-        // (`unlink` of the head, inline: eviction's path.)
+        // (`unlink` of the head, inline: eviction's path. Positions before
+        // the head are never read, so its item keeps its mark.)
         self.slots[i as usize].at = OFF;
         self.len -= 1;
         self.front += 1;
