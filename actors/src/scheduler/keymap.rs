@@ -29,7 +29,8 @@
 //!
 //! It counts its changes, so that slots found by a lookup can be used
 //! again while the count stands (the pool's hit memo): every change goes
-//! through [`KeyMap::insert`], [`KeyMap::remove`] or [`KeyMap::fill`].
+//! through [`KeyMap::insert`], [`KeyMap::insert_if_vacant`],
+//! [`KeyMap::remove`] or [`KeyMap::fill`], and each counts it.
 
 /// No entry in a table cell (slot numbers stay below it: there are fewer
 /// cached entries than blocks, and blocks fit in `u32`).
@@ -156,8 +157,8 @@ pub(super) struct KeyMap {
     /// (id 0: none; no group's id is 0): the blocks of one prefix id are
     /// looked up, registered and evicted one after another, and all but the
     /// first of a run then skip the probe. A record keeps its index while
-    /// the group has keys, whatever cells move; the group's last removal
-    /// forgets it.
+    /// the group has keys, whatever cells move; freeing any group's record
+    /// (its last key removed) forgets it.
     last: std::cell::Cell<(u64, u32)>,
     changes: u64,
 }

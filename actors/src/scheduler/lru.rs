@@ -1,6 +1,7 @@
 //! The pool's cached entries and their eviction order: a slab of
 //! [`Entry`], the unpinned ones in the order they were unpinned (the head
-//! least recently), so that unpinning, re-pinning and evicting are O(1).
+//! least recently), so that unpinning, re-pinning and evicting are O(1)
+//! (amortised: stale items are passed or compacted away later).
 //!
 //! The order is a ring of slot numbers with lazy removal, not a linked
 //! list. An entry on it records its position in the ring, and the item
@@ -468,7 +469,7 @@ mod tests {
         /// Any sequence of pins, unpins, evictions, evictions undone and
         /// nameless runs leaves the order the one a plain list keeps: the
         /// same entries in the same order, the same head, the same answers
-        /// on the way; freed slots are reused and live ones never handed
+        /// on the way; live slots are never handed
         /// out twice. Long sequences make the ring wrap, grow and compact.
         #[test]
         fn the_ring_keeps_the_order_a_list_keeps(ops in prop::collection::vec(op(), 0..800)) {
@@ -582,6 +583,16 @@ mod tests {
                 }).collect();
                 prop_assert_eq!(keys, want);
                 prop_assert!(lru.end - lru.front <= lru.ring.len() as u64);
+                // The ring's ends are live, and a live item's entry knows
+                // its position.
+                if lru.front < lru.end {
+                    prop_assert!(lru.live(lru.front) && lru.live(lru.end - 1));
+                } else {
+                    prop_assert_eq!((lru.front, lru.end), (FIRST, FIRST));
+                }
+                for p in (lru.front..lru.end).filter(|&p| lru.live(p)) {
+                    prop_assert_eq!(lru.get(lru.item(p)).at, p);
+                }
                 for (&i, &r) in &m.refs {
                     prop_assert_eq!(lru.get(i).refs(), r);
                 }
