@@ -319,16 +319,11 @@ impl KeyMap {
             let (id, place) = Self::split(k);
             let (last, index) = self.last.get();
             if last == id {
-                assert!(slot & GROUP_CELL == 0, "slot numbers stay below 2^31");
-                let g = &mut self.groups[index as usize];
-                let s = g.slots[place];
+                let s = self.groups[index as usize].slots[place];
                 if s != EMPTY {
                     return Some(s);
                 }
-                g.slots[place] = slot;
-                g.len += 1;
-                self.len += 1;
-                self.changes += 1;
+                self.fill(Vacant { at: At::Group { index, place }, changes: self.changes }, slot);
                 return None;
             }
         }

@@ -176,14 +176,8 @@ impl Lru {
     /// the order (its first pin).
     #[inline]
     pub(super) fn pin(&mut self, i: u32) -> Option<bool> {
-        let e = &mut self.slots[i as usize];
-        e.refs += 1;
-        if e.refs > 1 {
-            return None;
-        }
-        let was_head = e.at == self.front;
-        self.unlink(i);
-        Some(was_head)
+        let (taken, head) = self.pin_run(std::slice::from_ref(&i));
+        (taken > 0).then_some(head)
     }
 
     /// [`Lru::pin`] of each entry in `slots`, in order: how many that took
@@ -204,16 +198,8 @@ impl Lru {
             debug_assert!(at != OFF, "an entry taken off the order is on it");
             self.ring[(at & mask) as usize] &= !LIVE;
             taken += 1;
-            if at == front {
-                head = true;
-                while front < end && self.ring[(front & mask) as usize] & LIVE == 0 {
-                    front += 1;
-                }
-            } else if at + 1 == end {
-                while front < end && self.ring[((end - 1) & mask) as usize] & LIVE == 0 {
-                    end -= 1;
-                }
-            }
+            head |= at == front;
+            (front, end) = self.ends_without(at, front, end);
         }
         self.len -= taken as usize;
         (self.front, self.end) = if front == end { (FIRST, FIRST) } else { (front, end) };
@@ -227,13 +213,7 @@ impl Lru {
     /// the tail: its last pin).
     #[inline]
     pub(super) fn unpin(&mut self, i: u32) -> bool {
-        let e = &mut self.slots[i as usize];
-        e.refs -= 1;
-        if e.refs > 0 {
-            return false;
-        }
-        self.push_back(i);
-        true
+        self.unpin_rev(std::slice::from_ref(&i)) > 0
     }
 
     #[inline]
@@ -313,27 +293,20 @@ impl Lru {
         joined
     }
 
-    /// Takes entry `i` off the order.
-    #[inline]
-    fn unlink(&mut self, i: u32) {
-        let at = std::mem::replace(&mut self.slots[i as usize].at, OFF);
-        debug_assert!(at != OFF, "an entry taken off the order is on it");
-        self.ring[(at & self.mask) as usize] &= !LIVE;
-        self.len -= 1;
-        if at == self.front {
-            while self.front < self.end && !self.live(self.front) {
-                self.front += 1;
+    /// The ring's ends `front..end` once the item at `at` between them is
+    /// unmarked: past the stale items it leaves at either end.
+    #[inline(always)]
+    fn ends_without(&self, at: u64, mut front: u64, mut end: u64) -> (u64, u64) {
+        if at == front {
+            while front < end && !self.live(front) {
+                front += 1;
             }
-        } else if at + 1 == self.end {
-            while self.front < self.end && !self.live(self.end - 1) {
-                self.end -= 1;
+        } else if at + 1 == end {
+            while front < end && !self.live(end - 1) {
+                end -= 1;
             }
-        } else if self.end - self.front > SPAN * self.len as u64 + SLACK as u64 {
-            self.compact();
         }
-        if self.front == self.end {
-            (self.front, self.end) = (FIRST, FIRST);
-        }
+        (front, end)
     }
 
     /// Drops the stale items, moving the live ones up to the head and
@@ -363,17 +336,14 @@ impl Lru {
     #[inline(always)]
     pub(super) fn pop_front(&mut self) -> Option<u32> {
         let i = self.head()?;
-        // (`unlink` of the head, inline: eviction's path. Positions before
-        // the head are never read, so its item keeps its mark.)
+        // (As `pin_run` takes an entry off, but for its compaction check:
+        // the stale items after the head are dropped as it passes them;
+        // compacting is left to pins and to growing.)
         self.slots[i as usize].at = OFF;
+        self.ring[(self.front & self.mask) as usize] &= !LIVE;
         self.len -= 1;
-        self.front += 1;
-        while self.front < self.end && !self.live(self.front) {
-            self.front += 1;
-        }
-        if self.front == self.end {
-            (self.front, self.end) = (FIRST, FIRST);
-        }
+        let (front, end) = self.ends_without(self.front, self.front, self.end);
+        (self.front, self.end) = if front == end { (FIRST, FIRST) } else { (front, end) };
         self.free_slots.push(i);
         Some(i)
     }
@@ -384,11 +354,17 @@ impl Lru {
     /// Hints only: an item may be stale.
     #[inline(always)]
     pub(super) fn prefetch_ahead(&self, d: usize) -> u64 {
+        self.prefetch_entry(d);
+        self.key_hint(d / 2)
+    }
+
+    /// Asks for the entry `d` items behind the head to be fetched (a hint).
+    #[inline(always)]
+    pub(super) fn prefetch_entry(&self, d: usize) {
         let p = self.front + d as u64;
         if p < self.end {
             prefetch_read(&self.slots[self.item(p) as usize]);
         }
-        self.key_hint(d / 2)
     }
 
     /// The key of the entry `d` items behind the head (0 past the end; a

@@ -758,7 +758,7 @@ impl KvPool {
         // the first evictions together, then one of each an eviction.
         let want = usize::try_from(n - self.free).unwrap_or(usize::MAX);
         for d in 0..want.min(2 * PREFETCH_AHEAD) {
-            self.lru.prefetch_ahead(d);
+            self.lru.prefetch_entry(d);
         }
         for d in 0..want.min(PREFETCH_AHEAD) {
             self.entries.prefetch(self.lru.key_hint(d));
