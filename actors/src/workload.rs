@@ -56,11 +56,39 @@ impl PrefixIds {
         Some(named_key(id, idx, end.get(), g, b.get()))
     }
 
-    /// [`PrefixIds::key_through`] of the ends of consecutive `b`-token
-    /// blocks from block `first` on (ends `(first + 1)·b`, `(first + 2)·b`,
-    /// …), up to the first block it gives none for: one division for the
-    /// run instead of one a block.
-    pub fn block_keys(&self, b: Tokens, first: u64, prompt: Tokens) -> impl Iterator<Item = u64> + '_ {
+    /// Appends to `out` [`PrefixIds::key_through`] of the ends of at most
+    /// `most` consecutive `b`-token blocks from block `first` on (ends
+    /// `(first + 1)·b`, `(first + 2)·b`, …), up to the first block it gives
+    /// none for. Where pool blocks tile the ids' blocks in groups
+    /// ([`named_key`]), an id's keys are its group's hash with the places
+    /// counted up: one hash an id and a store a block, with the run's
+    /// length known up front (the blocks within the prompt and the ids).
+    pub fn push_block_keys(&self, b: Tokens, first: u64, prompt: Tokens, most: u64, out: &mut Vec<u64>) {
+        let (g, bt) = (self.block_tokens.get(), b.get());
+        if !groups_blocks(g, bt) {
+            out.extend(self.block_keys(b, first, prompt).take(usize::try_from(most).unwrap_or(usize::MAX)));
+            return;
+        }
+        let per = g / bt;
+        // Block j ends at (j + 1)·b, within the prompt for j < prompt / b,
+        // and lies in the ids' block j / per at place j % per.
+        let covered = u64::try_from(self.ids.len()).unwrap_or(u64::MAX).saturating_mul(per);
+        let end = (prompt.get() / bt).min(covered).min(first.saturating_add(most));
+        out.reserve(usize::try_from(end.saturating_sub(first)).unwrap_or(0));
+        let mut j = first;
+        while j < end {
+            let idx = j / per;
+            let h = mix(self.ids[idx as usize], idx);
+            let base = idx * per;
+            let stop = (base + per).min(end);
+            out.extend((j - base..stop - base).map(|place| crate::scheduler::grouped_key(h, place)));
+            j = stop;
+        }
+    }
+
+    /// [`PrefixIds::push_block_keys`]'s run one key at a time, for any
+    /// block sizes: one division for the run instead of one a block.
+    fn block_keys(&self, b: Tokens, first: u64, prompt: Tokens) -> impl Iterator<Item = u64> + '_ {
         let (g, b) = (self.block_tokens.get(), b.get());
         let mut end = first.saturating_add(1).saturating_mul(b);
         // The id of the block holding token end − 1: idx·g < end ≤ (idx + 1)·g.
@@ -186,15 +214,20 @@ mod tests {
         /// The run of keys is key_through's, block by block, and ends where
         /// key_through first gives none (ids shorter than the prompt, a
         /// partial last block, pool blocks smaller, equal or larger than
-        /// the ids' blocks).
+        /// the ids' blocks, or tiling them in groups half the time).
         #[test]
         fn block_keys_are_key_through_of_each_block_end(
-            g in 0u64..40,
+            tile in 0u64..40,
+            grouped in any::<bool>(),
             b in 1u64..40,
             ids in prop::collection::vec(any::<u64>(), 0..30),
             prompt in 0u64..1200,
             first in 0u64..40,
+            most in 0u64..60,
         ) {
+            // (Grouped: 4 to 32 pool blocks an id's block.)
+            let g = if grouped { b * (MIN_GROUP + tile % 29) } else { tile };
+            prop_assert!(!grouped || groups_blocks(g, b));
             let p = PrefixIds { block_tokens: Tokens::new(g), ids };
             let prompt = Tokens::new(prompt);
             let expected: Vec<u64> = (first..)
@@ -203,7 +236,14 @@ mod tests {
                 .flatten()
                 .collect();
             let got: Vec<u64> = p.block_keys(Tokens::new(b), first, prompt).collect();
-            prop_assert_eq!(got, expected);
+            prop_assert_eq!(&got, &expected);
+            // The appended run is the same, cut at `most`, after what the
+            // buffer held.
+            let mut pushed = vec![7];
+            p.push_block_keys(Tokens::new(b), first, prompt, most, &mut pushed);
+            let cut = expected.len().min(most as usize);
+            prop_assert_eq!(pushed[0], 7);
+            prop_assert_eq!(&pushed[1..], &expected[..cut]);
         }
 
         /// A key names one (id, end): the blocks of a prompt have distinct

@@ -2132,7 +2132,7 @@ impl KvPool {
             let first = u64::from(alloc.shared);
             // Only content the prefix ids name, which others may share.
             let mut keys = std::mem::take(&mut self.key_scratch);
-            keys.extend(prefix.block_keys(b, first, prompt).take((full - first) as usize));
+            prefix.push_block_keys(b, first, prompt, full - first, &mut keys);
             // The key map's cells fetched a few blocks ahead of their
             // inserts (see `KeyMap::prefetch`).
             for &k in keys.iter().take(PREFETCH_AHEAD) {
