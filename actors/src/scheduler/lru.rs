@@ -11,7 +11,7 @@
 //! items are told by their mark alone, so passing or dropping one reads no
 //! entry. Eviction reads the ring front to back, so the entries it will
 //! take next are known many evictions ahead and can be fetched together
-//! ([`Lru::prefetch_ahead`]). A linked list gives its next entry only once
+//! ([`Lru::pop_run`] takes a run of them at once). A linked list gives its next entry only once
 //! the current one has arrived: on a trace whose cache holds more than the
 //! processor's caches (the Mooncake conversation trace), each eviction
 //! waited for one entry after another, and eviction was a third of the
@@ -50,6 +50,9 @@ const SLACK: usize = if cfg!(test) { 2 } else { 64 };
 
 /// How many items ahead of its writes a compaction fetches their entries.
 const COMPACT_AHEAD: u64 = 16;
+
+/// How far behind the item it takes [`Lru::pop_run`] fetches entries.
+const POP_AHEAD: u64 = 32;
 
 /// A cached entry, in the slab.
 #[derive(Clone, Copy, Debug)]
@@ -348,14 +351,41 @@ impl Lru {
         Some(i)
     }
 
-    /// Asks for the entry `d` items behind the head to be fetched, and
-    /// returns the key of the one `d / 2` behind it (fetched by an earlier
-    /// call, for its key map cell to be fetched in turn); 0 past the end.
-    /// Hints only: an item may be stale.
-    #[inline(always)]
-    pub(super) fn prefetch_ahead(&self, d: usize) -> u64 {
-        self.prefetch_entry(d);
-        self.key_hint(d / 2)
+    /// Takes up to `most` entries off the head as [`Lru::pop_front`] would
+    /// one at a time, stopping before the first that is a nameless run or
+    /// caches other than `kind` (or at the end), and appends their slots to
+    /// `out` in order. One pass: the stale items passed are skipped, and
+    /// the ends and the count are written once. Returns how many it took.
+    pub(super) fn pop_run(&mut self, kind: Kind, most: usize, out: &mut Vec<u32>) -> usize {
+        let (mut front, end) = (self.front, self.end);
+        let start = out.len();
+        while out.len() - start < most && front < end {
+            let raw = self.ring[(front & self.mask) as usize];
+            if raw & LIVE != 0 {
+                let i = raw & !LIVE;
+                let e = &mut self.slots[i as usize];
+                if e.nameless > 0 || e.kind != kind {
+                    break;
+                }
+                e.at = OFF;
+                out.push(i);
+                let ahead = front + POP_AHEAD;
+                if ahead < end {
+                    prefetch_read(&self.slots[self.item(ahead) as usize]);
+                }
+            }
+            front += 1;
+        }
+        // The new head is live (the stale items after the last taken are
+        // passed).
+        while front < end && !self.live(front) {
+            front += 1;
+        }
+        let taken = out.len() - start;
+        self.len -= taken;
+        (self.front, self.end) = if front == end { (FIRST, FIRST) } else { (front, end) };
+        self.free_slots.extend_from_slice(&out[start..]);
+        taken
     }
 
     /// Asks for the entry `d` items behind the head to be fetched (a hint).
@@ -410,24 +440,27 @@ mod tests {
 
     #[derive(Clone, Debug)]
     enum Op {
-        New,
+        /// A new entry, caching window blocks if true (full attention else).
+        New(bool),
         Pin(usize),
         Unpin(usize),
         UnpinRun(usize, usize),
         PinRun(usize, usize),
         Pop,
+        PopRun(usize),
         PutFront,
         Nameless(u64),
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            3 => Just(Op::New),
+            3 => any::<bool>().prop_map(Op::New),
             3 => any::<usize>().prop_map(Op::Pin),
             4 => any::<usize>().prop_map(Op::Unpin),
             2 => (any::<usize>(), 0usize..12).prop_map(|(x, n)| Op::UnpinRun(x, n)),
             2 => (any::<usize>(), 0usize..12).prop_map(|(x, n)| Op::PinRun(x, n)),
             2 => Just(Op::Pop),
+            2 => (0usize..6).prop_map(Op::PopRun),
             1 => Just(Op::PutFront),
             1 => (1u64..4).prop_map(Op::Nameless),
         ]
@@ -439,6 +472,7 @@ mod tests {
         order: Vec<u32>,
         refs: std::collections::BTreeMap<u32, u32>,
         nameless: std::collections::BTreeMap<u32, u64>,
+        window: std::collections::BTreeSet<u32>,
     }
 
     proptest! {
@@ -454,11 +488,15 @@ mod tests {
             let mut next_key = 1u64;
             for op in ops {
                 match op {
-                    Op::New => {
-                        let i = lru.alloc(next_key, Kind::Full);
+                    Op::New(window) => {
+                        let i = lru.alloc(next_key, if window { Kind::Window } else { Kind::Full });
                         next_key += 1;
                         prop_assert!(!m.refs.contains_key(&i), "slot {} handed out twice", i);
                         m.refs.insert(i, 1);
+                        m.window.remove(&i);
+                        if window {
+                            m.window.insert(i);
+                        }
                     }
                     Op::Pin(x) => {
                         let named: Vec<u32> = m.refs.keys().copied().filter(|i| !m.nameless.contains_key(i)).collect();
@@ -529,11 +567,28 @@ mod tests {
                             m.nameless.remove(&i);
                         }
                     }
+                    Op::PopRun(most) => {
+                        // The named entries at the head of the head's kind,
+                        // up to `most`.
+                        let window = m.order.first().is_some_and(|i| m.window.contains(i));
+                        let n = m.order.iter().take(most)
+                            .take_while(|i| !m.nameless.contains_key(i) && m.window.contains(i) == window)
+                            .count();
+                        let want: Vec<u32> = m.order.drain(..n).collect();
+                        let mut got = vec![u32::MAX];
+                        let kind = if window { Kind::Window } else { Kind::Full };
+                        prop_assert_eq!(lru.pop_run(kind, most, &mut got), n);
+                        prop_assert_eq!(&got[1..], &want[..]);
+                        for i in want {
+                            m.refs.remove(&i);
+                        }
+                    }
                     Op::PutFront => {
                         let i = lru.put_front(Back::Named { key: next_key, kind: Kind::Full });
                         next_key += 1;
                         prop_assert!(!m.refs.contains_key(&i), "slot {} handed out twice", i);
                         m.refs.insert(i, 0);
+                        m.window.remove(&i);
                         m.order.insert(0, i);
                     }
                     Op::Nameless(b) => {
@@ -544,6 +599,7 @@ mod tests {
                                 let i = lru.item(lru.end - 1);
                                 prop_assert!(!m.refs.contains_key(&i), "slot {} handed out twice", i);
                                 m.refs.insert(i, 0);
+                                m.window.remove(&i);
                                 m.nameless.insert(i, b);
                                 m.order.push(i);
                             }

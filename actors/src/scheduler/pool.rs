@@ -303,6 +303,9 @@ pub struct KvPool {
     spare_slot_lists: Vec<Vec<u32>>,
     /// Room for the keys `register` inserts (empty between calls).
     key_scratch: Vec<u64>,
+    /// The slots of the entries an eviction takes off the order at once
+    /// (kept for its capacity).
+    evict_scratch: Vec<u32>,
     lru: Lru,
     /// Most blocks ever in use (private + shared).
     peak_used: u64,
@@ -398,6 +401,7 @@ impl KvPool {
             held_slots: FxHashMap::default(),
             spare_slot_lists: Vec::new(),
             key_scratch: Vec::new(),
+            evict_scratch: Vec::new(),
             lru: Lru::default(),
             peak_used: 0,
             evicted_blocks: 0,
@@ -754,8 +758,9 @@ impl KvPool {
             return Err(Shortfall { needed: n, available });
         }
         // The entries about to go, and then their key map cells, are
-        // fetched ahead of their eviction (`Lru::prefetch_ahead`): those of
-        // the first evictions together, then one of each an eviction.
+        // fetched ahead of their eviction: those of the first evictions
+        // together here, then one of each an eviction (`Lru::pop_run`
+        // fetches entries, the loop below key map cells).
         let want = usize::try_from(n - self.free).unwrap_or(usize::MAX);
         for d in 0..want.min(2 * PREFETCH_AHEAD) {
             self.lru.prefetch_entry(d);
@@ -763,22 +768,34 @@ impl KvPool {
         for d in 0..want.min(PREFETCH_AHEAD) {
             self.entries.prefetch(self.lru.key_hint(d));
         }
+        let mut run = std::mem::take(&mut self.evict_scratch);
         while self.free < n {
-            let k = self.lru.prefetch_ahead(2 * PREFETCH_AHEAD);
-            self.entries.prefetch(k);
-            // The head is named (`absorb_front`).
-            let i = self.lru.pop_front().expect("cached_free > 0 means an unpinned entry");
-            let (key, kind) = (self.lru.get(i).key, self.lru.get(i).kind);
-            let copy = self.forget_copy(key, i);
-            if let Some(step) = self.ahead_step {
-                self.evicted_ahead.push(Evicted::Named { step, key, kind, copy });
+            // The head is named (`absorb_front`): it and the entries of its
+            // kind after it, as many as the shortfall needs, leave the
+            // order together, then the key map one by one, in order.
+            let kind = self.lru.head().map(|i| self.lru.get(i).kind).expect("cached_free > 0 means an unpinned entry");
+            let each = self.entry_blocks(kind);
+            let most = usize::try_from((n - self.free).div_ceil(each)).unwrap_or(usize::MAX);
+            run.clear();
+            let taken = self.lru.pop_run(kind, most, &mut run) as u64;
+            for j in 0..run.len() {
+                if let Some(&ahead) = run.get(j + PREFETCH_AHEAD) {
+                    self.entries.prefetch(self.lru.get(ahead).key);
+                }
+                let i = run[j];
+                let key = self.lru.get(i).key;
+                let copy = self.forget_copy(key, i);
+                if let Some(step) = self.ahead_step {
+                    self.evicted_ahead.push(Evicted::Named { step, key, kind, copy });
+                }
             }
-            let blocks = self.entry_blocks(kind);
+            let blocks = taken * each;
             self.cached_free -= blocks;
             self.free += blocks;
             self.evicted_blocks += blocks;
             self.absorb_front();
         }
+        self.evict_scratch = run;
         self.free -= n;
         Ok(())
     }
