@@ -359,7 +359,13 @@ impl Lru {
     pub(super) fn pop_run(&mut self, kind: Kind, most: usize, out: &mut Vec<u32>) -> usize {
         let (mut front, end) = (self.front, self.end);
         let start = out.len();
-        while out.len() - start < most && front < end {
+        // Written in place: room for all it may take (no more than the
+        // live items), cut to what it took.
+        let most = most.min(self.len);
+        out.resize(start + most, 0);
+        let room = &mut out[start..];
+        let mut taken = 0;
+        while taken < most && front < end {
             let raw = self.ring[(front & self.mask) as usize];
             if raw & LIVE != 0 {
                 let i = raw & !LIVE;
@@ -368,7 +374,8 @@ impl Lru {
                     break;
                 }
                 e.at = OFF;
-                out.push(i);
+                room[taken] = i;
+                taken += 1;
                 let ahead = front + POP_AHEAD;
                 if ahead < end {
                     prefetch_read(&self.slots[self.item(ahead) as usize]);
@@ -376,12 +383,12 @@ impl Lru {
             }
             front += 1;
         }
+        out.truncate(start + taken);
         // The new head is live (the stale items after the last taken are
         // passed).
         while front < end && !self.live(front) {
             front += 1;
         }
-        let taken = out.len() - start;
         self.len -= taken;
         (self.front, self.end) = if front == end { (FIRST, FIRST) } else { (front, end) };
         self.free_slots.extend_from_slice(&out[start..]);
