@@ -29,8 +29,11 @@
 //!
 //! It counts its changes, so that slots found by a lookup can be used
 //! again while the count stands (the pool's hit memo): every change goes
-//! through [`KeyMap::insert`], [`KeyMap::insert_if_vacant`],
-//! [`KeyMap::remove`] or [`KeyMap::fill`], and each counts it.
+//! through [`KeyMap::insert`], [`KeyMap::insert_if_vacant`] (or its run,
+//! [`KeyMap::insert_run_if_vacant`]), [`KeyMap::remove`] or
+//! [`KeyMap::fill`], and each counts it.
+
+use super::pool::PREFETCH_AHEAD;
 
 /// No entry in a table cell (slot numbers stay below it: there are fewer
 /// cached entries than blocks, and blocks fit in `u32`).
@@ -336,6 +339,79 @@ impl KeyMap {
         }
     }
 
+    /// [`KeyMap::insert_if_vacant`] of each key of `run` with the slot
+    /// beside it in `slots`, in order; `mapped(j, s)` for each `run[j]`
+    /// that was mapped already (to `s`, which stays). Keys of one group one
+    /// after another share one lookup of its record. Cells are fetched
+    /// ahead: the first keys' at once, then at each new group the cell of
+    /// the key [`GROUP_LEN`] keys ahead (at each plain key, of the key
+    /// [`PREFETCH_AHEAD`] ahead), so the run waits for its cells together.
+    #[inline]
+    pub(super) fn insert_run_if_vacant(
+        &mut self,
+        run: &[u64],
+        slots: &[u32],
+        key_of: impl Fn(u32) -> u64,
+        mut mapped: impl FnMut(usize, u32),
+    ) {
+        assert_eq!(run.len(), slots.len(), "a slot for each key");
+        assert!(slots.iter().all(|&s| s & GROUP_CELL == 0), "slot numbers stay below 2^31");
+        debug_assert!(run.iter().zip(slots).all(|(&k, &s)| key_of(s) == k), "a slot is mapped under its entry's key");
+        for &k in run.iter().take(PREFETCH_AHEAD) {
+            self.prefetch(k);
+        }
+        let mut added = 0;
+        let mut j = 0;
+        while let (Some(&k), Some(&slot)) = (run.get(j), slots.get(j)) {
+            if k & GROUPED == 0 {
+                if let Some(&ahead) = run.get(j + PREFETCH_AHEAD) {
+                    self.prefetch(ahead);
+                }
+                if let Some(s) = self.insert_if_vacant(k, slot, &key_of) {
+                    mapped(j, s);
+                }
+                j += 1;
+                continue;
+            }
+            // A new group: its record found once for its keys here.
+            if let Some(&ahead) = run.get(j + GROUP_LEN) {
+                self.prefetch(ahead);
+            }
+            let (id, place) = Self::split(k);
+            let index = match self.group_index(id) {
+                Ok(index) => index,
+                Err(cell) => {
+                    // The first key makes the record.
+                    let group = Some((id, place));
+                    self.fill(Vacant { at: At::Cell { cell, tag: tag(id), group }, changes: self.changes }, slot);
+                    j += 1;
+                    self.last.get().1
+                }
+            };
+            let g = &mut self.groups[index as usize];
+            let before = g.len;
+            // (`id` keeps the grouped bit: a key of the group is grouped.)
+            while let (Some(&k), Some(&slot)) = (run.get(j), slots.get(j)) {
+                if Self::split(k).0 != id {
+                    break;
+                }
+                let place = Self::split(k).1;
+                match g.slots[place] {
+                    EMPTY => {
+                        g.slots[place] = slot;
+                        g.len += 1;
+                    }
+                    s => mapped(j, s),
+                }
+                j += 1;
+            }
+            added += g.len - before;
+            self.last.set((id, index));
+        }
+        self.len += added as usize;
+        self.changes += u64::from(added);
+    }
+
     /// The slot `k` maps to, or where it would go ([`KeyMap::fill`]).
     #[inline(always)]
     pub(super) fn entry(&self, k: u64, key_of: impl Fn(u32) -> u64) -> Result<u32, Vacant> {
@@ -450,6 +526,68 @@ impl KeyMap {
         self.remove_slow(k, key_of)
     }
 
+    /// [`KeyMap::remove`] of each key of `run`, in order; how many it
+    /// had. Keys of one group one after another share one lookup of its
+    /// record, and cells are fetched ahead as
+    /// [`KeyMap::insert_run_if_vacant`] fetches them (eviction's path: the
+    /// entries leaving the order's head together).
+    #[inline]
+    pub(super) fn remove_run(&mut self, run: &[u64], key_of: impl Fn(u32) -> u64) -> usize {
+        for &k in run.iter().take(PREFETCH_AHEAD) {
+            self.prefetch(k);
+        }
+        // Grouped keys removed here, and plain ones by `remove` (which
+        // counts them).
+        let (mut removed, mut plain) = (0, 0);
+        let mut j = 0;
+        while let Some(&k) = run.get(j) {
+            if k & GROUPED == 0 {
+                if let Some(&ahead) = run.get(j + PREFETCH_AHEAD) {
+                    self.prefetch(ahead);
+                }
+                plain += usize::from(self.remove(k, &key_of).is_some());
+                j += 1;
+                continue;
+            }
+            if let Some(&ahead) = run.get(j + GROUP_LEN) {
+                self.prefetch(ahead);
+            }
+            let id = Self::split(k).0;
+            let Ok(index) = self.group_index(id) else {
+                // None of the group's keys is mapped.
+                j += 1;
+                continue;
+            };
+            let g = &mut self.groups[index as usize];
+            let before = g.len;
+            while let Some(&k) = run.get(j) {
+                let (of, place) = Self::split(k);
+                if of != id {
+                    break;
+                }
+                if g.slots[place] != EMPTY {
+                    g.slots[place] = EMPTY;
+                    g.len -= 1;
+                }
+                j += 1;
+            }
+            let gone = before - g.len;
+            removed += gone as usize;
+            if g.len == 0 {
+                let (i, found) = self.find_group(id);
+                debug_assert!(found);
+                self.unplace(i);
+                self.free_groups.push(index);
+                self.last.set((0, 0));
+            } else {
+                self.last.set((id, index));
+            }
+        }
+        self.changes += removed as u64;
+        self.len -= removed;
+        removed + plain
+    }
+
     /// [`KeyMap::remove`] but for its inline case.
     #[inline(never)]
     fn remove_slow(&mut self, k: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
@@ -538,7 +676,11 @@ mod tests {
         Insert(u64),
         Vacant(u64),
         IfVacant(u64),
+        /// `insert_if_vacant` of a run of keys at once.
+        IfVacantRun(Vec<u64>),
         Remove(u64),
+        /// `remove` of a run of keys at once.
+        RemoveRun(Vec<u64>),
     }
 
     /// The multiplicative inverse of [`PHI`] mod 2^64 (Newton's iteration):
@@ -567,8 +709,25 @@ mod tests {
             (0u64..4, 0u64..GROUP_LEN as u64).prop_map(|(g, p)| GROUPED | g << PLACE_BITS | p),
             (0u64..4, 0u64..4).prop_map(move |(c, p)| (c.wrapping_mul(inv) & !(GROUP_LEN as u64 - 1)) | GROUPED | p),
         ];
+        // Runs as the pool registers them: a group's places in order from
+        // a key of it (some maybe taken already, a group met twice), plain
+        // keys among them.
+        let run = prop::collection::vec((key.clone(), 1u64..40), 0..12).prop_map(|starts| {
+            let mut keys = Vec::new();
+            for (k, n) in starts {
+                if k & GROUPED == 0 {
+                    keys.push(k);
+                } else {
+                    let (g, p) = KeyMap::split(k);
+                    keys.extend((p as u64..(p as u64 + n).min(GROUP_LEN as u64)).map(|q| g | q));
+                }
+            }
+            keys
+        });
         prop_oneof![
             key.clone().prop_map(Op::Insert),
+            run.clone().prop_map(Op::IfVacantRun),
+            run.prop_map(Op::RemoveRun),
             key.clone().prop_map(Op::Vacant),
             key.clone().prop_map(Op::IfVacant),
             key.prop_map(Op::Remove),
@@ -616,6 +775,30 @@ mod tests {
                             model.insert(k, s);
                             changes += 1;
                         }
+                    }
+                    Op::IfVacantRun(run) => {
+                        let slots: Vec<u32> = run.iter().map(|&k| {
+                            slot_keys.push(k);
+                            (slot_keys.len() - 1) as u32
+                        }).collect();
+                        let mut expect = Vec::new();
+                        for (j, (&k, &s)) in run.iter().zip(&slots).enumerate() {
+                            match model.get(&k) {
+                                Some(&had) => expect.push((j, had)),
+                                None => {
+                                    model.insert(k, s);
+                                    changes += 1;
+                                }
+                            }
+                        }
+                        let mut got = Vec::new();
+                        m.insert_run_if_vacant(&run, &slots, |s: u32| slot_keys[s as usize], |j, s| got.push((j, s)));
+                        prop_assert_eq!(got, expect);
+                    }
+                    Op::RemoveRun(run) => {
+                        let had = run.iter().filter(|&k| model.remove(k).is_some()).count();
+                        prop_assert_eq!(m.remove_run(&run, |s: u32| slot_keys[s as usize]), had);
+                        changes += had as u64;
                     }
                     Op::Remove(k) => {
                         let removed = model.remove(&k);

@@ -162,6 +162,25 @@ impl Lru {
         self.alloc_entry(Entry { key, refs: 1, kind, nameless: 0, at: OFF })
     }
 
+    /// [`Lru::alloc`] of an entry of `kind` under each key of `keys`, in
+    /// order, their slots appended to `out` (the same slots, in the same
+    /// order, as one `alloc` a key).
+    #[inline]
+    pub(super) fn alloc_run(&mut self, keys: &[u64], kind: Kind, out: &mut Vec<u32>) {
+        let reused = keys.len().min(self.free_slots.len());
+        let from = self.free_slots.len() - reused;
+        // The last freed first, as `alloc` pops them.
+        let reuse = &self.free_slots[from..];
+        for (&key, &i) in keys.iter().zip(reuse.iter().rev()) {
+            self.slots[i as usize] = Entry { key, refs: 1, kind, nameless: 0, at: OFF };
+        }
+        out.extend(reuse.iter().rev());
+        self.free_slots.truncate(from);
+        for &key in &keys[reused..] {
+            out.push(self.alloc(key, kind));
+        }
+    }
+
     #[inline]
     fn alloc_entry(&mut self, e: Entry) -> u32 {
         if let Some(i) = self.free_slots.pop() {
@@ -449,6 +468,8 @@ mod tests {
     enum Op {
         /// A new entry, caching window blocks if true (full attention else).
         New(bool),
+        /// New entries under a run of keys at once.
+        NewRun(bool, usize),
         Pin(usize),
         Unpin(usize),
         UnpinRun(usize, usize),
@@ -462,6 +483,7 @@ mod tests {
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             3 => any::<bool>().prop_map(Op::New),
+            1 => (any::<bool>(), 0usize..5).prop_map(|(w, n)| Op::NewRun(w, n)),
             3 => any::<usize>().prop_map(Op::Pin),
             4 => any::<usize>().prop_map(Op::Unpin),
             2 => (any::<usize>(), 0usize..12).prop_map(|(x, n)| Op::UnpinRun(x, n)),
@@ -503,6 +525,27 @@ mod tests {
                         m.window.remove(&i);
                         if window {
                             m.window.insert(i);
+                        }
+                    }
+                    Op::NewRun(window, n) => {
+                        let kind = if window { Kind::Window } else { Kind::Full };
+                        let keys: Vec<u64> = (next_key..next_key + n as u64).collect();
+                        next_key += n as u64;
+                        // The slots `alloc` would hand out one key at a time.
+                        let mut one_by_one = lru.clone();
+                        let expect: Vec<u32> = keys.iter().map(|&k| one_by_one.alloc(k, kind)).collect();
+                        let mut out = vec![u32::MAX];
+                        lru.alloc_run(&keys, kind, &mut out);
+                        prop_assert_eq!(&out[1..], &expect[..]);
+                        for (&i, &k) in out[1..].iter().zip(&keys) {
+                            prop_assert!(!m.refs.contains_key(&i), "slot {} handed out twice", i);
+                            let e = lru.get(i);
+                            prop_assert_eq!((e.key, e.kind, e.refs(), e.nameless), (k, kind, 1, 0));
+                            m.refs.insert(i, 1);
+                            m.window.remove(&i);
+                            if window {
+                                m.window.insert(i);
+                            }
                         }
                     }
                     Op::Pin(x) => {

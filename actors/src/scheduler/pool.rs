@@ -80,7 +80,7 @@ use crate::workload::{PrefixIds, mix};
 
 /// How many blocks ahead of a run of key map operations their cells are
 /// fetched ([`KeyMap::prefetch`]).
-const PREFETCH_AHEAD: usize = 16;
+pub(super) const PREFETCH_AHEAD: usize = 16;
 
 /// Salts the keys of a request's own content (see `KvPool::key`).
 const OWN_CONTENT: u64 = 0x6f77_6e5f_636f_6e74;
@@ -303,9 +303,9 @@ pub struct KvPool {
     spare_slot_lists: Vec<Vec<u32>>,
     /// Room for the keys `register` inserts (empty between calls).
     key_scratch: Vec<u64>,
-    /// The slots of the entries an eviction takes off the order at once
-    /// (kept for its capacity).
-    evict_scratch: Vec<u32>,
+    /// The slots of the entries an eviction takes off the order at once,
+    /// and their keys (kept for their capacity).
+    evict_scratch: (Vec<u32>, Vec<u64>),
     lru: Lru,
     /// Most blocks ever in use (private + shared).
     peak_used: u64,
@@ -401,7 +401,7 @@ impl KvPool {
             held_slots: FxHashMap::default(),
             spare_slot_lists: Vec::new(),
             key_scratch: Vec::new(),
-            evict_scratch: Vec::new(),
+            evict_scratch: (Vec::new(), Vec::new()),
             lru: Lru::default(),
             peak_used: 0,
             evicted_blocks: 0,
@@ -768,7 +768,7 @@ impl KvPool {
         for d in 0..want.min(PREFETCH_AHEAD) {
             self.entries.prefetch(self.lru.key_hint(d));
         }
-        let mut run = std::mem::take(&mut self.evict_scratch);
+        let (mut run, mut gone) = std::mem::take(&mut self.evict_scratch);
         while self.free < n {
             // The head is named (`absorb_front`): it and the entries of its
             // kind after it, as many as the shortfall needs, leave the
@@ -778,15 +778,24 @@ impl KvPool {
             let most = usize::try_from((n - self.free).div_ceil(each)).unwrap_or(usize::MAX);
             run.clear();
             let taken = self.lru.pop_run(kind, most, &mut run) as u64;
-            for j in 0..run.len() {
-                if let Some(&ahead) = run.get(j + PREFETCH_AHEAD) {
-                    self.entries.prefetch(self.lru.get(ahead).key);
-                }
-                let i = run[j];
-                let key = self.lru.get(i).key;
-                let copy = self.forget_copy(key, i);
+            gone.clear();
+            gone.extend(run.iter().map(|&i| self.lru.get(i).key));
+            if self.copies.is_empty() {
+                // Every key has one copy: the run leaves the key map at once.
+                let removed = self.entries.remove_run(&gone, keys(self.lru.slots()));
+                debug_assert_eq!(removed, gone.len(), "an evicted entry is mapped");
                 if let Some(step) = self.ahead_step {
-                    self.evicted_ahead.push(Evicted::Named { step, key, kind, copy });
+                    self.evicted_ahead.extend(gone.iter().map(|&key| Evicted::Named { step, key, kind, copy: None }));
+                }
+            } else {
+                for (j, (&i, &key)) in run.iter().zip(&gone).enumerate() {
+                    if let Some(&ahead) = gone.get(j + PREFETCH_AHEAD) {
+                        self.entries.prefetch(ahead);
+                    }
+                    let copy = self.forget_copy(key, i);
+                    if let Some(step) = self.ahead_step {
+                        self.evicted_ahead.push(Evicted::Named { step, key, kind, copy });
+                    }
                 }
             }
             let blocks = taken * each;
@@ -795,7 +804,7 @@ impl KvPool {
             self.evicted_blocks += blocks;
             self.absorb_front();
         }
-        self.evict_scratch = run;
+        self.evict_scratch = (run, gone);
         self.free -= n;
         Ok(())
     }
@@ -2148,22 +2157,19 @@ impl KvPool {
             let mut slots = self.take_slots(alloc);
             let first = u64::from(alloc.shared);
             // Only content the prefix ids name, which others may share.
-            let mut keys = std::mem::take(&mut self.key_scratch);
-            prefix.push_block_keys(b, first, prompt, full - first, &mut keys);
-            // The key map's cells fetched a few blocks ahead of their
-            // inserts (see `KeyMap::prefetch`).
-            for &k in keys.iter().take(PREFETCH_AHEAD) {
-                self.entries.prefetch(k);
-            }
-            for (j, &k) in keys.iter().enumerate() {
-                if let Some(&next) = keys.get(j + PREFETCH_AHEAD) {
-                    self.entries.prefetch(next);
-                }
-                slots.push(self.new_entry(k, Kind::Full));
-            }
-            let added = keys.len() as u64;
-            keys.clear();
-            self.key_scratch = keys;
+            let mut run = std::mem::take(&mut self.key_scratch);
+            prefix.push_block_keys(b, first, prompt, full - first, &mut run);
+            // New entries for the run (`new_entry` a key, at once).
+            let at = slots.len();
+            self.lru.alloc_run(&run, Kind::Full, &mut slots);
+            let copies = &mut self.copies;
+            let new = &slots[at..];
+            self.entries.insert_run_if_vacant(&run, new, keys(self.lru.slots()), |j, _| {
+                copies.entry(run[j]).or_default().push(new[j]);
+            });
+            let added = run.len() as u64;
+            run.clear();
+            self.key_scratch = run;
             self.shared += added * self.fa_groups;
             self.private -= added * self.fa_groups;
             alloc.private -= added * self.fa_groups;
