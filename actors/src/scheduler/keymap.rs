@@ -270,6 +270,23 @@ impl KeyMap {
         prefetch_read(&self.cells[self.home(t)]);
     }
 
+    /// For a grouped key whose cell [`KeyMap::prefetch`] asked for a
+    /// while ago: asks for the group's record (what the cell at its home
+    /// points at, the part holding `k`'s place). A hint only.
+    #[inline(always)]
+    fn prefetch_record(&self, k: u64) {
+        let (id, place) = Self::split(k);
+        if k & GROUPED == 0 || id == self.last.get().0 {
+            return;
+        }
+        let v = self.cells[self.home(tag(id))].1;
+        if v != EMPTY && v & GROUP_CELL != 0 {
+            let g = &self.groups[(v & !GROUP_CELL) as usize];
+            prefetch_read(&g.id);
+            prefetch_read(&g.slots[place]);
+        }
+    }
+
     /// The slot `k` maps to.
     #[inline]
     pub(super) fn get(&self, k: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
@@ -342,10 +359,10 @@ impl KeyMap {
     /// [`KeyMap::insert_if_vacant`] of each key of `run` with the slot
     /// beside it in `slots`, in order; `mapped(j, s)` for each `run[j]`
     /// that was mapped already (to `s`, which stays). Keys of one group one
-    /// after another share one lookup of its record. Cells are fetched
-    /// ahead: the first keys' at once, then at each new group the cell of
-    /// the key [`GROUP_LEN`] keys ahead (at each plain key, of the key
-    /// [`PREFETCH_AHEAD`] ahead), so the run waits for its cells together.
+    /// after another share one lookup of its record. Cells and records are
+    /// fetched ahead: the first keys' cells at once, then at each new group
+    /// [`KeyMap::prefetch_ahead`] (at each plain key, the cell of the key
+    /// [`PREFETCH_AHEAD`] ahead), so the run waits for them together.
     #[inline]
     pub(super) fn insert_run_if_vacant(
         &mut self,
@@ -355,9 +372,9 @@ impl KeyMap {
         mut mapped: impl FnMut(usize, u32),
     ) {
         assert_eq!(run.len(), slots.len(), "a slot for each key");
-        assert!(slots.iter().all(|&s| s & GROUP_CELL == 0), "slot numbers stay below 2^31");
+        assert!(slots.iter().fold(0, |or, &s| or | s) & GROUP_CELL == 0, "slot numbers stay below 2^31");
         debug_assert!(run.iter().zip(slots).all(|(&k, &s)| key_of(s) == k), "a slot is mapped under its entry's key");
-        for &k in run.iter().take(PREFETCH_AHEAD) {
+        for &k in run.iter().take(PREFETCH_AHEAD).chain(run.get(GROUP_LEN)) {
             self.prefetch(k);
         }
         let mut added = 0;
@@ -373,10 +390,10 @@ impl KeyMap {
                 j += 1;
                 continue;
             }
-            // A new group: its record found once for its keys here.
-            if let Some(&ahead) = run.get(j + GROUP_LEN) {
-                self.prefetch(ahead);
-            }
+            // A new group: its record found once for its keys here. The
+            // cell of the group two ahead is asked for, and the record of
+            // the next (whose cell was asked for at the last group).
+            self.prefetch_ahead(run, j);
             let (id, place) = Self::split(k);
             let index = match self.group_index(id) {
                 Ok(index) => index,
@@ -390,21 +407,20 @@ impl KeyMap {
             };
             let g = &mut self.groups[index as usize];
             let before = g.len;
-            // (`id` keeps the grouped bit: a key of the group is grouped.)
-            while let (Some(&k), Some(&slot)) = (run.get(j), slots.get(j)) {
-                if Self::split(k).0 != id {
-                    break;
-                }
+            // The group's keys from here (`id` keeps the grouped bit: a key
+            // of the group is grouped).
+            let n = run[j..].iter().take_while(|&&k| Self::split(k).0 == id).count();
+            for (d, (&k, &slot)) in run[j..j + n].iter().zip(&slots[j..j + n]).enumerate() {
                 let place = Self::split(k).1;
                 match g.slots[place] {
                     EMPTY => {
                         g.slots[place] = slot;
                         g.len += 1;
                     }
-                    s => mapped(j, s),
+                    s => mapped(j + d, s),
                 }
-                j += 1;
             }
+            j += n;
             added += g.len - before;
             self.last.set((id, index));
         }
@@ -526,6 +542,19 @@ impl KeyMap {
         self.remove_slow(k, key_of)
     }
 
+    /// At a new group at `run[j]`: asks for the cell of the key
+    /// 2·[`GROUP_LEN`] keys ahead and the record of the key [`GROUP_LEN`]
+    /// ahead (a group's keys come together, at most that many).
+    #[inline(always)]
+    fn prefetch_ahead(&self, run: &[u64], j: usize) {
+        if let Some(&ahead) = run.get(j + 2 * GROUP_LEN) {
+            self.prefetch(ahead);
+        }
+        if let Some(&ahead) = run.get(j + GROUP_LEN) {
+            self.prefetch_record(ahead);
+        }
+    }
+
     /// [`KeyMap::remove`] of each key of `run`, in order; how many it
     /// had. Keys of one group one after another share one lookup of its
     /// record, and cells are fetched ahead as
@@ -533,7 +562,7 @@ impl KeyMap {
     /// entries leaving the order's head together).
     #[inline]
     pub(super) fn remove_run(&mut self, run: &[u64], key_of: impl Fn(u32) -> u64) -> usize {
-        for &k in run.iter().take(PREFETCH_AHEAD) {
+        for &k in run.iter().take(PREFETCH_AHEAD).chain(run.get(GROUP_LEN)) {
             self.prefetch(k);
         }
         // Grouped keys removed here, and plain ones by `remove` (which
@@ -549,9 +578,7 @@ impl KeyMap {
                 j += 1;
                 continue;
             }
-            if let Some(&ahead) = run.get(j + GROUP_LEN) {
-                self.prefetch(ahead);
-            }
+            self.prefetch_ahead(run, j);
             let id = Self::split(k).0;
             let Ok(index) = self.group_index(id) else {
                 // None of the group's keys is mapped.
