@@ -337,6 +337,10 @@ pub struct KvPool {
     win_slots: FxHashMap<u64, Vec<u32>>,
     /// The groups an entry of each kind spans ([`KvPool::spans_of`]).
     spans: [u16; 3],
+    /// The groups that hold alike, one of each with how many there are
+    /// ([`KvPool::holding_classes`]): what every group holds together is
+    /// summed over these (a GLM-like model's five state groups are two).
+    classes: Vec<(CacheGroup, u64)>,
     /// See [`KvPool::frees_plain_midway`].
     frees_plain_midway: bool,
     /// The evictions made for decode steps taken ahead of their time, in
@@ -372,6 +376,7 @@ impl KvPool {
             evicted_ahead: Vec::new(),
             ahead_step: None,
             spans: Self::spans_of(&groups),
+            classes: Self::holding_classes(&groups),
             frees_plain_midway: win.is_none()
                 && groups
                     .iter()
@@ -671,14 +676,44 @@ impl KvPool {
         self.all_blocks_by_group(from, to, checkpoints)
     }
 
-    /// [`KvPool::all_blocks`], group by group.
+    /// [`KvPool::all_blocks`], group by group: one of each class of groups
+    /// that hold alike, times its groups.
     #[inline(never)]
     fn all_blocks_by_group(&self, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
-        if self.align.is_none() {
-            self.groups.iter().map(|g| rules::blocks_for_step(g, from, to, checkpoints).get()).sum()
-        } else {
-            self.groups.iter().map(|g| Self::group_blocks(g, true, from, to, checkpoints)).sum()
+        let align = self.align.is_some();
+        self.classes.iter().map(|(g, n)| n * Self::group_blocks(g, align, from, to, checkpoints)).sum()
+    }
+
+    /// The groups folded into classes that hold alike for any allocation
+    /// state: the same of all that [`KvPool::group_blocks`] reads (kind,
+    /// block size, window, checkpoint blocks, prefix caching), in the order
+    /// of their first groups.
+    fn holding_classes(groups: &[CacheGroup]) -> Vec<(CacheGroup, u64)> {
+        let holds =
+            |g: &CacheGroup| (g.kind(), g.block_size(), g.window(), g.checkpoint_blocks(), g.prefix_cacheable());
+        let mut classes: Vec<(CacheGroup, u64)> = Vec::new();
+        for g in groups {
+            match classes.iter_mut().find(|(c, _)| holds(c) == holds(g)) {
+                Some((_, n)) => *n += 1,
+                None => classes.push((g.clone(), 1)),
+            }
         }
+        classes
+    }
+
+    /// Classes of groups that hold alike ([`KvPool::holding_classes`]).
+    #[cfg(test)]
+    pub(crate) fn classes(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// [`KvPool::all_blocks`] over the classes and group by group, to
+    /// check one against the other.
+    #[cfg(test)]
+    pub(crate) fn all_blocks_both_ways(&self, from: Tokens, to: Tokens, checkpoints: bool) -> (u64, u64) {
+        let align = self.align.is_some();
+        let each = self.groups.iter().map(|g| Self::group_blocks(g, align, from, to, checkpoints)).sum();
+        (self.all_blocks(from, to, checkpoints), each)
     }
 
     /// Blocks one group holds for an allocation state; `align`: the pool is

@@ -644,3 +644,48 @@ fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
         assert_eq!(fast, slow, "{name}");
     }
 }
+
+/// What every group holds together, summed over the classes of groups that
+/// hold alike, is the sum group by group: for a GLM-like model (one
+/// full-attention group, a tail ring, four Mamba-type states with a
+/// checkpoint block each, all of one block size), with states of another
+/// block size and a window group beside them, in align mode and not, over
+/// steps that start and end on and off block boundaries.
+#[test]
+fn groups_folded_into_classes_hold_what_each_group_holds() {
+    let with_checkpoint = |b: u64| {
+        CacheGroupSpec {
+            name: "kda".into(),
+            kind: CacheGroupKind::State,
+            block_size_tokens: Tokens::new(b),
+            page_bytes: Bytes::new(1),
+            transfer_bytes_per_block: Some(Bytes::new(1)),
+            prefix_cacheable: Some(true),
+            window_tokens: None,
+            checkpoint_blocks: Some(Blocks::new(1)),
+            heads: None,
+        }
+        .validate(Role::Aggregated, 0)
+        .unwrap()
+    };
+    let glm: Vec<CacheGroup> = [group(CacheGroupKind::FullAttention, 32, None), state_group(32, false)]
+        .into_iter()
+        .chain((0..4).map(|_| with_checkpoint(32)))
+        .collect();
+    let mut mixed = glm.clone();
+    mixed.extend([with_checkpoint(64), state_group(64, true), group(CacheGroupKind::SlidingWindow, 32, Some(40))]);
+    for (groups, classes) in [(glm, 3), (mixed, 6)] {
+        for caching in [true, false] {
+            let pool = KvPool::new(groups.clone(), 1_000, caching);
+            assert_eq!(pool.classes(), classes);
+            for from in [0, 1, 31, 32, 33, 63, 64, 65, 200] {
+                for to in [from, from + 1, from + 31, from + 32, from + 100] {
+                    for checkpoints in [false, true] {
+                        let (folded, each) = pool.all_blocks_both_ways(Tokens::new(from), Tokens::new(to), checkpoints);
+                        assert_eq!(folded, each, "{from}..{to} checkpoints {checkpoints} caching {caching}");
+                    }
+                }
+            }
+        }
+    }
+}
