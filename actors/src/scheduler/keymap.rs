@@ -601,11 +601,7 @@ impl KeyMap {
             let gone = before - g.len;
             removed += gone as usize;
             if g.len == 0 {
-                let (i, found) = self.find_group(id);
-                debug_assert!(found);
-                self.unplace(i);
-                self.free_groups.push(index);
-                self.last.set((0, 0));
+                self.free_group(id, index);
             } else {
                 self.last.set((id, index));
             }
@@ -613,6 +609,16 @@ impl KeyMap {
         self.changes += removed as u64;
         self.len -= removed;
         removed + plain
+    }
+
+    /// Frees the record `index` of the group `id`, whose last key went,
+    /// and its cell (which forgets the group last found).
+    fn free_group(&mut self, id: u64, index: u32) {
+        let (i, found) = self.find_group(id);
+        debug_assert!(found);
+        self.unplace(i);
+        self.free_groups.push(index);
+        self.last.set((0, 0));
     }
 
     /// [`KeyMap::remove`] but for its inline case.
@@ -629,11 +635,7 @@ impl KeyMap {
             }
             g.len -= 1;
             if g.len == 0 {
-                let (i, found) = self.find_group(id);
-                debug_assert!(found);
-                self.unplace(i);
-                self.free_groups.push(index);
-                self.last.set((0, 0));
+                self.free_group(id, index);
             }
             self.changes += 1;
             self.len -= 1;
