@@ -422,7 +422,7 @@ impl KeyMap {
             }
             j += n;
             added += g.len - before;
-            self.last.set((id, index));
+            // (`group_index` or `fill` left the group last found this one.)
         }
         self.len += added as usize;
         self.changes += u64::from(added);
@@ -855,6 +855,56 @@ mod tests {
             let mut all: Vec<(u64, u32)> = m.values().map(|s| (slot_keys[s as usize], s)).collect();
             all.sort_unstable();
             prop_assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+        }
+    }
+
+    proptest! {
+        /// A run inserted or removed at once leaves the map exactly as the
+        /// same keys one at a time do: the same cells, records, counts and
+        /// group last found, the same answers on the way; and the group
+        /// last found is always a live record of that group.
+        #[test]
+        fn a_run_leaves_the_map_as_its_keys_one_by_one_do(ops in prop::collection::vec(op(), 0..250)) {
+            let (mut runs, mut one_by_one) = (KeyMap::default(), KeyMap::default());
+            let mut slot_keys: Vec<u64> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::IfVacantRun(run) => {
+                        let slots: Vec<u32> = run.iter().map(|&k| {
+                            slot_keys.push(k);
+                            (slot_keys.len() - 1) as u32
+                        }).collect();
+                        let mut got = Vec::new();
+                        runs.insert_run_if_vacant(&run, &slots, |s: u32| slot_keys[s as usize], |j, s| got.push((j, s)));
+                        let mut expect = Vec::new();
+                        for (j, (&k, &s)) in run.iter().zip(&slots).enumerate() {
+                            if let Some(had) = one_by_one.insert_if_vacant(k, s, |s: u32| slot_keys[s as usize]) {
+                                expect.push((j, had));
+                            }
+                        }
+                        prop_assert_eq!(got, expect);
+                    }
+                    Op::RemoveRun(run) => {
+                        let removed = runs.remove_run(&run, |s: u32| slot_keys[s as usize]);
+                        let expect = run.iter().filter(|&&k| one_by_one.remove(k, |s: u32| slot_keys[s as usize]).is_some()).count();
+                        prop_assert_eq!(removed, expect);
+                    }
+                    Op::Insert(k) | Op::IfVacant(k) | Op::Vacant(k) => {
+                        slot_keys.push(k);
+                        let s = (slot_keys.len() - 1) as u32;
+                        prop_assert_eq!(runs.insert_if_vacant(k, s, |s: u32| slot_keys[s as usize]), one_by_one.insert_if_vacant(k, s, |s: u32| slot_keys[s as usize]));
+                    }
+                    Op::Remove(k) => {
+                        prop_assert_eq!(runs.remove(k, |s: u32| slot_keys[s as usize]), one_by_one.remove(k, |s: u32| slot_keys[s as usize]));
+                    }
+                }
+                prop_assert_eq!(format!("{runs:?}"), format!("{one_by_one:?}"));
+                let (id, index) = runs.last.get();
+                if id != 0 {
+                    let g = &runs.groups[index as usize];
+                    prop_assert!(!runs.free_groups.contains(&index) && g.id == id && g.len > 0);
+                }
+            }
         }
     }
 
