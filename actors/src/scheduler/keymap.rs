@@ -763,6 +763,17 @@ mod tests {
         ]
     }
 
+    /// A new slot for each key of `run`, in order, its entry's key
+    /// recorded in `slot_keys` (a slot is its index there).
+    fn new_slots(slot_keys: &mut Vec<u64>, run: &[u64]) -> Vec<u32> {
+        run.iter()
+            .map(|&k| {
+                slot_keys.push(k);
+                (slot_keys.len() - 1) as u32
+            })
+            .collect()
+    }
+
     proptest! {
         /// Any sequence of inserts and removals leaves the map holding what
         /// a BTreeMap holds after the same sequence, every answer on the way
@@ -806,10 +817,7 @@ mod tests {
                         }
                     }
                     Op::IfVacantRun(run) => {
-                        let slots: Vec<u32> = run.iter().map(|&k| {
-                            slot_keys.push(k);
-                            (slot_keys.len() - 1) as u32
-                        }).collect();
+                        let slots = new_slots(&mut slot_keys, &run);
                         let mut expect = Vec::new();
                         for (j, (&k, &s)) in run.iter().zip(&slots).enumerate() {
                             match model.get(&k) {
@@ -870,10 +878,7 @@ mod tests {
             for op in ops {
                 match op {
                     Op::IfVacantRun(run) => {
-                        let slots: Vec<u32> = run.iter().map(|&k| {
-                            slot_keys.push(k);
-                            (slot_keys.len() - 1) as u32
-                        }).collect();
+                        let slots = new_slots(&mut slot_keys, &run);
                         let mut got = Vec::new();
                         runs.insert_run_if_vacant(&run, &slots, |s: u32| slot_keys[s as usize], |j, s| got.push((j, s)));
                         let mut expect = Vec::new();
