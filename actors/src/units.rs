@@ -1,4 +1,5 @@
-//! Units in types: [`Tokens`], [`Blocks`], [`Bytes`] and [`Bandwidth`].
+//! Units in types: [`Tokens`], [`Blocks`], [`Bytes`] and [`Bandwidth`]
+//! ([`BlockSize`]: a block size whose divisions are cheap).
 //!
 //! Each quantity is a newtype over `u64`. Arithmetic stays inside one type
 //! (`Tokens + Tokens`, never `Tokens + Blocks`); a change of unit is a named
@@ -182,6 +183,53 @@ impl Tokens {
     }
 }
 
+/// A block size whose divisions are cheap: `cdiv(t, B)` by a shift when
+/// `B` is a power of two, as block sizes nearly always are. A hot path that
+/// divides by one block size over and over holds one of these rather than
+/// the [`Tokens`] (a division is tens of cycles, a shift one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockSize {
+    tokens: Tokens,
+    /// `log2(tokens)` if it is a power of two, else [`BlockSize::NO_SHIFT`].
+    shift: u32,
+}
+
+impl BlockSize {
+    const NO_SHIFT: u32 = u32::MAX;
+
+    /// Blocks of `tokens` tokens.
+    ///
+    /// # Panics
+    /// If `tokens` is zero; validated cache groups never have one.
+    pub const fn new(tokens: Tokens) -> Self {
+        assert!(tokens.0 > 0, "a block holds at least one token");
+        let shift = if tokens.0.is_power_of_two() { tokens.0.trailing_zeros() } else { Self::NO_SHIFT };
+        BlockSize { tokens, shift }
+    }
+
+    /// Its tokens.
+    pub const fn tokens(self) -> Tokens {
+        self.tokens
+    }
+
+    /// [`Tokens::blocks_ceil`] in blocks of this size.
+    #[inline]
+    pub const fn blocks_ceil(self, t: Tokens) -> Blocks {
+        if self.shift == Self::NO_SHIFT {
+            t.blocks_ceil(self.tokens)
+        } else {
+            // (t + B - 1) / B without the overflow of the sum.
+            Blocks((t.0 >> self.shift) + ((t.0 & (self.tokens.0 - 1) != 0) as u64))
+        }
+    }
+
+    /// `cdiv(t, B) × B`: `t` rounded up to a whole number of blocks.
+    #[inline]
+    pub const fn round_up(self, t: Tokens) -> Tokens {
+        Tokens(self.blocks_ceil(t).0 * self.tokens.0)
+    }
+}
+
 impl Blocks {
     /// The tokens that `self` full blocks of `block_size` tokens hold,
     /// saturating at `u64::MAX`: 2 blocks of 16 tokens hold 32 tokens.
@@ -344,6 +392,21 @@ impl Link {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_size_divides_as_the_tokens_do() {
+        // Powers of two by a shift, the rest by a division: the same
+        // blocks either way, at the boundaries and around them.
+        for b in [1, 2, 3, 16, 48, 64, 100, 1 << 20, 2_176] {
+            let size = BlockSize::new(Tokens::new(b));
+            for t in [0, 1, b - 1, b, b + 1, 5 * b - 1, 5 * b, 5 * b + 1, u64::MAX - b, u64::MAX] {
+                let t = Tokens::new(t);
+                assert_eq!(size.blocks_ceil(t), t.blocks_ceil(Tokens::new(b)), "{t:?} in blocks of {b}");
+            }
+            assert_eq!(size.round_up(Tokens::new(b + 1)), Tokens::new(2 * b));
+            assert_eq!(size.tokens(), Tokens::new(b));
+        }
+    }
 
     #[test]
     fn block_conversions() {

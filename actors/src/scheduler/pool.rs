@@ -75,7 +75,7 @@ use super::lru::{Back, Entry, Lru};
 use crate::fxmap::FxHashMap;
 use crate::model::{CacheGroup, CacheGroupKind, block_size_lcm};
 use crate::rules;
-use crate::units::{Blocks, Tokens};
+use crate::units::{BlockSize, Blocks, Tokens};
 use crate::workload::{PrefixIds, mix};
 
 /// How many blocks ahead of a run of key map operations their cells are
@@ -267,8 +267,9 @@ pub struct KvPool {
     fa_block: Option<Tokens>,
     /// The block size, when every group is full attention of that one
     /// size: a holding of `t` tokens is then `cdiv(t, B)` blocks in each
-    /// group, which the hot paths compute without visiting the groups.
-    uniform_fa: Option<Tokens>,
+    /// group, which the hot paths compute without visiting the groups
+    /// (and by a shift, for a power of two).
+    uniform_fa: Option<BlockSize>,
     /// Hits are a multiple of this many full-attention blocks: the least
     /// common multiple of every group's block size, in them.
     hit_align: u32,
@@ -389,7 +390,8 @@ impl KvPool {
             hit_align,
             group_used: vec![0; groups.len()],
             uniform_fa: fa_block
-                .filter(|&b| groups.iter().all(|g| g.kind() == CacheGroupKind::FullAttention && g.block_size() == b)),
+                .filter(|&b| groups.iter().all(|g| g.kind() == CacheGroupKind::FullAttention && g.block_size() == b))
+                .map(BlockSize::new),
             groups,
             fa_groups,
             fa_block,
@@ -594,7 +596,7 @@ impl KvPool {
     /// The block size, if every group is full attention of that one size.
     #[inline]
     pub fn uniform_fa(&self) -> Option<Tokens> {
-        self.uniform_fa
+        self.uniform_fa.map(BlockSize::tokens)
     }
 
     /// Whether the pool keeps a window cache ([`Win`]).
@@ -671,7 +673,7 @@ impl KvPool {
     fn all_blocks(&self, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
         if let Some(b) = self.uniform_fa {
             // (Full attention takes no checkpoint blocks.)
-            return to.blocks_ceil(b).get() * self.fa_groups;
+            return b.blocks_ceil(to).get() * self.fa_groups;
         }
         self.all_blocks_by_group(from, to, checkpoints)
     }
@@ -1032,7 +1034,16 @@ impl KvPool {
             (alloc.from, alloc.to) = (from, to);
             return Ok(());
         }
-        if let Some(w) = self.win {
+        if let Some(b) = self.uniform_fa {
+            // cdiv(t, B) blocks in every group (no window pins): the hot
+            // path of full-attention models, inline.
+            let (new, old) = (b.blocks_ceil(to).get(), b.blocks_ceil(alloc.to).get());
+            let need = (new - u64::from(alloc.shared)) * self.fa_groups;
+            self.take_or_free(alloc.private, need, evict)?;
+            let d = std::iter::repeat(new as i64 - old as i64);
+            self.commit_resize(alloc, (from, to), checkpoints, need, d, decode_step, evict);
+            Ok(())
+        } else if let Some(w) = self.win {
             self.resize_win(w, alloc, (from, to), checkpoints, evict, decode_step)
         } else if self.align.is_none() {
             self.resize_plain(alloc, (from, to), checkpoints, evict, decode_step)
@@ -1149,15 +1160,6 @@ impl KvPool {
         evict: bool,
         decode_step: bool,
     ) -> Result<(), Shortfall> {
-        if let Some(b) = self.uniform_fa {
-            // cdiv(t, B) blocks in every group (no window pins).
-            let (new, old) = (to.blocks_ceil(b).get(), alloc.to.blocks_ceil(b).get());
-            let need = (new - u64::from(alloc.shared)) * self.fa_groups;
-            self.take_or_free(alloc.private, need, evict)?;
-            let d = std::iter::repeat(new as i64 - old as i64);
-            self.commit_resize(alloc, (from, to), checkpoints, need, d, decode_step, evict);
-            return Ok(());
-        }
         let mut all = 0u64;
         let mut deltas = [0i64; MAX_GROUPS];
         for (i, g) in self.groups.iter().enumerate() {
@@ -1320,7 +1322,7 @@ impl KvPool {
     #[inline]
     fn stable_to(&self, to: Tokens) -> Tokens {
         if let Some(b) = self.uniform_fa {
-            return Tokens::new(to.get().div_ceil(b.get()) * b.get());
+            return b.round_up(to);
         }
         self.stable_to_by_group(to)
     }
