@@ -130,6 +130,12 @@ impl Changes {
         }
     }
 
+    /// Whether a step's entries may name a member twice (a heap keeps
+    /// every entry pushed; a ring's bucket holds each member once).
+    pub(super) fn may_repeat(&self) -> bool {
+        matches!(self, Changes::Heap(_))
+    }
+
     /// A member's next change is due at step `n` (after a change, a give
     /// back, or a step that could not be taken).
     pub(super) fn push(&mut self, n: u64, key: SeqKey, g: u32) {

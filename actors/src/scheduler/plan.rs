@@ -480,6 +480,7 @@ impl Core {
         let window_cache = self.pool.window_cached();
         let align = self.pool.align();
         let may_evict = !self.pool.frees_plain_midway();
+        let repeats = self.dec.changes.may_repeat();
         let mut due = std::mem::take(&mut self.ahead.due);
         let result = loop {
             let Some(n) = self.dec.changes.next_due(e) else { break Ok(()) };
@@ -499,10 +500,11 @@ impl Core {
                 // (Steps are looked at from after the last completed one on.)
                 debug_assert!(n > m.join, "a member's changes come after it joined");
                 let to = m.tokens_at(n);
-                if seq.alloc.tokens() >= to || step_changes.iter().any(|&(k, ..)| k == key) {
-                    // A stale entry (left by a give-back) or a second copy:
-                    // the member holds this step's blocks already, and its
-                    // live entry carries on.
+                if seq.alloc.tokens() >= to || (repeats && step_changes.iter().any(|&(k, ..)| k == key)) {
+                    // A stale entry (left by a give-back) or a second copy
+                    // (a heap's; a ring's bucket names a member once): the
+                    // member holds this step's blocks already, and its live
+                    // entry carries on.
                     continue;
                 }
                 let from = to - Tokens::new(1);
