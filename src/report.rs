@@ -542,13 +542,20 @@ pub fn write_requests_csv(w: &mut impl Write, records: &[Request], disaggregated
 /// the same rows over a slice).
 pub struct RequestRows {
     first_role: Role,
+    /// The line as written, its failure reason left out ([`Line`]).
+    buf: Box<[u8; LINE_ROOM]>,
+    /// The header, or a line with its failure reason spliced in.
     line: Vec<u8>,
 }
 
 impl RequestRows {
     /// Rows of a run with (`disaggregated`) or without a handoff.
     pub fn new(disaggregated: bool) -> Self {
-        RequestRows { first_role: if disaggregated { Role::Prefill } else { Role::Aggregated }, line: Vec::new() }
+        RequestRows {
+            first_role: if disaggregated { Role::Prefill } else { Role::Aggregated },
+            buf: Box::new([0; LINE_ROOM]),
+            line: Vec::new(),
+        }
     }
 
     /// The header line, on its own.
@@ -566,19 +573,14 @@ impl RequestRows {
 
     /// The line of `r`.
     pub fn row(&mut self, r: &Request) -> &[u8] {
-        let reason = match r.outcome {
-            Outcome::Failed(why) => Some(csv_field(&why.to_string())),
-            _ => None,
-        };
-        let mut l = Line::start(&mut self.line, reason.as_ref().map_or(0, String::len));
+        let mut l = Line { buf: &mut self.buf, len: 0 };
         let s = &r.t;
         l.u64(r.id);
         l.byte(b',');
         l.bytes(outcome_name(&r.outcome).as_bytes());
         l.byte(b',');
-        if let Some(reason) = &reason {
-            l.bytes(reason.as_bytes());
-        }
+        // (The failure reason goes here: spliced in below.)
+        let reason_at = l.len;
         l.byte(b',');
         for v in [r.prompt.get(), r.output.get(), r.generated.get()] {
             l.u64(v);
@@ -630,51 +632,64 @@ impl RequestRows {
         }
         l.byte(b'\n');
         let n = l.len;
-        &self.line[..n]
+        let Outcome::Failed(why) = r.outcome else { return &self.buf[..n] };
+        self.line.clear();
+        self.line.extend_from_slice(&self.buf[..reason_at]);
+        self.line.extend_from_slice(csv_field(&why.to_string()).as_bytes());
+        self.line.extend_from_slice(&self.buf[reason_at..n]);
+        &self.line
     }
 }
 
-/// Room for a `requests.csv` line besides its failure reason: 9 counts of
+/// Room for a `requests.csv` line without its failure reason: 9 counts of
 /// at most 20 digits, 21 times in ms of at most 21 bytes (14 digits, a
 /// point, 6 decimals), two ranks (a role name and a `u32`, 20 bytes), the
 /// outcome (9), 33 commas and the newline, and the 7 bytes past the end
 /// that storing a number as a word may write: 711 bytes at most
-/// ([`ROW_MAX`]).
+/// ([`ROW_MAX`]). A power of two, so that [`Line`] can mask its offsets.
 const ROW_ROOM: usize = 1024;
 
-/// The most a `requests.csv` line writes besides its failure reason (see
+/// The most a `requests.csv` line without its failure reason writes (see
 /// [`ROW_ROOM`]).
 const ROW_MAX: usize = 711;
-const _: () = assert!(ROW_MAX <= ROW_ROOM);
+const _: () = assert!(ROW_MAX <= ROW_ROOM && ROW_ROOM.is_power_of_two());
 
-/// A line written in place into a buffer sized for it up front
-/// ([`ROW_ROOM`] and the failure reason), so that no number checks or grows
-/// a capacity or calls `memcpy` for a few digits (the outcome, a role name
-/// and a reason are copied as slices).
+/// A line's buffer: [`ROW_ROOM`] and the word a number stores past the
+/// last offset a line can reach.
+const LINE_ROOM: usize = ROW_ROOM + 8;
+
+/// A line written in place into a fixed buffer, its failure reason left
+/// out (the caller splices it in), so that no number checks or grows a
+/// capacity or calls `memcpy` for a few digits (the outcome and a role name
+/// are copied as slices). Offsets are masked to [`ROW_ROOM`], which a line
+/// never reaches ([`ROW_MAX`]): the mask changes nothing, but it lets the
+/// compiler see that a byte or a word stored at one is inside the buffer,
+/// so that no store checks its bounds.
 struct Line<'a> {
-    buf: &'a mut Vec<u8>,
+    buf: &'a mut [u8; LINE_ROOM],
     len: usize,
 }
 
-impl<'a> Line<'a> {
-    fn start(buf: &'a mut Vec<u8>, extra: usize) -> Self {
-        let room = ROW_ROOM + extra;
-        if buf.len() < room {
-            buf.resize(room, 0);
-        }
-        Line { buf, len: 0 }
+impl Line<'_> {
+    /// The offset of the next byte.
+    #[inline(always)]
+    fn at(&self) -> usize {
+        debug_assert!(self.len < ROW_ROOM, "a line stays within ROW_MAX");
+        self.len & (ROW_ROOM - 1)
     }
 
     #[inline]
     fn byte(&mut self, b: u8) {
-        self.buf[self.len] = b;
-        self.len += 1;
+        let i = self.at();
+        self.buf[i] = b;
+        self.len = i + 1;
     }
 
     #[inline]
     fn bytes(&mut self, b: &[u8]) {
-        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
-        self.len += b.len();
+        let i = self.at();
+        self.buf[i..i + b.len()].copy_from_slice(b);
+        self.len = i + b.len();
     }
 
     /// `v` in decimal. Below 10^8 (nearly every count and time in ms) the
@@ -690,12 +705,14 @@ impl<'a> Line<'a> {
             // digit stays for 0.
             let zeros = (raw.trailing_zeros() / 8).min(7) as usize;
             let word = (raw | ASCII_ZEROS) >> (8 * zeros);
-            self.buf[self.len..self.len + 8].copy_from_slice(&word.to_le_bytes());
-            self.len += 8 - zeros;
+            let i = self.at();
+            self.buf[i..i + 8].copy_from_slice(&word.to_le_bytes());
+            self.len = i + 8 - zeros;
         } else {
             let width = v.ilog10() as usize + 1;
-            digits_into(&mut self.buf[self.len..self.len + width], v);
-            self.len += width;
+            let i = self.at();
+            digits_into(&mut self.buf[i..i + width], v);
+            self.len = i + width;
         }
     }
 
@@ -706,8 +723,9 @@ impl<'a> Line<'a> {
         let frac = (ns % 1_000_000) as u32;
         // ".dddddd": the point, then the last six of eight digits.
         let word = ((eight_digits(frac) | ASCII_ZEROS) & !0xffff) | u64::from(b'.') << 8;
-        self.buf[self.len..self.len + 8].copy_from_slice(&(word >> 8).to_le_bytes());
-        self.len += 7;
+        let i = self.at();
+        self.buf[i..i + 8].copy_from_slice(&(word >> 8).to_le_bytes());
+        self.len = i + 7;
     }
 }
 
@@ -1158,8 +1176,8 @@ mod tests {
         }
         // The row writer's own paths: below 10^8 (one word, shifted), at
         // and above it, and every width on either side.
-        let mut buf = Vec::new();
-        let mut l = Line::start(&mut buf, 0);
+        let mut buf = [0; LINE_ROOM];
+        let mut l = Line { buf: &mut buf, len: 0 };
         let mut want = String::new();
         let mut edges: Vec<u64> = (0..20).flat_map(|e| [10u64.pow(e) - 1, 10u64.pow(e)]).collect();
         edges.extend([u64::MAX, 99_999_999, 100_000_000, 100_000_001]);
