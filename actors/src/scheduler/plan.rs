@@ -26,8 +26,6 @@
 //! after each step of the run that changes them, kept as the run is
 //! planned and written out by the rank once the steps have happened.
 
-use std::collections::VecDeque;
-
 use sim_core::{SimDuration, SimTime};
 
 use super::Core;
@@ -42,7 +40,10 @@ use crate::units::Tokens;
 pub(super) struct StepLog {
     /// Steps completed.
     pub(super) step: u64,
-    ends: VecDeque<SimTime>,
+    /// Ends of steps `base ..`: a `Vec`, as only the last end outlives
+    /// the event that planned it (`forget_before_last`), so that pushing
+    /// and reading an end, once a step, never wrap.
+    ends: Vec<SimTime>,
     base: u64,
     /// Steps of the event in flight.
     pub(super) planned: usize,
@@ -51,7 +52,7 @@ pub(super) struct StepLog {
 impl Default for StepLog {
     fn default() -> Self {
         // Step 0 ends at time zero.
-        StepLog { step: 0, ends: VecDeque::from([SimTime::ZERO]), base: 0, planned: 0 }
+        StepLog { step: 0, ends: vec![SimTime::ZERO], base: 0, planned: 0 }
     }
 }
 
@@ -63,11 +64,11 @@ impl StepLog {
 
     /// The end of the last step planned.
     pub(super) fn last_end(&self) -> SimTime {
-        *self.ends.back().expect("step 0 at least")
+        *self.ends.last().expect("step 0 at least")
     }
 
     fn push(&mut self, end: SimTime) {
-        self.ends.push_back(end);
+        self.ends.push(end);
     }
 
     /// How many of the ends just pushed to drop to keep `k`.
@@ -696,7 +697,7 @@ impl Core {
         }
         let log = &mut self.log;
         let first = log.ends.len() - log.planned;
-        let keep = log.ends.range(first..).take_while(|&&e| e < now).count() + 1;
+        let keep = log.ends[first..].iter().take_while(|&&e| e < now).count() + 1;
         // Whatever the message brings, the run goes no further than the
         // step in progress: no later chunk.
         self.run.most = self.run.most.min(keep as u64);
@@ -707,7 +708,7 @@ impl Core {
         }
         // The dropped steps' times, for a plan that goes on with this batch.
         self.spare.times.clear();
-        let dropped = log.ends.range(first + keep - 1..);
+        let dropped = log.ends[first + keep - 1..].iter();
         self.spare.times.extend(dropped.clone().zip(dropped.skip(1)).map(|(&a, &b)| b - a));
         for _ in 0..keep {
             self.spare.shape.next_decode_step();
