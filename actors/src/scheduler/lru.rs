@@ -373,16 +373,19 @@ impl Lru {
     /// Takes up to `most` entries off the head as [`Lru::pop_front`] would
     /// one at a time, stopping before the first that is a nameless run or
     /// caches other than `kind` (or at the end), and appends their slots to
-    /// `out` in order. One pass: the stale items passed are skipped, and
-    /// the ends and the count are written once. Returns how many it took.
-    pub(super) fn pop_run(&mut self, kind: Kind, most: usize, out: &mut Vec<u32>) -> usize {
+    /// `out` in order, and their keys to `keys` (read with the kind, from
+    /// the same entry: no second pass over the entries for them). One pass:
+    /// the stale items passed are skipped, and the ends and the count are
+    /// written once. Returns how many it took.
+    pub(super) fn pop_run(&mut self, kind: Kind, most: usize, out: &mut Vec<u32>, keys: &mut Vec<u64>) -> usize {
         let (mut front, end) = (self.front, self.end);
-        let start = out.len();
+        let (start, key_start) = (out.len(), keys.len());
         // Written in place: room for all it may take (no more than the
         // live items), cut to what it took.
         let most = most.min(self.len);
         out.resize(start + most, 0);
-        let room = &mut out[start..];
+        keys.resize(key_start + most, 0);
+        let (room, key_room) = (&mut out[start..], &mut keys[key_start..]);
         let mut taken = 0;
         while taken < most && front < end {
             let raw = self.ring[(front & self.mask) as usize];
@@ -394,6 +397,7 @@ impl Lru {
                 }
                 e.at = OFF;
                 room[taken] = i;
+                key_room[taken] = e.key;
                 taken += 1;
                 let ahead = front + POP_AHEAD;
                 if ahead < end {
@@ -403,6 +407,7 @@ impl Lru {
             front += 1;
         }
         out.truncate(start + taken);
+        keys.truncate(key_start + taken);
         // The new head is live (the stale items after the last taken are
         // passed).
         while front < end && !self.live(front) {
@@ -625,10 +630,12 @@ mod tests {
                             .take_while(|i| !m.nameless.contains_key(i) && m.window.contains(i) == window)
                             .count();
                         let want: Vec<u32> = m.order.drain(..n).collect();
-                        let mut got = vec![u32::MAX];
+                        let want_keys: Vec<u64> = want.iter().map(|&i| lru.get(i).key).collect();
+                        let (mut got, mut got_keys) = (vec![u32::MAX], vec![u64::MAX]);
                         let kind = if window { Kind::Window } else { Kind::Full };
-                        prop_assert_eq!(lru.pop_run(kind, most, &mut got), n);
+                        prop_assert_eq!(lru.pop_run(kind, most, &mut got, &mut got_keys), n);
                         prop_assert_eq!(&got[1..], &want[..]);
+                        prop_assert_eq!(&got_keys[1..], &want_keys[..]);
                         for i in want {
                             m.refs.remove(&i);
                         }

@@ -814,9 +814,8 @@ impl KvPool {
             let each = self.entry_blocks(kind);
             let most = usize::try_from((n - self.free).div_ceil(each)).unwrap_or(usize::MAX);
             run.clear();
-            let taken = self.lru.pop_run(kind, most, &mut run) as u64;
             gone.clear();
-            gone.extend(run.iter().map(|&i| self.lru.get(i).key));
+            let taken = self.lru.pop_run(kind, most, &mut run, &mut gone) as u64;
             if self.copies.is_empty() {
                 // Every key has one copy: the run leaves the key map at once.
                 let removed = self.entries.remove_run(&gone, keys(self.lru.slots()));
