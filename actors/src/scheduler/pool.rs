@@ -1018,7 +1018,7 @@ impl KvPool {
         self.evicted_ahead.clear();
     }
 
-    #[inline]
+    #[inline(always)]
     fn resize_inner(
         &mut self,
         alloc: &mut Alloc,
