@@ -167,10 +167,11 @@ impl Changes {
         }
     }
 
-    /// The entries due at step `n` (the first due), into `out`; the heap's
-    /// come off it (in key order), the ring's stay.
-    pub(super) fn take_step(&mut self, n: u64, out: &mut Vec<(SeqKey, u32)>) {
-        out.clear();
+    /// The entries due at step `n` (the first due): the heap's come off it
+    /// (in key order) into `taken`, which is returned; the ring's stay, and
+    /// its bucket is returned as it is (no copy a step).
+    pub(super) fn take_step<'a>(&'a mut self, n: u64, taken: &'a mut Vec<(SeqKey, u32)>) -> &'a [(SeqKey, u32)] {
+        taken.clear();
         match self {
             Changes::Heap(h) => {
                 while let Some(&Reverse((m, key, g))) = h.peek() {
@@ -178,12 +179,11 @@ impl Changes {
                         break;
                     }
                     h.pop();
-                    out.push((key, g));
+                    taken.push((key, g));
                 }
+                taken
             }
-            Changes::Ring { buckets, .. } => {
-                out.extend_from_slice(&buckets[residue(n, buckets.len())]);
-            }
+            Changes::Ring { buckets, .. } => &buckets[residue(n, buckets.len())],
         }
     }
 

@@ -494,8 +494,7 @@ impl Core {
             // eviction order, where nothing can take them back: a step that
             // frees some is never taken ahead.
             let mut caches = false;
-            self.dec.changes.take_step(n, &mut due);
-            for &(key, g) in &due {
+            for &(key, g) in self.dec.changes.take_step(n, &mut due) {
                 let Some(seq) = self.seqs.member(key, g) else { continue };
                 let m = seq.member.expect("member");
                 // (Steps are looked at from after the last completed one on.)
