@@ -139,7 +139,7 @@ impl RecordStream {
         let Some(slot) = req.id.checked_sub(self.base).and_then(|i| usize::try_from(i).ok()) else {
             // An id already taken: out of order (a bug); taken as it comes.
             self.out_of_order += 1;
-            self.take(*req);
+            self.take(req);
             return;
         };
         if slot >= self.pending.len() {
@@ -147,24 +147,26 @@ impl RecordStream {
         }
         if self.pending[slot].is_some() {
             self.out_of_order += 1;
-            self.take(*req);
+            self.take(req);
             return;
         }
         self.pending[slot] = Some(req);
         while let Some(Some(_)) = self.pending.front() {
             let r = self.pending.pop_front().flatten().expect("checked");
             self.base += 1;
-            self.take(*r);
+            self.take(r);
         }
     }
 
-    fn take(&mut self, r: Request) {
+    /// Folds `r` in; it leaves its box only to be kept (a sink reads it
+    /// where it is).
+    fn take(&mut self, r: Box<Request>) {
         self.summary.add(&r);
         self.digest.add(&r);
         self.priced += r.transfer_bytes.get();
         match &mut self.sink {
             Some(sink) => sink(&r),
-            None => self.kept.push(r),
+            None => self.kept.push(*r),
         }
     }
 
@@ -175,7 +177,7 @@ impl RecordStream {
     pub(crate) fn finish(mut self, itl: &Histogram, peak_tokens: u64) -> Totals {
         while let Some(slot) = self.pending.pop_front() {
             match slot {
-                Some(r) => self.take(*r),
+                Some(r) => self.take(r),
                 None => self.out_of_order += 1,
             }
         }
