@@ -79,6 +79,56 @@ impl Entry {
     }
 }
 
+/// The ring's items indexed by position: `p` masked to the ring's length,
+/// a power of two. The length is checked to be non-zero once, when a loop
+/// takes the view, so that the compiler sees every masked index is inside
+/// the ring and no access in the loop checks its bounds.
+struct Masked<'a> {
+    items: &'a mut [u32],
+    mask: usize,
+}
+
+impl<'a> Masked<'a> {
+    #[inline(always)]
+    fn new(items: &'a mut [u32]) -> Self {
+        assert!(items.len().is_power_of_two(), "the ring is a power of two long");
+        let mask = items.len() - 1;
+        Masked { items, mask }
+    }
+
+    #[inline(always)]
+    fn get(&self, p: u64) -> u32 {
+        self.items[p as usize & self.mask]
+    }
+
+    #[inline(always)]
+    fn set(&mut self, p: u64, v: u32) {
+        self.items[p as usize & self.mask] = v;
+    }
+
+    /// Whether the item at position `p` is live.
+    #[inline(always)]
+    fn live(&self, p: u64) -> bool {
+        self.get(p) & LIVE != 0
+    }
+
+    /// The ring's ends `front..end` once the item at `at` between them is
+    /// unmarked: past the stale items it leaves at either end.
+    #[inline(always)]
+    fn ends_without(&self, at: u64, mut front: u64, mut end: u64) -> (u64, u64) {
+        if at == front {
+            while front < end && !self.live(front) {
+                front += 1;
+            }
+        } else if at + 1 == end {
+            while front < end && !self.live(end - 1) {
+                end -= 1;
+            }
+        }
+        (front, end)
+    }
+}
+
 /// What [`Lru::put_front`] puts back.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Back {
@@ -142,6 +192,12 @@ impl Lru {
     #[inline]
     pub(super) fn head(&self) -> Option<u32> {
         (self.front < self.end).then(|| self.item(self.front))
+    }
+
+    /// The ring seen through [`Masked`], for a loop over its items.
+    #[inline(always)]
+    fn masked(ring: &mut [u32]) -> Masked<'_> {
+        Masked::new(ring)
     }
 
     /// The slot of the item at position `p` (live or not).
@@ -208,7 +264,7 @@ impl Lru {
     /// a compaction due waits for its end.
     #[inline]
     pub(super) fn pin_run(&mut self, slots: &[u32]) -> (u64, bool) {
-        let (mut front, mut end, mask) = (self.front, self.end, self.mask);
+        let (mut front, mut end, mut ring) = (self.front, self.end, Self::masked(&mut self.ring));
         let (mut taken, mut head) = (0u64, false);
         for &i in slots {
             let e = &mut self.slots[i as usize];
@@ -218,10 +274,10 @@ impl Lru {
             }
             let at = std::mem::replace(&mut e.at, OFF);
             debug_assert!(at != OFF, "an entry taken off the order is on it");
-            self.ring[(at & mask) as usize] &= !LIVE;
+            ring.set(at, ring.get(at) & !LIVE);
             taken += 1;
             head |= at == front;
-            (front, end) = self.ends_without(at, front, end);
+            (front, end) = ring.ends_without(at, front, end);
         }
         self.len -= taken as usize;
         (self.front, self.end) = if front == end { (FIRST, FIRST) } else { (front, end) };
@@ -299,13 +355,13 @@ impl Lru {
     #[inline]
     pub(super) fn unpin_rev(&mut self, slots: &[u32]) -> u64 {
         self.reserve(slots.len() as u64);
-        let (mut end, mask) = (self.end, self.mask);
+        let (mut end, mut ring) = (self.end, Self::masked(&mut self.ring));
         for &i in slots.iter().rev() {
             let e = &mut self.slots[i as usize];
             e.refs -= 1;
             if e.refs == 0 {
                 e.at = end;
-                self.ring[(end & mask) as usize] = i | LIVE;
+                ring.set(end, i | LIVE);
                 end += 1;
             }
         }
@@ -313,22 +369,6 @@ impl Lru {
         self.end = end;
         self.len += joined as usize;
         joined
-    }
-
-    /// The ring's ends `front..end` once the item at `at` between them is
-    /// unmarked: past the stale items it leaves at either end.
-    #[inline(always)]
-    fn ends_without(&self, at: u64, mut front: u64, mut end: u64) -> (u64, u64) {
-        if at == front {
-            while front < end && !self.live(front) {
-                front += 1;
-            }
-        } else if at + 1 == end {
-            while front < end && !self.live(end - 1) {
-                end -= 1;
-            }
-        }
-        (front, end)
     }
 
     /// Drops the stale items, moving the live ones up to the head and
@@ -362,9 +402,10 @@ impl Lru {
         // the stale items after the head are dropped as it passes them;
         // compacting is left to pins and to growing.)
         self.slots[i as usize].at = OFF;
-        self.ring[(self.front & self.mask) as usize] &= !LIVE;
+        let mut ring = Self::masked(&mut self.ring);
+        ring.set(self.front, ring.get(self.front) & !LIVE);
         self.len -= 1;
-        let (front, end) = self.ends_without(self.front, self.front, self.end);
+        let (front, end) = ring.ends_without(self.front, self.front, self.end);
         (self.front, self.end) = if front == end { (FIRST, FIRST) } else { (front, end) };
         self.free_slots.push(i);
         Some(i)
@@ -387,8 +428,9 @@ impl Lru {
         keys.resize(key_start + most, 0);
         let (room, key_room) = (&mut out[start..], &mut keys[key_start..]);
         let mut taken = 0;
+        let ring = Self::masked(&mut self.ring);
         while taken < most && front < end {
-            let raw = self.ring[(front & self.mask) as usize];
+            let raw = ring.get(front);
             if raw & LIVE != 0 {
                 let i = raw & !LIVE;
                 let e = &mut self.slots[i as usize];
@@ -401,7 +443,7 @@ impl Lru {
                 taken += 1;
                 let ahead = front + POP_AHEAD;
                 if ahead < end {
-                    prefetch_read(&self.slots[self.item(ahead) as usize]);
+                    prefetch_read(&self.slots[(ring.get(ahead) & !LIVE) as usize]);
                 }
             }
             front += 1;
@@ -410,7 +452,7 @@ impl Lru {
         keys.truncate(key_start + taken);
         // The new head is live (the stale items after the last taken are
         // passed).
-        while front < end && !self.live(front) {
+        while front < end && !ring.live(front) {
             front += 1;
         }
         self.len -= taken;
