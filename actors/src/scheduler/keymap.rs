@@ -407,20 +407,22 @@ impl KeyMap {
             };
             let g = &mut self.groups[index as usize];
             let before = g.len;
-            // The group's keys from here (`id` keeps the grouped bit: a key
-            // of the group is grouped).
-            let n = run[j..].iter().take_while(|&&k| Self::split(k).0 == id).count();
-            for (d, (&k, &slot)) in run[j..j + n].iter().zip(&slots[j..j + n]).enumerate() {
-                let place = Self::split(k).1;
+            // The group's keys from here, in one pass (`id` keeps the
+            // grouped bit: a key of the group is grouped).
+            while let (Some(&k), Some(&slot)) = (run.get(j), slots.get(j)) {
+                let (of, place) = Self::split(k);
+                if of != id {
+                    break;
+                }
                 match g.slots[place] {
                     EMPTY => {
                         g.slots[place] = slot;
                         g.len += 1;
                     }
-                    s => mapped(j + d, s),
+                    s => mapped(j, s),
                 }
+                j += 1;
             }
-            j += n;
             added += g.len - before;
             // (`group_index` or `fill` left the group last found this one.)
         }
