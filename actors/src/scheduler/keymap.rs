@@ -406,9 +406,10 @@ impl KeyMap {
                 }
             };
             let g = &mut self.groups[index as usize];
-            let before = g.len;
             // The group's keys from here, in one pass (`id` keeps the
-            // grouped bit: a key of the group is grouped).
+            // grouped bit: a key of the group is grouped), counted in a
+            // local, not in the record at every key.
+            let mut new = 0;
             while let (Some(&k), Some(&slot)) = (run.get(j), slots.get(j)) {
                 let (of, place) = Self::split(k);
                 if of != id {
@@ -417,13 +418,14 @@ impl KeyMap {
                 match g.slots[place] {
                     EMPTY => {
                         g.slots[place] = slot;
-                        g.len += 1;
+                        new += 1;
                     }
                     s => mapped(j, s),
                 }
                 j += 1;
             }
-            added += g.len - before;
+            g.len += new;
+            added += new;
             // (`group_index` or `fill` left the group last found this one.)
         }
         self.len += added as usize;
@@ -588,19 +590,18 @@ impl KeyMap {
                 continue;
             };
             let g = &mut self.groups[index as usize];
-            let before = g.len;
+            // (Counted in a local, not in the record at every key.)
+            let mut gone = 0;
             while let Some(&k) = run.get(j) {
                 let (of, place) = Self::split(k);
                 if of != id {
                     break;
                 }
-                if g.slots[place] != EMPTY {
-                    g.slots[place] = EMPTY;
-                    g.len -= 1;
-                }
+                gone += u32::from(g.slots[place] != EMPTY);
+                g.slots[place] = EMPTY;
                 j += 1;
             }
-            let gone = before - g.len;
+            g.len -= gone;
             removed += gone as usize;
             if g.len == 0 {
                 self.free_group(id, index);
