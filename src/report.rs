@@ -536,8 +536,8 @@ pub fn write_requests_csv(w: &mut impl Write, records: &[Request], disaggregated
     Ok(())
 }
 
-/// The lines of `requests.csv`, formatted into one reused byte buffer
-/// (digits written by hand, no allocation or UTF-8 check per field), so
+/// The lines of `requests.csv`, formatted into one fixed buffer (a failed
+/// request's line into a second, its reason spliced in; digits written by hand, no allocation or UTF-8 check per field), so
 /// that rows can be written as requests end ([`write_requests_csv`] is
 /// the same rows over a slice).
 pub struct RequestRows {
@@ -664,7 +664,8 @@ const LINE_ROOM: usize = ROW_ROOM + 8;
 /// are copied as slices). Offsets are masked to [`ROW_ROOM`], which a line
 /// never reaches ([`ROW_MAX`]): the mask changes nothing, but it lets the
 /// compiler see that a byte or a word stored at one is inside the buffer,
-/// so that no store checks its bounds.
+/// so that those stores check no bounds (slices of other lengths, the
+/// outcome, a role name, a number of 10^8 or more, still do).
 struct Line<'a> {
     buf: &'a mut [u8; LINE_ROOM],
     len: usize,

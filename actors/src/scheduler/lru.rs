@@ -80,7 +80,8 @@ impl Entry {
 }
 
 /// The ring's items indexed by position: `p` masked to the ring's length,
-/// a power of two. The length is checked to be non-zero once, when a loop
+/// a power of two. The length is checked to be a power of two (so not
+/// zero) once, when a loop
 /// takes the view, so that the compiler sees every masked index is inside
 /// the ring and no access in the loop checks its bounds.
 struct Masked<'a> {
