@@ -69,20 +69,44 @@ impl PrefixIds {
             out.extend(self.block_keys(b, first, prompt).take(usize::try_from(most).unwrap_or(usize::MAX)));
             return;
         }
+        let runs = self.group_runs(g, bt, first, prompt, most);
+        out.reserve(runs.len);
+        for (k, n) in runs {
+            // A group's places are the key's low bits, counted up.
+            out.extend((0..n).map(|place| k + place));
+        }
+    }
+
+    /// [`PrefixIds::push_block_keys`]'s keys as runs of one group each
+    /// (where pool blocks of `b` tokens tile the ids' blocks in groups,
+    /// [`named_key`]), appended to `out` as (the run's first key, its
+    /// blocks): the run's keys are the first with the place counted up. So
+    /// a group's keys are registered with one lookup of its record and no
+    /// key written down. `false`, and nothing appended, where the blocks
+    /// are not grouped.
+    pub fn push_group_runs(&self, b: Tokens, first: u64, prompt: Tokens, most: u64, out: &mut Vec<(u64, u64)>) -> bool {
+        let (g, bt) = (self.block_tokens.get(), b.get());
+        if !groups_blocks(g, bt) {
+            return false;
+        }
+        out.extend(self.group_runs(g, bt, first, prompt, most));
+        true
+    }
+
+    /// The runs of [`PrefixIds::push_group_runs`] (blocks of `bt` tokens
+    /// tiling ids' blocks of `g`).
+    fn group_runs(&self, g: u64, bt: u64, first: u64, prompt: Tokens, most: u64) -> GroupRuns<'_> {
         let per = g / bt;
         // Block j ends at (j + 1)·b, within the prompt for j < prompt / b,
         // and lies in the ids' block j / per at place j % per.
         let covered = u64::try_from(self.ids.len()).unwrap_or(u64::MAX).saturating_mul(per);
         let end = (prompt.get() / bt).min(covered).min(first.saturating_add(most));
-        out.reserve(usize::try_from(end.saturating_sub(first)).unwrap_or(0));
-        let mut j = first;
-        while j < end {
-            let idx = j / per;
-            let h = mix(self.ids[idx as usize], idx);
-            let base = idx * per;
-            let stop = (base + per).min(end);
-            out.extend((j - base..stop - base).map(|place| crate::scheduler::grouped_key(h, place)));
-            j = stop;
+        GroupRuns {
+            ids: &self.ids,
+            per,
+            next: first,
+            end,
+            len: usize::try_from(end.saturating_sub(first)).unwrap_or(0),
         }
     }
 
@@ -141,6 +165,35 @@ impl PrefixIds {
 pub(crate) fn named_key(id: u64, idx: u64, end: u64, g: u64, b: u64) -> u64 {
     use crate::scheduler::{grouped_key, plain_key};
     if groups_blocks(g, b) { grouped_key(mix(id, idx), (end - 1) % g / b) } else { plain_key(mix(id, end)) }
+}
+
+/// The grouped keys of blocks `next..end` as runs of one group each: (the
+/// first key, blocks).
+struct GroupRuns<'a> {
+    ids: &'a [u64],
+    /// Pool blocks an id's block.
+    per: u64,
+    next: u64,
+    end: u64,
+    /// Blocks in all (`end - next` at the start).
+    len: usize,
+}
+
+impl Iterator for GroupRuns<'_> {
+    type Item = (u64, u64);
+
+    #[inline]
+    fn next(&mut self) -> Option<(u64, u64)> {
+        if self.next >= self.end {
+            return None;
+        }
+        let (j, per) = (self.next, self.per);
+        let idx = j / per;
+        let base = idx * per;
+        let stop = (base + per).min(self.end);
+        self.next = stop;
+        Some((crate::scheduler::grouped_key(mix(self.ids[idx as usize], idx), j - base), stop - j))
+    }
 }
 
 /// Whether pool blocks of `b` tokens tile ids' blocks of `g` in groups
@@ -244,6 +297,23 @@ mod tests {
             let cut = expected.len().min(most as usize);
             prop_assert_eq!(pushed[0], 7);
             prop_assert_eq!(&pushed[1..], &expected[..cut]);
+            // Grouped, the same keys come as runs of one group each, a
+            // group's places counted up; not grouped, no runs.
+            let mut runs = vec![(7, 7)];
+            let is = p.push_group_runs(Tokens::new(b), first, prompt, most, &mut runs);
+            prop_assert_eq!(is, groups_blocks(g, b));
+            prop_assert_eq!(runs[0], (7, 7));
+            if is {
+                let group = |k: u64| k / crate::scheduler::GROUP_LEN as u64;
+                let mut keys = Vec::new();
+                for &(k, n) in &runs[1..] {
+                    prop_assert!(n > 0 && group(k) == group(k + n - 1), "a run stays in its group");
+                    keys.extend((0..n).map(|j| k + j));
+                }
+                prop_assert_eq!(&keys, &expected[..cut]);
+            } else {
+                prop_assert_eq!(runs.len(), 1);
+            }
         }
 
         /// A key names one (id, end): the blocks of a prompt have distinct

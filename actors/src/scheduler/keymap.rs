@@ -29,8 +29,9 @@
 //!
 //! It counts its changes, so that slots found by a lookup can be used
 //! again while the count stands (the pool's hit memo): every change goes
-//! through [`KeyMap::insert`], [`KeyMap::insert_if_vacant`] (or its run,
-//! [`KeyMap::insert_run_if_vacant`]), [`KeyMap::remove`] or
+//! through [`KeyMap::insert`], [`KeyMap::insert_if_vacant`] (or its runs,
+//! [`KeyMap::insert_run_if_vacant`] and
+//! [`KeyMap::insert_group_if_vacant`]), [`KeyMap::remove`] or
 //! [`KeyMap::fill`], and each counts it.
 
 use super::pool::PREFETCH_AHEAD;
@@ -274,7 +275,7 @@ impl KeyMap {
     /// while ago: asks for the group's record (what the cell at its home
     /// points at, the part holding `k`'s place). A hint only.
     #[inline(always)]
-    fn prefetch_record(&self, k: u64) {
+    pub(super) fn prefetch_record(&self, k: u64) {
         let (id, place) = Self::split(k);
         if k & GROUPED == 0 || id == self.last.get().0 {
             return;
@@ -377,7 +378,6 @@ impl KeyMap {
         for &k in run.iter().take(PREFETCH_AHEAD).chain(run.get(GROUP_LEN)) {
             self.prefetch(k);
         }
-        let mut added = 0;
         let mut j = 0;
         while let (Some(&k), Some(&slot)) = (run.get(j), slots.get(j)) {
             if k & GROUPED == 0 {
@@ -390,46 +390,58 @@ impl KeyMap {
                 j += 1;
                 continue;
             }
-            // A new group: its record found once for its keys here. The
-            // cell of the group two ahead is asked for, and the record of
-            // the next (whose cell was asked for at the last group).
+            // A new group, whose keys from here go in at once. The cell of
+            // the group two ahead is asked for, and the record of the next
+            // (whose cell was asked for at the last group).
             self.prefetch_ahead(run, j);
-            let (id, place) = Self::split(k);
-            let index = match self.group_index(id) {
-                Ok(index) => index,
-                Err(cell) => {
-                    // The first key makes the record.
-                    let group = Some((id, place));
-                    self.fill(Vacant { at: At::Cell { cell, tag: tag(id), group }, changes: self.changes }, slot);
-                    j += 1;
-                    self.last.get().1
-                }
-            };
-            let g = &mut self.groups[index as usize];
-            // The group's keys from here, in one pass (`id` keeps the
-            // grouped bit: a key of the group is grouped), counted in a
-            // local, not in the record at every key.
-            let mut new = 0;
-            while let (Some(&k), Some(&slot)) = (run.get(j), slots.get(j)) {
-                let (of, place) = Self::split(k);
-                if of != id {
-                    break;
-                }
-                match g.slots[place] {
-                    EMPTY => {
-                        g.slots[place] = slot;
-                        new += 1;
-                    }
-                    s => mapped(j, s),
-                }
-                j += 1;
-            }
-            g.len += new;
-            added += new;
-            // (`group_index` or `fill` left the group last found this one.)
+            // (Its keys from here with the places counted up: a key out of
+            // that line starts a run of its own.)
+            let n = run[j..].iter().zip(k..).take_while(|&(&k, want)| k == want).count();
+            let n = n.min(slots.len() - j).min(GROUP_LEN - Self::split(k).1);
+            let from = j;
+            self.insert_group_if_vacant(k, &slots[j..j + n], |i, s| mapped(from + i, s));
+            j += n;
         }
-        self.len += added as usize;
-        self.changes += u64::from(added);
+    }
+
+    /// [`KeyMap::insert_if_vacant`] of the grouped keys `first`,
+    /// `first + 1`, … of one group (the place counted up), each with the
+    /// slot beside it in `slots`; `mapped(j, s)` for each key `first + j`
+    /// that was mapped already (to `s`, which stays). The group's record
+    /// is found once; the keys need not be written down.
+    #[inline]
+    pub(super) fn insert_group_if_vacant(&mut self, first: u64, slots: &[u32], mut mapped: impl FnMut(usize, u32)) {
+        let (id, place) = Self::split(first);
+        assert!(first & GROUPED != 0 && place + slots.len() <= GROUP_LEN, "the keys of one group");
+        let Some((&slot, _)) = slots.split_first() else {
+            return;
+        };
+        let (index, made) = match self.group_index(id) {
+            Ok(index) => (index, 0),
+            Err(cell) => {
+                // The first key makes the record.
+                let group = Some((id, place));
+                self.fill(Vacant { at: At::Cell { cell, tag: tag(id), group }, changes: self.changes }, slot);
+                (self.last.get().1, 1)
+            }
+        };
+        let g = &mut self.groups[index as usize];
+        // Counted in a local, not in the record at every key.
+        let mut new = 0;
+        let cells = &mut g.slots[place..][..slots.len()];
+        for j in made..slots.len() {
+            match cells[j] {
+                EMPTY => {
+                    cells[j] = slots[j];
+                    new += 1;
+                }
+                s => mapped(j, s),
+            }
+        }
+        g.len += new;
+        // (`group_index` or `fill` left the group last found this one.)
+        self.len += new as usize;
+        self.changes += u64::from(new);
     }
 
     /// The slot `k` maps to, or where it would go ([`KeyMap::fill`]).

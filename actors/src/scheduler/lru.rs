@@ -223,17 +223,18 @@ impl Lru {
     /// order, their slots appended to `out` (the same slots, in the same
     /// order, as one `alloc` a key).
     #[inline]
-    pub(super) fn alloc_run(&mut self, keys: &[u64], kind: Kind, out: &mut Vec<u32>) {
+    pub(super) fn alloc_run(&mut self, mut keys: impl ExactSizeIterator<Item = u64>, kind: Kind, out: &mut Vec<u32>) {
         let reused = keys.len().min(self.free_slots.len());
         let from = self.free_slots.len() - reused;
-        // The last freed first, as `alloc` pops them.
+        // The last freed first, as `alloc` pops them. (The slots lead the
+        // zip: a key is drawn only for a slot.)
         let reuse = &self.free_slots[from..];
-        for (&key, &i) in keys.iter().zip(reuse.iter().rev()) {
+        for (&i, key) in reuse.iter().rev().zip(keys.by_ref()) {
             self.slots[i as usize] = Entry { key, refs: 1, kind, nameless: 0, at: OFF };
         }
         out.extend(reuse.iter().rev());
         self.free_slots.truncate(from);
-        for &key in &keys[reused..] {
+        for key in keys {
             out.push(self.alloc(key, kind));
         }
     }
@@ -583,7 +584,7 @@ mod tests {
                         let mut one_by_one = lru.clone();
                         let expect: Vec<u32> = keys.iter().map(|&k| one_by_one.alloc(k, kind)).collect();
                         let mut out = vec![u32::MAX];
-                        lru.alloc_run(&keys, kind, &mut out);
+                        lru.alloc_run(keys.iter().copied(), kind, &mut out);
                         prop_assert_eq!(&out[1..], &expect[..]);
                         for (&i, &k) in out[1..].iter().zip(&keys) {
                             prop_assert!(!m.refs.contains_key(&i), "slot {} handed out twice", i);

@@ -304,6 +304,8 @@ pub struct KvPool {
     spare_slot_lists: Vec<Vec<u32>>,
     /// Room for the keys `register` inserts (empty between calls).
     key_scratch: Vec<u64>,
+    /// Runs of one group's keys being registered, (first key, blocks).
+    group_scratch: Vec<(u64, u64)>,
     /// The slots of the entries an eviction takes off the order at once,
     /// and their keys (kept for their capacity).
     evict_scratch: (Vec<u32>, Vec<u64>),
@@ -408,6 +410,7 @@ impl KvPool {
             held_slots: FxHashMap::default(),
             spare_slot_lists: Vec::new(),
             key_scratch: Vec::new(),
+            group_scratch: Vec::new(),
             evict_scratch: (Vec::new(), Vec::new()),
             lru: Lru::default(),
             peak_used: 0,
@@ -2191,21 +2194,46 @@ impl KvPool {
         let b = self.fa_block.expect("caching needs a full-attention group");
         if u64::from(alloc.shared) < full {
             let mut slots = self.take_slots(alloc);
-            let first = u64::from(alloc.shared);
-            // Only content the prefix ids name, which others may share.
-            let mut run = std::mem::take(&mut self.key_scratch);
-            prefix.push_block_keys(b, first, prompt, full - first, &mut run);
-            // New entries for the run (`new_entry` a key, at once).
-            let at = slots.len();
-            self.lru.alloc_run(&run, Kind::Full, &mut slots);
-            let copies = &mut self.copies;
-            let new = &slots[at..];
-            self.entries.insert_run_if_vacant(&run, new, keys(self.lru.slots()), |j, _| {
-                copies.entry(run[j]).or_default().push(new[j]);
-            });
-            let added = run.len() as u64;
-            run.clear();
-            self.key_scratch = run;
+            let (first, had) = (u64::from(alloc.shared), slots.len());
+            // Only content the prefix ids name, which others may share: new
+            // entries for its blocks (`new_entry` a key, at once).
+            let mut groups = std::mem::take(&mut self.group_scratch);
+            if prefix.push_group_runs(b, first, prompt, full - first, &mut groups) {
+                // A group's run at a time, its keys counted up from its
+                // first; the cells of the runs two ahead and the records of
+                // the next are asked for meanwhile, as a run of keys does
+                // (`KeyMap::insert_run_if_vacant`).
+                for &(k, _) in groups.iter().take(2) {
+                    self.entries.prefetch(k);
+                }
+                for (r, &(k, n)) in groups.iter().enumerate() {
+                    if let Some(&(ahead, _)) = groups.get(r + 2) {
+                        self.entries.prefetch(ahead);
+                    }
+                    if let Some(&(next, _)) = groups.get(r + 1) {
+                        self.entries.prefetch_record(next);
+                    }
+                    let at = slots.len();
+                    self.lru.alloc_run((0..n as u32).map(|place| k + u64::from(place)), Kind::Full, &mut slots);
+                    let (copies, new) = (&mut self.copies, &slots[at..]);
+                    self.entries.insert_group_if_vacant(k, new, |j, _| {
+                        copies.entry(k + j as u64).or_default().push(new[j]);
+                    });
+                }
+                groups.clear();
+            } else {
+                let mut run = std::mem::take(&mut self.key_scratch);
+                prefix.push_block_keys(b, first, prompt, full - first, &mut run);
+                self.lru.alloc_run(run.iter().copied(), Kind::Full, &mut slots);
+                let (copies, new) = (&mut self.copies, &slots[had..]);
+                self.entries.insert_run_if_vacant(&run, new, keys(self.lru.slots()), |j, _| {
+                    copies.entry(run[j]).or_default().push(new[j]);
+                });
+                run.clear();
+                self.key_scratch = run;
+            }
+            self.group_scratch = groups;
+            let added = (slots.len() - had) as u64;
             self.shared += added * self.fa_groups;
             self.private -= added * self.fa_groups;
             alloc.private -= added * self.fa_groups;
