@@ -632,6 +632,9 @@ impl RequestRows {
         }
         l.byte(b'\n');
         let n = l.len;
+        // (Offsets are masked, the length is not: a line past the room
+        // would have wrapped onto its own start.)
+        assert!(n <= ROW_MAX, "a requests.csv line stays within ROW_MAX");
         let Outcome::Failed(why) = r.outcome else { return &self.buf[..n] };
         self.line.clear();
         self.line.extend_from_slice(&self.buf[..reason_at]);
@@ -665,7 +668,10 @@ const LINE_ROOM: usize = ROW_ROOM + 8;
 /// never reaches ([`ROW_MAX`]): the mask changes nothing, but it lets the
 /// compiler see that a byte or a word stored at one is inside the buffer,
 /// so that those stores check no bounds (slices of other lengths, the
-/// outcome, a role name, a number of 10^8 or more, still do).
+/// outcome, a role name, a number of 10^8 or more, still do). The length
+/// is not masked: a line that did pass the room (a column added without
+/// raising [`ROW_MAX`]) is caught where it ends ([`RequestRows::row`]
+/// asserts it), in release builds too.
 struct Line<'a> {
     buf: &'a mut [u8; LINE_ROOM],
     len: usize,
@@ -683,14 +689,14 @@ impl Line<'_> {
     fn byte(&mut self, b: u8) {
         let i = self.at();
         self.buf[i] = b;
-        self.len = i + 1;
+        self.len += 1;
     }
 
     #[inline]
     fn bytes(&mut self, b: &[u8]) {
         let i = self.at();
         self.buf[i..i + b.len()].copy_from_slice(b);
-        self.len = i + b.len();
+        self.len += b.len();
     }
 
     /// `v` in decimal. Below 10^8 (nearly every count and time in ms) the
@@ -708,12 +714,12 @@ impl Line<'_> {
             let word = (raw | ASCII_ZEROS) >> (8 * zeros);
             let i = self.at();
             self.buf[i..i + 8].copy_from_slice(&word.to_le_bytes());
-            self.len = i + 8 - zeros;
+            self.len += 8 - zeros;
         } else {
             let width = v.ilog10() as usize + 1;
             let i = self.at();
             digits_into(&mut self.buf[i..i + width], v);
-            self.len = i + width;
+            self.len += width;
         }
     }
 
@@ -726,7 +732,7 @@ impl Line<'_> {
         let word = ((eight_digits(frac) | ASCII_ZEROS) & !0xffff) | u64::from(b'.') << 8;
         let i = self.at();
         self.buf[i..i + 8].copy_from_slice(&(word >> 8).to_le_bytes());
-        self.len = i + 7;
+        self.len += 7;
     }
 }
 
