@@ -2214,7 +2214,7 @@ impl KvPool {
                         self.entries.prefetch_record(next);
                     }
                     let at = slots.len();
-                    self.lru.alloc_run((0..n as u32).map(|place| k + u64::from(place)), Kind::Full, &mut slots);
+                    self.lru.alloc_run(n as usize, |j| k + j as u64, Kind::Full, &mut slots);
                     let (copies, new) = (&mut self.copies, &slots[at..]);
                     self.entries.insert_group_if_vacant(k, new, |j, _| {
                         copies.entry(k + j as u64).or_default().push(new[j]);
@@ -2224,7 +2224,7 @@ impl KvPool {
             } else {
                 let mut run = std::mem::take(&mut self.key_scratch);
                 prefix.push_block_keys(b, first, prompt, full - first, &mut run);
-                self.lru.alloc_run(run.iter().copied(), Kind::Full, &mut slots);
+                self.lru.alloc_run(run.len(), |j| run[j], Kind::Full, &mut slots);
                 let (copies, new) = (&mut self.copies, &slots[had..]);
                 self.entries.insert_run_if_vacant(&run, new, keys(self.lru.slots()), |j, _| {
                     copies.entry(run[j]).or_default().push(new[j]);
