@@ -77,6 +77,24 @@ pub(super) fn prefetch_read<T>(r: &T) {
     let _ = r;
 }
 
+/// Hints that `s[i]` will be read soon, for any `i`: past the end, the
+/// hint names memory the program may not own, which a prefetch neither
+/// reads nor can fault on, so no bounds are checked (a hot loop may ask for
+/// an element it only guesses is there).
+#[inline(always)]
+pub(super) fn prefetch_index<T>(s: &[T], i: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as `prefetch_read`: a prefetch cannot fault and reads
+    // nothing a program can observe, whatever the address; the address is
+    // made with `wrapping_add`, which is defined for any offset.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(i).cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (s, i);
+}
+
 /// Keys with this bit set are grouped: the key without its low
 /// [`PLACE_BITS`] bits names a group of up to [`GROUP_LEN`] keys, which
 /// share one cell and one record holding their slots, and those bits are

@@ -20,7 +20,7 @@
 //! The head and the tail of the ring are always live entries (or the ring
 //! is empty), so both ends read as the order's.
 
-use super::keymap::prefetch_read;
+use super::keymap::{prefetch_index, prefetch_read};
 use super::pool::Kind;
 
 /// An entry's position while it is not on the order.
@@ -433,7 +433,7 @@ impl Lru {
         let most = most.min(self.len);
         out.resize(start + most, 0);
         keys.resize(key_start + most, 0);
-        let (room, key_room) = (&mut out[start..], &mut keys[key_start..]);
+        let (room, key_room) = (&mut out[start..][..most], &mut keys[key_start..][..most]);
         let mut taken = 0;
         let ring = Self::masked(&mut self.ring);
         while taken < most && front < end {
@@ -448,10 +448,9 @@ impl Lru {
                 room[taken] = i;
                 key_room[taken] = e.key;
                 taken += 1;
-                let ahead = front + POP_AHEAD;
-                if ahead < end {
-                    prefetch_read(&self.slots[(ring.get(ahead) & !LIVE) as usize]);
-                }
+                // (Past the tail the item is whatever the ring held there,
+                // a hint wasted and harmless.)
+                prefetch_index(&self.slots, (ring.get(front + POP_AHEAD) & !LIVE) as usize);
             }
             front += 1;
         }
