@@ -85,12 +85,14 @@ impl PrefixIds {
     /// key written down. `false`, and nothing appended, where the blocks
     /// are not grouped.
     pub fn push_group_runs(&self, b: Tokens, first: u64, prompt: Tokens, most: u64, out: &mut Vec<(u64, u64)>) -> bool {
+        self.group_runs_of(b, first, prompt, most).map(|runs| out.extend(runs)).is_some()
+    }
+
+    /// The runs [`PrefixIds::push_group_runs`] appends, one at a time
+    /// (`None` where the blocks are not grouped).
+    pub(crate) fn group_runs_of(&self, b: Tokens, first: u64, prompt: Tokens, most: u64) -> Option<GroupRuns<'_>> {
         let (g, bt) = (self.block_tokens.get(), b.get());
-        if !groups_blocks(g, bt) {
-            return false;
-        }
-        out.extend(self.group_runs(g, bt, first, prompt, most));
-        true
+        groups_blocks(g, bt).then(|| self.group_runs(g, bt, first, prompt, most))
     }
 
     /// The runs of [`PrefixIds::push_group_runs`] (blocks of `bt` tokens
@@ -169,7 +171,7 @@ pub(crate) fn named_key(id: u64, idx: u64, end: u64, g: u64, b: u64) -> u64 {
 
 /// The grouped keys of blocks `next..end` as runs of one group each: (the
 /// first key, blocks).
-struct GroupRuns<'a> {
+pub(crate) struct GroupRuns<'a> {
     ids: &'a [u64],
     /// Pool blocks an id's block.
     per: u64,

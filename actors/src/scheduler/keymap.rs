@@ -312,6 +312,23 @@ impl KeyMap {
         self.entry(k, key_of).ok()
     }
 
+    /// The slots of the grouped keys `first`, `first + 1`, … (at most `n`,
+    /// places of one group) up to the first the map lacks, appended to
+    /// `out`; how many. One lookup of the group's record for them all (a
+    /// prefix hit's path: an id's blocks are looked up one after another).
+    #[inline]
+    pub(super) fn get_group_run(&self, first: u64, n: usize, out: &mut Vec<u32>) -> usize {
+        let (id, place) = Self::split(first);
+        assert!(first & GROUPED != 0 && place + n <= GROUP_LEN, "the keys of one group");
+        let Ok(index) = self.group_index(id) else {
+            return 0;
+        };
+        let slots = &self.groups[index as usize].slots[place..][..n];
+        let got = slots.iter().take_while(|&&s| s != EMPTY).count();
+        out.extend_from_slice(&slots[..got]);
+        got
+    }
+
     #[inline]
     pub(super) fn contains_key(&self, k: u64, key_of: impl Fn(u32) -> u64) -> bool {
         self.get(k, key_of).is_some()
@@ -909,6 +926,11 @@ mod tests {
             let (mut runs, mut one_by_one) = (KeyMap::default(), KeyMap::default());
             let mut slot_keys: Vec<u64> = Vec::new();
             for op in ops {
+                // The keys the op names, to look up as group runs after it.
+                let probe = match &op {
+                    Op::IfVacantRun(run) | Op::RemoveRun(run) => run.clone(),
+                    &(Op::Insert(k) | Op::IfVacant(k) | Op::Vacant(k) | Op::Remove(k)) => vec![k],
+                };
                 match op {
                     Op::IfVacantRun(run) => {
                         let slots = new_slots(&mut slot_keys, &run);
@@ -937,6 +959,17 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(format!("{runs:?}"), format!("{one_by_one:?}"));
+                // A group's run from any of its keys: the slots of the keys
+                // from there, up to the first the map lacks.
+                for &k in probe.iter().filter(|&&k| k & GROUPED != 0) {
+                    let rest = GROUP_LEN - KeyMap::split(k).1;
+                    let want: Vec<u32> = (0..rest as u64)
+                        .map_while(|d| one_by_one.get(k + d, |s: u32| slot_keys[s as usize]))
+                        .collect();
+                    let mut got = vec![EMPTY];
+                    prop_assert_eq!(runs.get_group_run(k, rest, &mut got), want.len());
+                    prop_assert_eq!(&got[1..], &want[..]);
+                }
                 let (id, index) = runs.last.get();
                 if id != 0 {
                     let g = &runs.groups[index as usize];

@@ -1603,6 +1603,18 @@ impl KvPool {
         let mut memo = self.hit_memo.borrow_mut();
         memo.slots.clear();
         memo.slots.push(first);
+        // Blocks the prefix ids name in groups: a group's run at a time,
+        // through one lookup of its record (the same slots as a key a
+        // block; the loop below goes on from where they end).
+        if let Some(runs) = prefix.group_runs_of(self.cache_block(), 1, prompt, max - 1) {
+            for (k, len) in runs {
+                let got = self.entries.get_group_run(k, len as usize, &mut memo.slots);
+                n += got as u32;
+                if got < len as usize {
+                    break;
+                }
+            }
+        }
         while u64::from(n) < max {
             let Some(slot) = self.entries.get(self.key(prefix, prompt, owner, n), keys(self.lru.slots())) else {
                 break;
