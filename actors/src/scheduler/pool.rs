@@ -254,7 +254,7 @@ struct HitMemo {
 /// The key of the entry in a slot, for [`KeyMap`]'s lookups.
 #[inline]
 fn keys(slots: &[Entry]) -> impl Fn(u32) -> u64 + '_ {
-    move |s| slots[s as usize].key
+    move |s| slots[s as usize].key()
 }
 
 /// The pool.
@@ -813,7 +813,8 @@ impl KvPool {
             // The head is named (`absorb_front`): it and the entries of its
             // kind after it, as many as the shortfall needs, leave the
             // order together, then the key map one by one, in order.
-            let kind = self.lru.head().map(|i| self.lru.get(i).kind).expect("cached_free > 0 means an unpinned entry");
+            let kind =
+                self.lru.head().map(|i| self.lru.get(i).kind()).expect("cached_free > 0 means an unpinned entry");
             let each = self.entry_blocks(kind);
             let most = usize::try_from((n - self.free).div_ceil(each)).unwrap_or(usize::MAX);
             run.clear();
@@ -893,7 +894,7 @@ impl KvPool {
     fn absorb_front_runs(&mut self) {
         while self.lru.head_nameless() {
             let i = self.lru.pop_front().expect("a head");
-            let blocks = self.lru.get(i).nameless;
+            let blocks = self.lru.get(i).nameless();
             if let Some(step) = self.ahead_step {
                 self.evicted_ahead.push(Evicted::Nameless { step, blocks });
             }
@@ -2076,7 +2077,7 @@ impl KvPool {
             if was_head {
                 self.absorb_front();
             }
-            let kind = self.lru.get(i).kind;
+            let kind = self.lru.get(i).kind();
             let blocks = self.entry_blocks(kind);
             self.cached_free -= blocks;
             self.shared += blocks;
@@ -2088,7 +2089,7 @@ impl KvPool {
     /// the counts changed once for the run.
     #[inline]
     fn ref_slots(&mut self, slots: &[u32], kind: Kind) {
-        debug_assert!(slots.iter().all(|&i| self.lru.get(i).kind == kind));
+        debug_assert!(slots.iter().all(|&i| self.lru.get(i).kind() == kind));
         // (Absorbing once at the end of the run leaves the order as absorbing
         // after each pin of the head would: the nameless runs that come to
         // head it are the same, in the same order.)
@@ -2109,7 +2110,7 @@ impl KvPool {
     /// the counts changed once for the run.
     #[inline]
     fn unref_slots_rev(&mut self, slots: &[u32], kind: Kind) {
-        debug_assert!(slots.iter().all(|&i| self.lru.get(i).kind == kind));
+        debug_assert!(slots.iter().all(|&i| self.lru.get(i).kind() == kind));
         let freed = self.lru.unpin_rev(slots);
         if freed > 0 {
             let blocks = freed * self.entry_blocks(kind);
@@ -2129,7 +2130,7 @@ impl KvPool {
     #[inline]
     fn unref_slot(&mut self, i: u32) {
         if self.lru.unpin(i) {
-            let kind = self.lru.get(i).kind;
+            let kind = self.lru.get(i).kind();
             let blocks = self.entry_blocks(kind);
             self.shared -= blocks;
             self.cached_free += blocks;
@@ -2448,15 +2449,15 @@ impl KvPool {
     /// LRU order, and each key's copies in order with their pins.
     #[cfg(test)]
     pub(crate) fn canonical(&self) -> String {
-        let order: Vec<_> = self.lru.order().map(|e| (e.key, e.kind, e.nameless)).collect();
+        let order: Vec<_> = self.lru.order().map(|e| (e.key(), e.kind(), e.nameless())).collect();
         let mut keys: Vec<(u64, Vec<(Kind, u32)>)> = self
             .entries
             .values()
             .map(|first| {
-                let k = self.lru.get(first).key;
+                let k = self.lru.get(first).key();
                 let later = self.copies.get(&k).into_iter().flatten();
                 let copies = std::iter::once(&first).chain(later).map(|&c| self.lru.get(c));
-                (k, copies.map(|e| (e.kind, e.refs())).collect())
+                (k, copies.map(|e| (e.kind(), e.refs())).collect())
             })
             .collect();
         keys.sort_unstable_by_key(|&(k, _)| k);
@@ -2484,7 +2485,7 @@ impl KvPool {
             .chain(self.copies.values().flatten().copied())
             .map(|i| self.lru.get(i))
             .filter(|e| e.refs() == 0)
-            .map(|e| self.entry_blocks(e.kind))
+            .map(|e| self.entry_blocks(e.kind()))
             .sum();
         // Every pin of a full-attention or window entry is a holding's
         // listed slot.
@@ -2496,9 +2497,9 @@ impl KvPool {
                 }
                 for &slot in slots {
                     let e = self.lru.get(slot);
-                    let live = self.entries.get(e.key, keys(self.lru.slots())) == Some(slot)
-                        || self.copies.get(&e.key).is_some_and(|c| c.contains(&slot));
-                    if e.kind != kind || !live {
+                    let live = self.entries.get(e.key(), keys(self.lru.slots())) == Some(slot)
+                        || self.copies.get(&e.key()).is_some_and(|c| c.contains(&slot));
+                    if e.kind() != kind || !live {
                         return Err(format!("holding {owner}: slot {slot} is no live {kind:?} entry"));
                     }
                     *listed.entry(slot).or_default() += 1;
@@ -2507,7 +2508,7 @@ impl KvPool {
         }
         for slot in self.entries.values().chain(self.copies.values().flatten().copied()) {
             let e = self.lru.get(slot);
-            if e.kind != Kind::State && e.refs() != listed.get(&slot).copied().unwrap_or(0) {
+            if e.kind() != Kind::State && e.refs() != listed.get(&slot).copied().unwrap_or(0) {
                 return Err(format!(
                     "entry in slot {slot}: {} pins, {:?} holdings list it",
                     e.refs(),
@@ -2515,7 +2516,7 @@ impl KvPool {
                 ));
             }
         }
-        let nameless: u64 = self.lru.order().map(|e| e.nameless).sum();
+        let nameless: u64 = self.lru.order().map(|e| e.nameless()).sum();
         if self.lru.head_nameless() {
             return Err("a nameless run heads the LRU order (it should be plain free blocks)".into());
         }
