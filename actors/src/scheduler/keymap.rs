@@ -127,8 +127,10 @@ pub(crate) fn plain_key(k: u64) -> u64 {
     k & !GROUPED
 }
 
-/// The slots of a group's keys ([`EMPTY`]: none at that place).
+/// The slots of a group's keys ([`EMPTY`]: none at that place). (Laid out
+/// as written, for [`KeyMap::prefetch_record`].)
 #[derive(Clone, Debug)]
+#[repr(C)]
 struct Group {
     /// The group's key: a grouped key without its place.
     id: u64,
@@ -136,6 +138,10 @@ struct Group {
     len: u32,
     slots: [u32; GROUP_LEN],
 }
+
+// (`KeyMap::prefetch_record` names every 48 bytes of it: the id, places 9
+// and 21, the last place.)
+const _: () = assert!(std::mem::size_of::<Group>() == 144 && std::mem::offset_of!(Group, slots) == 12);
 
 /// Where [`KeyMap::fill`] puts the key [`KeyMap::entry`] found vacant.
 #[derive(Debug)]
@@ -291,18 +297,24 @@ impl KeyMap {
 
     /// For a grouped key whose cell [`KeyMap::prefetch`] asked for a
     /// while ago: asks for the group's record (what the cell at its home
-    /// points at, the part holding `k`'s place). A hint only.
+    /// points at). A hint only.
     #[inline(always)]
     pub(super) fn prefetch_record(&self, k: u64) {
-        let (id, place) = Self::split(k);
+        let id = Self::split(k).0;
         if k & GROUPED == 0 || id == self.last.get().0 {
             return;
         }
         let v = self.cells[self.home(tag(id))].1;
         if v != EMPTY && v & GROUP_CELL != 0 {
+            // The whole record, not only the line of `k`'s place: a run
+            // walks the places from there up (registration) or down
+            // (eviction) to either end. Its 144 bytes span three or four
+            // cache lines; a hint every 48 bytes names each.
             let g = &self.groups[(v & !GROUP_CELL) as usize];
             prefetch_read(&g.id);
-            prefetch_read(&g.slots[place]);
+            for p in [9, 21, GROUP_LEN - 1] {
+                prefetch_read(&g.slots[p]);
+            }
         }
     }
 
