@@ -443,7 +443,7 @@ impl KeyMap {
             self.prefetch_ahead(run, j);
             // (Its keys from here with the places counted up: a key out of
             // that line starts a run of its own.)
-            let n = run[j..].iter().zip(k..).take_while(|&(&k, want)| k == want).count();
+            let n = run[j..].iter().zip((0..).map(|d| k.wrapping_add(d))).take_while(|&(&k, want)| k == want).count();
             let n = n.min(slots.len() - j).min(GROUP_LEN - Self::split(k).1);
             let from = j;
             self.insert_group_if_vacant(k, &slots[j..j + n], |i, s| mapped(from + i, s));
@@ -460,6 +460,9 @@ impl KeyMap {
     pub(super) fn insert_group_if_vacant(&mut self, first: u64, slots: &[u32], mut mapped: impl FnMut(usize, u32)) {
         let (id, place) = Self::split(first);
         assert!(first & GROUPED != 0 && place + slots.len() <= GROUP_LEN, "the keys of one group");
+        // (The pool's slab hands out no slot of 2^31 or more,
+        // `Lru::alloc_entry`; the first is checked again by `fill`.)
+        debug_assert!(slots.iter().fold(0, |or, &s| or | s) & GROUP_CELL == 0, "slot numbers stay below 2^31");
         let Some((&slot, _)) = slots.split_first() else {
             return;
         };
@@ -802,12 +805,15 @@ mod tests {
         ];
         // Runs as the pool registers them: a group's places in order from
         // a key of it (some maybe taken already, a group met twice), plain
-        // keys among them.
-        let run = prop::collection::vec((key.clone(), 1u64..40), 0..12).prop_map(|starts| {
+        // keys among them; now and then counted on past the group's last
+        // place, into the next group's first.
+        let run = prop::collection::vec((key.clone(), 1u64..40, any::<bool>()), 0..12).prop_map(|starts| {
             let mut keys = Vec::new();
-            for (k, n) in starts {
+            for (k, n, on) in starts {
                 if k & GROUPED == 0 {
                     keys.push(k);
+                } else if on {
+                    keys.extend((0..n).map(|d| k.wrapping_add(d)));
                 } else {
                     let (g, p) = KeyMap::split(k);
                     keys.extend((p as u64..(p as u64 + n).min(GROUP_LEN as u64)).map(|q| g | q));
@@ -974,13 +980,16 @@ mod tests {
                 // A group's run from any of its keys: the slots of the keys
                 // from there, up to the first the map lacks.
                 for &k in probe.iter().filter(|&&k| k & GROUPED != 0) {
+                    // To the group's end, and a shorter run.
                     let rest = GROUP_LEN - KeyMap::split(k).1;
-                    let want: Vec<u32> = (0..rest as u64)
-                        .map_while(|d| one_by_one.get(k + d, |s: u32| slot_keys[s as usize]))
-                        .collect();
-                    let mut got = vec![EMPTY];
-                    prop_assert_eq!(runs.get_group_run(k, rest, &mut got), want.len());
-                    prop_assert_eq!(&got[1..], &want[..]);
+                    for n in [rest, rest / 2] {
+                        let want: Vec<u32> = (0..n as u64)
+                            .map_while(|d| one_by_one.get(k + d, |s: u32| slot_keys[s as usize]))
+                            .collect();
+                        let mut got = vec![EMPTY];
+                        prop_assert_eq!(runs.get_group_run(k, n, &mut got), want.len());
+                        prop_assert_eq!(&got[1..], &want[..]);
+                    }
                 }
                 let (id, index) = runs.last.get();
                 if id != 0 {

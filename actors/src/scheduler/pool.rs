@@ -1623,6 +1623,17 @@ impl KvPool {
             memo.slots.push(slot);
             n += 1;
         }
+        if cfg!(test) {
+            // (The unit tests check the runs' slots against a lookup a
+            // block at a time.)
+            let one_by_one: Vec<u32> = (0..n)
+                .map(|i| self.entries.get(self.key(prefix, prompt, owner, i), keys(self.lru.slots())))
+                .collect::<Option<_>>()
+                .expect("the hit's blocks are cached");
+            assert_eq!(memo.slots, one_by_one, "a hit's group runs are its blocks' slots");
+            let next = u64::from(n) < max;
+            assert!(!next || !self.entries.contains_key(self.key(prefix, prompt, owner, n), keys(self.lru.slots())));
+        }
         memo.of = (owner, prompt, prefix.ids.as_ptr() as usize, prefix.ids.len());
         memo.changes = self.entries.changes();
         // A hit is a multiple of every group's block size (vLLM's scheduler
@@ -2214,8 +2225,8 @@ impl KvPool {
             if prefix.push_group_runs(b, first, prompt, full - first, &mut groups) {
                 // A group's run at a time, its keys counted up from its
                 // first; the cells of the runs two ahead and the records of
-                // the next are asked for meanwhile, as a run of keys does
-                // (`KeyMap::insert_run_if_vacant`).
+                // the next are asked for meanwhile (as
+                // `KeyMap::insert_run_if_vacant` asks a run of keys ahead).
                 for &(k, _) in groups.iter().take(2) {
                     self.entries.prefetch(k);
                 }
@@ -2246,6 +2257,15 @@ impl KvPool {
                 self.key_scratch = run;
             }
             self.group_scratch = groups;
+            if cfg!(test) {
+                // (The unit tests check the runs against the keys a block
+                // at a time: each new entry under its block's key, mapped.)
+                let mut want = Vec::new();
+                prefix.push_block_keys(b, first, prompt, full - first, &mut want);
+                let got: Vec<u64> = slots[had..].iter().map(|&i| self.lru.get(i).key()).collect();
+                assert_eq!(got, want, "a group's run registers its blocks' keys");
+                assert!(want.iter().all(|&k| self.entries.contains_key(k, keys(self.lru.slots()))));
+            }
             let added = (slots.len() - had) as u64;
             self.shared += added * self.fa_groups;
             self.private -= added * self.fa_groups;

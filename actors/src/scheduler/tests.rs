@@ -634,6 +634,11 @@ fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
         ("window beside a tail ring", vec![fa(), cached_window(16, 17), state_group(16, false)], 70),
         ("Mamba align mode", vec![fa(), state_group(16, true), state_group(16, false)], 50),
         ("Mamba only", vec![state_group(16, true), state_group(16, false)], 12),
+        // Blocks smaller than the 16-token ids: an id's blocks are one
+        // group's keys, registered and hit a group's run at a time.
+        ("full attention B 4 (grouped)", vec![group(CacheGroupKind::FullAttention, 4, None)], 160),
+        ("full attention B 2 (grouped)", vec![group(CacheGroupKind::FullAttention, 2, None)], 320),
+        ("window cache B 4 (grouped)", vec![group(CacheGroupKind::FullAttention, 4, None), cached_window(4, 33)], 240),
     ];
     for (name, groups, blocks) in pools {
         let (fast, preemptions, end) = seeded_run(KvPool::new(groups.clone(), blocks, true), true);
