@@ -65,16 +65,7 @@ fn tag(k: u64) -> u32 {
 /// elsewhere).
 #[inline(always)]
 pub(super) fn prefetch_read<T>(r: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing a program can observe and cannot
-    // fault, whatever the address; `r` is a live reference besides. Its
-    // `sse` target feature is part of the x86-64 baseline.
-    unsafe {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(r).cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = r;
+    prefetch_index(std::slice::from_ref(r), 0);
 }
 
 /// Hints that `s[i]` will be read soon, for any `i`: past the end, the
@@ -84,9 +75,10 @@ pub(super) fn prefetch_read<T>(r: &T) {
 #[inline(always)]
 pub(super) fn prefetch_index<T>(s: &[T], i: usize) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: as `prefetch_read`: a prefetch cannot fault and reads
-    // nothing a program can observe, whatever the address; the address is
-    // made with `wrapping_add`, which is defined for any offset.
+    // SAFETY: a prefetch reads nothing a program can observe and cannot
+    // fault, whatever the address; the address is made with
+    // `wrapping_add`, which is defined for any offset. Its `sse` target
+    // feature is part of the x86-64 baseline.
     unsafe {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(i).cast::<i8>());
@@ -443,8 +435,13 @@ impl KeyMap {
             self.prefetch_ahead(run, j);
             // (Its keys from here with the places counted up: a key out of
             // that line starts a run of its own.)
-            let n = run[j..].iter().zip((0..).map(|d| k.wrapping_add(d))).take_while(|&(&k, want)| k == want).count();
-            let n = n.min(slots.len() - j).min(GROUP_LEN - Self::split(k).1);
+            let most = (slots.len() - j).min(GROUP_LEN - Self::split(k).1);
+            let n = run[j..]
+                .iter()
+                .take(most)
+                .zip((0..).map(|d| k.wrapping_add(d)))
+                .take_while(|&(&k, want)| k == want)
+                .count();
             let from = j;
             self.insert_group_if_vacant(k, &slots[j..j + n], |i, s| mapped(from + i, s));
             j += n;
