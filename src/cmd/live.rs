@@ -108,8 +108,25 @@ pub struct Live {
 
 impl Live {
     /// Opens requests.csv (and timeline.csv, and the trace's spill files,
-    /// when wanted) in `dir`, which has been cleared.
+    /// when wanted) in `dir`, which has been cleared; when one cannot be
+    /// opened, those already made are removed.
     pub fn create(
+        dir: &Path,
+        disaggregated: bool,
+        topology: LinkTopology,
+        timeline: bool,
+        trace: bool,
+    ) -> Result<Self, CmdError> {
+        Self::open(dir, disaggregated, topology, timeline, trace).inspect_err(|_| {
+            let _ = std::fs::remove_file(partial(&dir.join("requests.csv")));
+            let _ = std::fs::remove_file(partial(&dir.join("timeline.csv")));
+            for s in TRACE_SPILLS {
+                let _ = std::fs::remove_file(dir.join(s));
+            }
+        })
+    }
+
+    fn open(
         dir: &Path,
         disaggregated: bool,
         topology: LinkTopology,
@@ -210,7 +227,9 @@ impl Live {
         }))
     }
 
-    /// Removes every file it made (the run failed).
+    /// Removes every file it made that is not in place yet (the run
+    /// failed, or its files could not be finished): the `.partial` files
+    /// and the trace's spills.
     pub fn discard(self) {
         let f = self.files.borrow();
         let _ = std::fs::remove_file(&f.requests.path);
@@ -220,23 +239,29 @@ impl Live {
         for s in TRACE_SPILLS {
             let _ = std::fs::remove_file(self.dir.join(s));
         }
+        let _ = std::fs::remove_file(partial(&self.dir.join("trace.json")));
     }
 
     /// Finishes the files of `run` (labelled `label`) and moves them into
-    /// place; the trace is joined from its spills under its header.
+    /// place; the trace is joined from its spills under its header. When
+    /// one cannot be finished, no `.partial` file or spill is left behind
+    /// (the files already in place stay; report.json, written last, is
+    /// not, so the folder does not pass for a whole run).
     pub fn finish(self, label: &str, run: &Run) -> Result<(), CmdError> {
-        let Live { dir, files } = self;
-        let mut f = files.borrow_mut();
+        let finished = self.place_all(label, run);
+        if finished.is_err() {
+            self.discard();
+        }
+        finished
+    }
+
+    fn place_all(&self, label: &str, run: &Run) -> Result<(), CmdError> {
+        let dir = &self.dir;
+        let mut f = self.files.borrow_mut();
         let f = &mut *f;
         let place = |out: &mut Out, name: &str| -> Result<(), CmdError> {
             let target = dir.join(name);
-            match out.done().and_then(|()| std::fs::rename(&out.path, &target)) {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    let _ = std::fs::remove_file(&out.path);
-                    Err(write_error(&target, &e))
-                }
-            }
+            out.done().and_then(|()| std::fs::rename(&out.path, &target)).map_err(|e| write_error(&target, &e))
         };
         place(&mut f.requests, "requests.csv")?;
         if let Some((out, _)) = &mut f.timeline {
@@ -244,13 +269,9 @@ impl Live {
         }
         if let Some(t) = &mut f.trace {
             let target = dir.join("trace.json");
-            let joined = join_trace(t, &dir, &target, label, run);
+            join_trace(t, dir, &target, label, run).map_err(|e| write_error(&target, &e))?;
             for s in TRACE_SPILLS {
                 let _ = std::fs::remove_file(dir.join(s));
-            }
-            if let Err(e) = joined {
-                let _ = std::fs::remove_file(partial(&target));
-                return Err(write_error(&target, &e));
             }
         }
         Ok(())

@@ -120,38 +120,13 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
 
 fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(), CmdError> {
     let total = args.requests.or(scenario.workload().requests());
-    let files = args.files();
-    let (want_timeline, want_trace) = (files.contains(&"timeline.csv"), files.contains(&"trace.json"));
-    // Every file is written as the run goes, so that it holds only what
-    // is in flight.
-    clear_dir(dir)?;
-    let deployment = scenario.deployment();
-    let live = Live::create(dir, deployment.prefill.is_some(), deployment.link.topology, want_timeline, want_trace)?;
-    let keep = runner::Keep {
-        timelines: want_timeline || want_trace,
-        record_sink: Some(live.record_sink()),
-        sample_sink: live.sample_sink(),
-        percentiles: args.percentiles.0.clone(),
-    };
     let mut progress = ProgressGate::new(args.quiet, total, "requests");
-    let result = runner::simulate_with(
-        scenario,
-        scenario.seed(),
-        args.requests,
-        |p| progress.update(p.finished, || format!("simulated {:.0} s", p.now.as_secs_f64())),
-        &INTERRUPTED,
-        keep,
-    );
+    let result = simulate_live(args, scenario, dir, |p| {
+        progress.update(p.finished, || format!("simulated {:.0} s", p.now.as_secs_f64()));
+    });
     progress.finish();
-    let run = match result {
-        Ok(run) => run,
-        Err(e) => {
-            live.discard();
-            return Err(e.into());
-        }
-    };
-    // The folder was cleared before the run.
-    write_files(scenario, label, &run, dir, &files, Some(live))?;
+    let (run, live) = result?;
+    write_files(scenario, label, &run, dir, live)?;
     write_html(args, dir)?;
     check_violations(&run)?;
     if !args.quiet {
@@ -169,77 +144,106 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
     Ok(())
 }
 
-/// Writes the files of `run` into `dir` as a set: first every file an
-/// earlier run may have left there ([`FILES`] and their `.partial`
-/// siblings) is removed, then the timeline and the trace (tens of MB in a
-/// long run) are written on threads of their own beside requests.csv, and
-/// report.json comes last, once the others are whole. So the folder never
-/// mixes two runs, and a folder with a report.json holds all of its run's
-/// files, whatever stopped the writing (a full disk, a second Ctrl-C).
-pub fn write_run(scenario: &Scenario, label: &str, run: &Run, dir: &Path, files: &[&str]) -> Result<(), CmdError> {
+/// Simulates `scenario` into `dir` with every file written as the run goes
+/// ([`Live`]), so that a run of any length holds only what is in flight.
+/// The folder is cleared first ([`clear_dir`]); a run that fails leaves
+/// none of its files. The files are finished by [`write_files`].
+fn simulate_live(
+    args: &Args,
+    scenario: &Scenario,
+    dir: &Path,
+    on_progress: impl FnMut(actors::sim::Progress),
+) -> Result<(Run, Live), CmdError> {
+    let files = args.files();
+    let (want_timeline, want_trace) = (files.contains(&"timeline.csv"), files.contains(&"trace.json"));
     clear_dir(dir)?;
-    write_files(scenario, label, run, dir, files, None)
+    let deployment = scenario.deployment();
+    let live = Live::create(dir, deployment.prefill.is_some(), deployment.link.topology, want_timeline, want_trace)?;
+    let keep = runner::Keep {
+        timelines: want_timeline || want_trace,
+        record_sink: Some(live.record_sink()),
+        sample_sink: live.sample_sink(),
+        percentiles: args.percentiles.0.clone(),
+    };
+    match runner::simulate_with(scenario, scenario.seed(), args.requests, on_progress, &INTERRUPTED, keep) {
+        Ok(run) => Ok((run, live)),
+        Err(e) => {
+            live.discard();
+            Err(e.into())
+        }
+    }
 }
 
 /// Creates `dir` and removes every file an earlier run may have left there
-/// ([`FILES`], [`DERIVED`] and their `.partial` siblings).
+/// ([`FILES`], [`DERIVED`] and their `.partial` siblings, the trace's
+/// spills), and what an earlier `--replicas` run left ([`clear_replicas`]).
 fn clear_dir(dir: &Path) -> Result<(), CmdError> {
     create_dir(dir)?;
+    remove_run_files(dir)?;
+    clear_replicas(dir, 0)
+}
+
+/// Removes [`FILES`], [`DERIVED`], their `.partial` siblings and the
+/// trace's spills from `dir`.
+fn remove_run_files(dir: &Path) -> Result<(), CmdError> {
     let names = FILES.iter().chain(DERIVED).flat_map(|f| [f.to_string(), format!("{f}.partial")]);
     for name in names.chain(TRACE_SPILLS.iter().map(|s| s.to_string())) {
-        let path = dir.join(name);
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(write_error(&path, &e)),
-            _ => {}
+        remove_if_present(&dir.join(name))?;
+    }
+    Ok(())
+}
+
+fn remove_if_present(path: &Path) -> Result<(), CmdError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(write_error(path, &e)),
+        _ => Ok(()),
+    }
+}
+
+/// Removes what a `--replicas` run left in `dir` beyond its first `keep`
+/// replicas: replicas.csv and replicas_summary.csv (their `.partial`
+/// siblings too), and each `replica-<k>` folder with `k >= keep` once the
+/// run files in it are gone (a folder that then still holds other files is
+/// left as it is: pdsim removes only files it writes). So a folder never
+/// lists replicas of two runs, nor a single run beside replicas.
+fn clear_replicas(dir: &Path, keep: u64) -> Result<(), CmdError> {
+    for name in REPLICA_FILES {
+        remove_if_present(&dir.join(name))?;
+        remove_if_present(&dir.join(format!("{name}.partial")))?;
+    }
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => return Err(write_error(dir, &e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| write_error(dir, &e))?;
+        let name = entry.file_name();
+        let stale = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("replica-"))
+            .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+            .is_some_and(|k| k.parse::<u64>().map_or(true, |k| k >= keep));
+        if stale && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            let sub = entry.path();
+            remove_run_files(&sub)?;
+            let _ = std::fs::remove_dir(&sub);
         }
     }
     Ok(())
 }
 
-/// Writes the run's files into a cleared `dir`; `streamed` holds the files
-/// written during the run.
-fn write_files(
-    scenario: &Scenario,
-    label: &str,
-    run: &Run,
-    dir: &Path,
-    files: &[&str],
-    live: Option<Live>,
-) -> Result<(), CmdError> {
-    if let Some(live) = live {
-        live.finish(label, run)?;
-        let rep = report::report(scenario, label, run);
-        return write_file(&dir.join("report.json"), |w| report::write_report(w, &rep));
-    }
-    let out = &run.output;
-    let disaggregated = scenario.deployment().prefill.is_some();
-    let topology = scenario.deployment().link.topology;
+/// The files of a `--replicas` run's folder, beside its `replica-<k>`
+/// folders.
+const REPLICA_FILES: [&str; 2] = ["replicas.csv", "replicas_summary.csv"];
+
+/// Finishes the files `live` streamed into the cleared `dir` and writes
+/// report.json last, once the others are whole. So the folder never mixes
+/// two runs, and a folder with a report.json holds all of its run's
+/// files, whatever stopped the writing (a full disk, a second Ctrl-C).
+fn write_files(scenario: &Scenario, label: &str, run: &Run, dir: &Path, live: Live) -> Result<(), CmdError> {
+    live.finish(label, run)?;
     let rep = report::report(scenario, label, run);
-    let (want_timeline, want_trace) = (files.contains(&"timeline.csv"), files.contains(&"trace.json"));
-    std::thread::scope(|scope| {
-        let timeline = scope.spawn(|| {
-            if !want_timeline {
-                return Ok(());
-            }
-            write_file(&dir.join("timeline.csv"), |w| report::write_timeline_csv(w, &out.ranks, &out.links))
-        });
-        let trace = scope.spawn(|| {
-            if !want_trace {
-                return Ok(());
-            }
-            write_file(&dir.join("trace.json"), |w| report::write_trace_json(w, label, run, topology, disaggregated))
-        });
-        let requests =
-            write_file(&dir.join("requests.csv"), |w| report::write_requests_csv(w, &out.records, disaggregated));
-        let join = |h: std::thread::ScopedJoinHandle<'_, Result<(), CmdError>>| {
-            h.join().unwrap_or_else(|_| Err(CmdError::Internal("a report writer panicked".into())))
-        };
-        let (timeline, trace) = (join(timeline), join(trace));
-        requests?;
-        timeline?;
-        trace?;
-        write_file(&dir.join("report.json"), |w| report::write_report(w, &rep))
-    })
+    write_file(&dir.join("report.json"), |w| report::write_report(w, &rep))
 }
 
 /// A run whose conservation checks failed is a bug in pdsim: exit 1, after
@@ -390,6 +394,10 @@ fn replica_row(k: u64, scenario: &Scenario, label: &str, run: &Run) -> String {
 fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u64) -> Result<(), CmdError> {
     let start = Instant::now();
     create_dir(dir)?;
+    // No single run's files beside the replicas', and no replica of an
+    // earlier, larger run.
+    remove_run_files(dir)?;
+    clear_replicas(dir, count)?;
     let seed = scenario.seed();
     let jobs = args.jobs.map_or_else(default_jobs, |j| usize::try_from(j).unwrap_or(usize::MAX));
     let n = usize::try_from(count).map_err(|_| CmdError::BadInput(format!("--replicas {count}: too many")))?;
@@ -414,15 +422,19 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
             }
             let mut scenario = scenario.clone();
             scenario.set_seed(seeds[k]);
-            let keep = runner::Keep { percentiles: args.percentiles.0.clone(), ..runner::Keep::default() };
-            let run = runner::simulate_with(&scenario, seeds[k], args.requests, |_| {}, &INTERRUPTED, keep)?;
+            let sub = dir.join(format!("replica-{k}"));
+            // Each replica streams its files as a single run does, so
+            // that memory holds only what the running replicas have in
+            // flight.
+            let (run, live) = simulate_live(args, &scenario, &sub, |_| {})?;
             if run.interrupted {
+                live.discard();
+                let _ = std::fs::remove_dir(&sub);
                 return Err(interrupted(format_args!(
                     "replica {k} was stopped and not written; replicas.csv lists the replicas before it"
                 )));
             }
-            let sub = dir.join(format!("replica-{k}"));
-            write_run(&scenario, label, &run, &sub, &args.files())?;
+            write_files(&scenario, label, &run, &sub, live)?;
             write_html(args, &sub)?;
             check_violations(&run)?;
             let s = &run.output.summary;

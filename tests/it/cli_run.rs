@@ -302,6 +302,35 @@ fn replicas_are_written_in_seed_order() {
     let single = scratch_dir("run-replica-single");
     run_into("glm-5.3-flash-1p1d.toml", &single, &["--requests", "15", "--seed", "9", "--quiet"]);
     assert_eq!(json(&single.join("report.json"))["digest"].as_str().unwrap(), csv.column("digest")[2]);
+    // Streamed the same way, byte for byte (the wall time aside).
+    for f in ["requests.csv", "timeline.csv", "trace.json"] {
+        let (a, b) = (std::fs::read(dir.join("replica-2").join(f)).unwrap(), std::fs::read(single.join(f)).unwrap());
+        assert!(a == b, "replica-2/{f} differs from the single run's");
+    }
+}
+
+/// A folder never mixes two runs: fewer replicas into it remove the
+/// replica folders past them, a single run removes the replicas' files,
+/// and replicas remove a single run's; files pdsim did not write stay.
+#[test]
+fn replica_folders_are_replaced_as_a_set() {
+    let dir = scratch_dir("run-replica-set");
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> =
+            std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    };
+    run_into("default.toml", &dir, &["--requests", "5", "--replicas", "4", "--no-trace", "--quiet"]);
+    std::fs::write(dir.join("replica-3").join("notes.txt"), "mine").unwrap();
+    run_into("default.toml", &dir, &["--requests", "5", "--replicas", "2", "--no-trace", "--quiet"]);
+    assert_eq!(names(&dir), ["replica-0", "replica-1", "replica-3", "replicas.csv", "replicas_summary.csv"]);
+    assert_eq!(names(&dir.join("replica-3")), ["notes.txt"], "only pdsim's files are removed");
+    assert_eq!(Csv::read(&dir.join("replicas.csv")).column("replica"), ["0", "1"]);
+    run_into("default.toml", &dir, &["--requests", "5", "--no-trace", "--quiet"]);
+    assert_eq!(names(&dir), ["replica-3", "report.json", "requests.csv", "timeline.csv"]);
+    run_into("default.toml", &dir, &["--requests", "5", "--replicas", "1", "--no-trace", "--quiet"]);
+    assert_eq!(names(&dir), ["replica-0", "replica-3", "replicas.csv", "replicas_summary.csv"]);
 }
 
 #[test]

@@ -173,6 +173,31 @@ fn output_files_are_replaced_as_a_set() {
     assert!(!dir.join("report.json").exists());
 }
 
+/// A file that cannot be written in full (here the file-size limit, as a
+/// full disk would) is exit 2 naming it, and leaves no `.partial` file or
+/// trace spill behind, nor a report.json.
+#[test]
+fn a_failed_write_leaves_no_partial_files() {
+    let dir = scratch_dir("robust-fsize");
+    let s = scratch("robust-fsize.toml", &base_scenario());
+    // At most 20 blocks of 512 bytes (1,024 in bash): the 200 requests'
+    // requests.csv (about 70 KB) passes it, with the timeline and the
+    // trace's spills still open beside it.
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 20; exec \"$0\" run {} --requests 200 --quiet --out {}",
+        s.display(),
+        dir.display()
+    );
+    let out = Command::new("sh").arg("-c").arg(script).arg(env!("CARGO_BIN_EXE_pdsim")).output().unwrap();
+    let (code, err) = (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot write ") && err.contains("requests.csv"), "{err}");
+    let left: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
 fn json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
 }
