@@ -241,6 +241,45 @@ impl WorkloadSpec {
         }
     }
 
+    /// Refuses, before anything runs, a drawn arrival process that is sure
+    /// to pass the end of simulated time: a synthetic workload's `requests`
+    /// (or the file's count) Poisson or gamma arrivals at `rate_per_s` whose last one would come,
+    /// six standard deviations early, after [`MAX_ARRIVAL`]. (The sum of
+    /// n − 1 gaps has mean (n − 1) / rate and standard deviation cv times
+    /// that over √(n − 1).) Without it, a long run would simulate until its
+    /// draws got there and only then stop; one closer to the end still
+    /// stops at the request that passes it, naming it. The text names the
+    /// field; the caller places it in the scenario file.
+    ///
+    /// # Errors
+    /// The field and what is wrong.
+    pub fn check_arrival_span(&self, requests: Option<u64>) -> Result<(), String> {
+        // (A trace's rows may be fewer than its cap: only a synthetic
+        // workload's count is known before reading.)
+        if self.trace.is_some() {
+            return Ok(());
+        }
+        let cap = requests.or(self.requests);
+        let (rate, cv) = match self.arrival {
+            Some(ArrivalSpec::Poisson { rate_per_s }) => (rate_per_s, 1.0),
+            Some(ArrivalSpec::Gamma { rate_per_s, cv }) => (rate_per_s, cv),
+            _ => return Ok(()),
+        };
+        let Some(n) = cap.filter(|&n| n >= 2) else { return Ok(()) };
+        let gaps = (n - 1) as f64;
+        let mean = gaps / rate;
+        let early = mean * (1.0 - 6.0 * cv / gaps.sqrt());
+        if early > MAX_ARRIVAL.as_secs_f64() {
+            return Err(format!(
+                "workload.arrival.rate_per_s: {n} requests at {rate} per second arrive over {mean:.3e} s on \
+                 average, past the end of simulated time (arrivals must come within {:.0} s); raise the rate or \
+                 serve fewer requests",
+                MAX_ARRIVAL.as_secs_f64()
+            ));
+        }
+        Ok(())
+    }
+
     /// The request stream for `seed`: `requests` (when given) replaces the
     /// file's `requests` (a trace's `limit` still caps it).
     ///

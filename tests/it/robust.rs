@@ -70,18 +70,43 @@ fn an_arrival_past_the_end_of_simulated_time_is_refused_at_its_row() {
 
 #[test]
 fn a_drawn_arrival_past_the_end_of_simulated_time_names_the_rate() {
-    // 1e-6 requests/s: the mean gap is 1e6 s, so 20,000 requests pass
-    // 2^62 ns (4.6e9 s) near request 4,600.
-    let text = base_scenario()
-        .replace("requests = 10", "requests = 20000")
-        .replace("rate_per_s = 4.0", "rate_per_s = 1e-6")
-        .replace("fixed_us = 1000", "fixed_us = 1");
-    let s = scratch("robust-slow-rate.toml", &text);
+    // 1e-6 requests/s: the mean gap is 1e6 s, and simulated time ends at
+    // 2^62 ns (4.61e9 s). 5,000 requests span 4,999 gaps, 5.0e9 s on
+    // average, but six standard deviations early (1 - 6/sqrt(4,999) of
+    // it) only 4.58e9 s: not sure to pass the end up front, so the draw
+    // that passes it (near request 4,600) stops the run, naming it.
+    let slow = |n: u64| {
+        base_scenario()
+            .replace("requests = 10", &format!("requests = {n}"))
+            .replace("rate_per_s = 4.0", "rate_per_s = 1e-6")
+            .replace("fixed_us = 1000", "fixed_us = 1")
+    };
+    let s = scratch("robust-slow-rate.toml", &slow(5_000));
     let out = scratch_dir("robust-slow-rate");
-    refused(
-        &["run", s.to_str().unwrap(), "--quiet", "--no-trace", "--no-timeline", "--out", out.to_str().unwrap()],
-        &["robust-slow-rate.toml: workload.arrival.rate_per_s: request ", "past the end of simulated time"],
-    );
+    let run = |s: &Path| {
+        vec!["run".to_owned(), s.display().to_string(), "--quiet".into(), "--no-trace".into(), "--no-timeline".into()]
+            .into_iter()
+            .chain(["--out".to_owned(), out.display().to_string()])
+            .collect::<Vec<String>>()
+    };
+    let args = run(&s);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    refused(&args, &["robust-slow-rate.toml: workload.arrival.rate_per_s: request ", "past the end of simulated time"]);
+    // 20,000 requests: 2.0e10 s on average, 1.9e10 s six deviations
+    // early, so validate and run refuse it before anything is drawn.
+    let s = scratch("robust-slower-rate.toml", &slow(20_000));
+    let want =
+        ["robust-slower-rate.toml: workload.arrival.rate_per_s: 20000 requests at 0.000001 per second arrive over \
+         2.000e10 s on average, past the end of simulated time"];
+    refused(&["validate", s.to_str().unwrap()], &want);
+    let args = run(&s);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    refused(&args, &want);
+    // --requests replaces the file's count: 50 requests fit.
+    let mut args = args;
+    args.extend(["--requests", "50"]);
+    let (code, _, err) = outcome(&pdsim(&args));
+    assert_eq!(code, 0, "{err}");
 }
 
 #[test]
