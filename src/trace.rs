@@ -272,8 +272,8 @@ impl TraceReader {
             Some(Err(problem)) => return Err(WorkloadError(format!("{}:{}: header: {problem}", self.path, self.line))),
             Some(Ok(h)) => h,
         };
-        let names =
-            split_csv(&header).map_err(|p| WorkloadError(format!("{}:{}: header: {p}", self.path, self.line)))?;
+        let names = split_csv(&header)
+            .map_err(|(i, p)| WorkloadError(format!("{}:{}: header: column {}: {p}", self.path, self.line, i + 1)))?;
         let find = |want: &str| names.iter().position(|n| n.trim().eq_ignore_ascii_case(want));
         let mut idx = [0usize; 3];
         for (slot, want) in idx.iter_mut().zip(wanted) {
@@ -396,7 +396,15 @@ fn parse_mooncake(text: &str) -> Result<Row, String> {
     let row: MooncakeRow = serde_json::from_str(text).map_err(|e| {
         let msg = e.to_string();
         let msg = msg.rfind(" at line ").map_or(msg.as_str(), |i| &msg[..i]).to_owned();
-        format!("{msg} (column {})", e.column())
+        // The field the error is in, when it is in one (`timestamp: expected
+        // value`): parsed again, only now, with the path tracked.
+        let mut de = serde_json::Deserializer::from_str(text);
+        let path = match serde_path_to_error::deserialize::<_, MooncakeRow>(&mut de) {
+            Err(e) => e.path().to_string(),
+            Ok(_) => String::new(),
+        };
+        let field = if matches!(path.as_str(), "" | "." | "?") { String::new() } else { format!("{path}: ") };
+        format!("{field}{msg} (column {})", e.column())
     })?;
     let time_ns = number_ns(&row.timestamp, 1_000_000)
         .ok_or_else(|| format!("timestamp: must be a non-negative number of ms, got {}", row.timestamp))?;
@@ -474,11 +482,17 @@ fn decimal_ns(s: &str, unit_ns: u64) -> Option<u64> {
 }
 
 fn parse_csv_row(format: TraceFormat, cols: Columns, text: &str) -> Result<Row, String> {
-    let fields = split_csv(text)?;
     let (time_name, prompt_name, output_name) = match format {
         TraceFormat::Azure => ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
         _ => ("Timestamp", "Request tokens", "Response tokens"),
     };
+    let fields = split_csv(text).map_err(|(i, problem)| {
+        let named = [(cols.time, time_name), (cols.prompt, prompt_name), (cols.output, output_name)];
+        match named.iter().find(|(c, _)| *c == i) {
+            Some((_, name)) => format!("{name}: {problem}"),
+            None => format!("column {}: {problem}", i + 1),
+        }
+    })?;
     if fields.len() < cols.needed {
         // The first column (in the file's order) the row does not reach.
         let missing = [(cols.time, time_name), (cols.prompt, prompt_name), (cols.output, output_name)]
@@ -514,8 +528,9 @@ fn parse_csv_row(format: TraceFormat, cols: Columns, text: &str) -> Result<Row, 
 }
 
 /// Splits one CSV line: fields separated by commas, a field in double
-/// quotes may hold commas and `""` for a quote.
-fn split_csv(line: &str) -> Result<Vec<String>, String> {
+/// quotes may hold commas and `""` for a quote. An error gives the index
+/// of the field it is in.
+fn split_csv(line: &str) -> Result<Vec<String>, (usize, String)> {
     let mut fields = Vec::new();
     let mut chars = line.chars().peekable();
     loop {
@@ -524,7 +539,7 @@ fn split_csv(line: &str) -> Result<Vec<String>, String> {
             chars.next();
             loop {
                 match chars.next() {
-                    None => return Err("unterminated quoted field".into()),
+                    None => return Err((fields.len(), "unterminated quoted field".into())),
                     Some('"') if chars.peek() == Some(&'"') => {
                         chars.next();
                         field.push('"');
@@ -539,7 +554,7 @@ fn split_csv(line: &str) -> Result<Vec<String>, String> {
                     return Ok(fields);
                 }
                 Some(',') => fields.push(field),
-                Some(c) => return Err(format!("unexpected `{c}` after a quoted field")),
+                Some(c) => return Err((fields.len(), format!("unexpected `{c}` after a quoted field"))),
             }
         } else {
             loop {
@@ -646,6 +661,31 @@ mod tests {
     fn csv_split() {
         assert_eq!(split_csv("a,b,,c").unwrap(), ["a", "b", "", "c"]);
         assert_eq!(split_csv(r#""x, y",2,"say ""hi""""#).unwrap(), ["x, y", "2", r#"say "hi""#]);
-        assert!(split_csv(r#""open,1"#).is_err());
+        assert_eq!(split_csv(r#"1,"open,1"#).unwrap_err().0, 1);
+        assert_eq!(split_csv(r#""a"b,1"#).unwrap_err().0, 0);
+    }
+
+    /// A malformed row's error names the field it is in.
+    #[test]
+    fn row_errors_name_their_field() {
+        let mooncake = |t: &str| parse_mooncake(t).err().unwrap();
+        assert!(mooncake(r#"{"timestamp": NaN, "input_length": 1, "output_length": 1}"#).starts_with("timestamp: "));
+        assert!(mooncake(r#"{"timestamp": 1, "input_length": -3, "output_length": 1}"#).starts_with("input_length: "));
+        assert!(
+            mooncake(r#"{"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [1, "x"]}"#)
+                .starts_with("hash_ids[1]: ")
+        );
+        // Not in a field: no name.
+        assert!(mooncake(r#"{"timestamp": 1"#).starts_with("EOF while parsing"));
+        // Azure: TIMESTAMP, ContextTokens, GeneratedTokens in columns 3, 1, 2.
+        let cols = Columns { time: 2, prompt: 0, output: 1, needed: 3 };
+        let azure = |t: &str| parse_csv_row(TraceFormat::Azure, cols, t).err().unwrap();
+        assert_eq!(azure(r#"10,5,"2023-11-16"#), "TIMESTAMP: unterminated quoted field");
+        assert_eq!(azure(r#""10"x,5,2023-11-16"#), "ContextTokens: unexpected `x` after a quoted field");
+        let cols = Columns { time: 0, prompt: 1, output: 2, needed: 3 };
+        assert_eq!(
+            parse_csv_row(TraceFormat::Azure, cols, r#"2023-11-16 00:00:00,10,5,"x"y"#).err().unwrap(),
+            "column 4: unexpected `y` after a quoted field"
+        );
     }
 }
