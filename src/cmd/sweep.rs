@@ -114,6 +114,14 @@ pub const METRIC_COLUMNS: &[&str] = &[
 /// columns, in column order.
 const ROLES: [&str; 3] = ["prefill", "decode", "aggregated"];
 
+/// N of a shard's file name (`sweep.shard-K-of-N.csv`, as [`file_name`]
+/// makes it), or `None` for any other name.
+fn shard_count(name: &str) -> Option<usize> {
+    let (k, n) = name.strip_prefix("sweep.shard-")?.strip_suffix(".csv")?.split_once("-of-")?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(k) && digits(n)).then(|| n.parse().ok()).flatten()
+}
+
 /// The CSV file name: `sweep.csv`, or `sweep.shard-K-of-N.csv` with K
 /// zero-padded to the width of N (so the files sort in shard order).
 pub fn file_name(shard: Option<Shard>) -> String {
@@ -347,6 +355,22 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     }
     if args.shard.is_none_or(|s| s.k == 1) {
         gone(&dir.join("report.html"))?;
+    }
+    // Rows of another split of the points: a whole sweep's beside shards,
+    // or shards of another count. (Shards of this count are this sweep's
+    // other slices, and stay.)
+    if args.shard.is_some() {
+        gone(&dir.join(file_name(None)))?;
+        gone(&summary_path)?;
+    }
+    let entries = std::fs::read_dir(&dir).map_err(|e| write_error(&dir, &e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| write_error(&dir, &e))?;
+        let name = entry.file_name();
+        let count = name.to_str().and_then(shard_count);
+        if count.is_some_and(|n| args.shard.is_none_or(|s| s.n != n)) {
+            gone(&entry.path())?;
+        }
     }
     // The metric cells of the current grid point's seeds so far.
     let mut group: Vec<String> = Vec::with_capacity(seeds);

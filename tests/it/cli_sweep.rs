@@ -97,6 +97,25 @@ fn shards_concatenate_to_the_whole_sweep() {
     assert_eq!(points(&s2), (18..36).collect::<Vec<_>>());
     // `cat` of the shards is the whole sweep, byte for byte.
     assert_eq!(format!("{s1}{s2}"), whole);
+    // Rows of another split go: a whole sweep's shards, and a shard's
+    // whole sweep and shards of another count.
+    let csvs = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&shards)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".csv"))
+            .collect();
+        v.sort();
+        v
+    };
+    sweep(&file, &shards, &["--requests", "8", "--shard", "1/3"]);
+    assert_eq!(csvs(), ["sweep.shard-1-of-3.csv"]);
+    sweep(&file, &shards, &["--requests", "8", "--shard", "2/3"]);
+    assert_eq!(csvs(), ["sweep.shard-1-of-3.csv", "sweep.shard-2-of-3.csv"], "shards of one count stay");
+    sweep(&file, &shards, &["--requests", "8"]);
+    assert_eq!(csvs(), ["sweep.csv", "sweep_summary.csv"], "two seeds: a summary");
+    sweep(&file, &shards, &["--requests", "8", "--shard", "3/3"]);
+    assert_eq!(csvs(), ["sweep.shard-3-of-3.csv"]);
 }
 
 #[test]
