@@ -406,8 +406,13 @@ fn parse_mooncake(text: &str) -> Result<Row, String> {
         let field = if matches!(path.as_str(), "" | "." | "?") { String::new() } else { format!("{path}: ") };
         format!("{field}{msg} (column {})", e.column())
     })?;
-    let time_ns = number_ns(&row.timestamp, 1_000_000)
-        .ok_or_else(|| format!("timestamp: must be a non-negative number of ms, got {}", row.timestamp))?;
+    let time_ns = number_ns(&row.timestamp, 1_000_000).ok_or_else(|| {
+        if row.timestamp.as_f64().is_some_and(|t| t >= 0.0) {
+            format!("timestamp: {} ms is more than 2^64 ns ({:.3e} ms)", row.timestamp, u64::MAX as f64 / 1e6)
+        } else {
+            format!("timestamp: must be a non-negative number of ms, got {}", row.timestamp)
+        }
+    })?;
     if row.input_length == 0 {
         return Err("input_length: must be >= 1, got 0".into());
     }
@@ -677,6 +682,10 @@ mod tests {
         );
         // Not in a field: no name.
         assert!(mooncake(r#"{"timestamp": 1"#).starts_with("EOF while parsing"));
+        assert!(mooncake(r#"{"timestamp": -1, "input_length": 1, "output_length": 1}"#).contains("non-negative"));
+        assert!(
+            mooncake(r#"{"timestamp": 1e30, "input_length": 1, "output_length": 1}"#).contains("more than 2^64 ns")
+        );
         // Azure: TIMESTAMP, ContextTokens, GeneratedTokens in columns 3, 1, 2.
         let cols = Columns { time: 2, prompt: 0, output: 1, needed: 3 };
         let azure = |t: &str| parse_csv_row(TraceFormat::Azure, cols, t).err().unwrap();
