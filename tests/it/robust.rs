@@ -290,6 +290,36 @@ fn mooncake_row() -> impl Strategy<Value = String> {
     })
 }
 
+/// The rows of a CSV trace (`azure` or `burstgpt`, whose three columns
+/// are named in `header`): a header line, mostly right, then rows, mostly
+/// good, sometimes at an edge or broken (a quote left open, a stray byte
+/// after a quoted field, a missing or an extra field).
+fn csv_rows(header: [&'static str; 3], times: &'static [&'static str]) -> impl Strategy<Value = Vec<String>> {
+    let count = prop_oneof![
+        3 => (1u64..100_000).prop_map(|n| n.to_string()),
+        1 => Just("0".to_owned()),
+        1 => Just("4294967296".to_owned()),
+        1 => Just("-1".to_owned()),
+        1 => Just("x".to_owned()),
+    ];
+    let row =
+        (proptest::sample::select(times), count.clone(), count, 0u8..10).prop_map(|(t, p, o, shape)| match shape {
+            0 => format!("\"{t}\",\"{p}\",{o}"),
+            1 => format!("\"{t},{p},{o}"),
+            2 => format!("\"{t}\"x,{p},{o}"),
+            3 => format!("{t},{p}"),
+            4 => format!("{t},{p},{o},extra"),
+            _ => format!("{t},{p},{o}"),
+        });
+    let head = (0u8..6).prop_map(move |shape| match shape {
+        0 => format!("\u{feff}{}", header.join(",")),
+        1 => header[..2].join(","),
+        2 => format!("Model,{}", header.join(",")),
+        _ => header.join(","),
+    });
+    (head, proptest::collection::vec(row, 0..8)).prop_map(|(head, rows)| [vec![head], rows].concat())
+}
+
 /// One fuzz case: a mutated base scenario, or a scenario over a generated
 /// trace.
 #[derive(Clone, Debug)]
@@ -297,15 +327,32 @@ enum Case {
     /// Line `line` of [`base_scenario`] gets its value replaced by
     /// `WEIRD[value]`, or (`insert`) `LINES[value]` goes in before it.
     Mutated { edits: Vec<(usize, bool, usize)> },
-    /// A Mooncake trace of these rows with this time_scale and options.
-    Trace { rows: Vec<String>, time_scale: &'static str, skip_malformed: bool, arrival: &'static str },
+    /// A trace of this format (`mooncake`, `azure`, `burstgpt`) and these
+    /// lines with this time_scale and options.
+    Trace {
+        format: &'static str,
+        rows: Vec<String>,
+        time_scale: &'static str,
+        skip_malformed: bool,
+        arrival: &'static str,
+    },
 }
 
 fn case() -> impl Strategy<Value = Case> {
     let edit = (1usize..=17, any::<bool>(), 0usize..WEIRD.len().max(LINES.len()));
     let mutated = proptest::collection::vec(edit, 1..4).prop_map(|edits| Case::Mutated { edits });
+    let lines = prop_oneof![
+        2 => proptest::collection::vec(mooncake_row(), 0..8).prop_map(|rows| ("mooncake", rows)),
+        1 => csv_rows(
+            ["TIMESTAMP", "ContextTokens", "GeneratedTokens"],
+            &["2023-11-16 18:15:46.6805900", "2023-11-16 18:15:47", "2023-13-40 99:99:99", "1970-01-01 00:00:00", "x", ""],
+        )
+        .prop_map(|rows| ("azure", rows)),
+        1 => csv_rows(["Timestamp", "Request tokens", "Response tokens"], &["0", "5", "1.5", "1e300", "-1", "nan"])
+            .prop_map(|rows| ("burstgpt", rows)),
+    ];
     let trace = (
-        proptest::collection::vec(mooncake_row(), 0..8),
+        lines,
         proptest::sample::select(vec!["1.0", "1e9", "1e308", "1e-308", "0.001"]),
         any::<bool>(),
         proptest::sample::select(vec![
@@ -314,7 +361,8 @@ fn case() -> impl Strategy<Value = Case> {
             "{ kind = \"closed_loop\", concurrency = 4294967295 }",
         ]),
     )
-        .prop_map(|(rows, time_scale, skip_malformed, arrival)| Case::Trace {
+        .prop_map(|((format, rows), time_scale, skip_malformed, arrival)| Case::Trace {
+            format,
             rows,
             time_scale,
             skip_malformed,
@@ -338,11 +386,11 @@ fn materialize(n: usize, case: &Case) -> PathBuf {
             }
             scratch(&format!("fuzz-{n}.toml"), &(lines.join("\n") + "\n"))
         }
-        Case::Trace { rows, time_scale, skip_malformed, arrival } => {
+        Case::Trace { format, rows, time_scale, skip_malformed, arrival } => {
             let trace = scratch(&format!("fuzz-{n}.jsonl"), &(rows.join("\n") + "\n"));
             let text = base_scenario().lines().take(12).collect::<Vec<_>>().join("\n")
                 + &format!(
-                    "\n[workload]\nrequests = 20\narrival = {arrival}\ntrace = {{ format = \"mooncake\", path = {:?}, time_scale = {time_scale}, skip_malformed = {skip_malformed} }}\n",
+                    "\n[workload]\nrequests = 20\narrival = {arrival}\ntrace = {{ format = \"{format}\", path = {:?}, time_scale = {time_scale}, skip_malformed = {skip_malformed} }}\n",
                     trace.display().to_string()
                 );
             scratch(&format!("fuzz-{n}.toml"), &text)
