@@ -135,7 +135,9 @@ pub fn simulate_with(
         .map_err(|e| RunError::BadInput(format!("{}: {e}", scenario.source())))?;
     dep.set_keep_timelines(keep.timelines);
     let workload = scenario.workload();
-    workload.check_arrival_span(requests).map_err(|e| RunError::BadInput(format!("{}: {e}", scenario.source())))?;
+    workload
+        .check_arrival_span(requests, "the run's request count")
+        .map_err(|e| RunError::BadInput(format!("{}: {e}", scenario.source())))?;
     let mut source = workload.source(seed, requests).map_err(|e| RunError::BadInput(e.0))?;
     source.set_file(scenario.source());
     let stats = Rc::new(RefCell::new(source.stats()));

@@ -408,7 +408,7 @@ fn parse_mooncake(text: &str) -> Result<Row, String> {
     })?;
     let time_ns = number_ns(&row.timestamp, 1_000_000).ok_or_else(|| {
         if row.timestamp.as_f64().is_some_and(|t| t >= 0.0) {
-            format!("timestamp: {} ms is more than 2^64 ns ({:.3e} ms)", row.timestamp, u64::MAX as f64 / 1e6)
+            format!("timestamp: {} ms is 2^64 ns ({:.3e} ms) or more", row.timestamp, u64::MAX as f64 / 1e6)
         } else {
             format!("timestamp: must be a non-negative number of ms, got {}", row.timestamp)
         }
@@ -491,20 +491,15 @@ fn parse_csv_row(format: TraceFormat, cols: Columns, text: &str) -> Result<Row, 
         TraceFormat::Azure => ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
         _ => ("Timestamp", "Request tokens", "Response tokens"),
     };
-    let fields = split_csv(text).map_err(|(i, problem)| {
-        let named = [(cols.time, time_name), (cols.prompt, prompt_name), (cols.output, output_name)];
-        match named.iter().find(|(c, _)| *c == i) {
-            Some((_, name)) => format!("{name}: {problem}"),
-            None => format!("column {}: {problem}", i + 1),
-        }
+    let named = [(cols.time, time_name), (cols.prompt, prompt_name), (cols.output, output_name)];
+    let fields = split_csv(text).map_err(|(i, problem)| match named.iter().find(|(c, _)| *c == i) {
+        Some((_, name)) => format!("{name}: {problem}"),
+        None => format!("column {}: {problem}", i + 1),
     })?;
     if fields.len() < cols.needed {
         // The first column (in the file's order) the row does not reach.
-        let missing = [(cols.time, time_name), (cols.prompt, prompt_name), (cols.output, output_name)]
-            .into_iter()
-            .filter(|(i, _)| *i >= fields.len())
-            .min_by_key(|(i, _)| *i)
-            .map_or("", |(_, name)| name);
+        let missing =
+            named.into_iter().filter(|(i, _)| *i >= fields.len()).min_by_key(|(i, _)| *i).map_or("", |(_, name)| name);
         return Err(format!("{missing}: missing (expected at least {} fields, got {})", cols.needed, fields.len()));
     }
     let time_text = fields[cols.time].trim();
@@ -683,9 +678,7 @@ mod tests {
         // Not in a field: no name.
         assert!(mooncake(r#"{"timestamp": 1"#).starts_with("EOF while parsing"));
         assert!(mooncake(r#"{"timestamp": -1, "input_length": 1, "output_length": 1}"#).contains("non-negative"));
-        assert!(
-            mooncake(r#"{"timestamp": 1e30, "input_length": 1, "output_length": 1}"#).contains("more than 2^64 ns")
-        );
+        assert!(mooncake(r#"{"timestamp": 1e30, "input_length": 1, "output_length": 1}"#).contains("is 2^64 ns"));
         // Azure: TIMESTAMP, ContextTokens, GeneratedTokens in columns 3, 1, 2.
         let cols = Columns { time: 2, prompt: 0, output: 1, needed: 3 };
         let azure = |t: &str| parse_csv_row(TraceFormat::Azure, cols, t).err().unwrap();

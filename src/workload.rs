@@ -249,11 +249,12 @@ impl WorkloadSpec {
     /// that over √(n − 1).) Without it, a long run would simulate until its
     /// draws got there and only then stop; one closer to the end still
     /// stops at the request that passes it, naming it. The text names the
-    /// field; the caller places it in the scenario file.
+    /// field (and `from`, where a `requests` that replaces the file's came
+    /// from: `--requests`); the caller places it in the scenario file.
     ///
     /// # Errors
     /// The field and what is wrong.
-    pub fn check_arrival_span(&self, requests: Option<u64>) -> Result<(), String> {
+    pub fn check_arrival_span(&self, requests: Option<u64>, from: &str) -> Result<(), String> {
         // (A trace's rows may be fewer than its cap: only a synthetic
         // workload's count is known before reading.)
         if self.trace.is_some() {
@@ -266,12 +267,17 @@ impl WorkloadSpec {
             _ => return Ok(()),
         };
         let Some(n) = cap.filter(|&n| n >= 2) else { return Ok(()) };
+        if rate > 1e9 {
+            // Gaps under a nanosecond are rounded to whole ones: no bound.
+            return Ok(());
+        }
         let gaps = (n - 1) as f64;
         let mean = gaps / rate;
         let early = mean * (1.0 - 6.0 * cv / gaps.sqrt());
         if early > MAX_ARRIVAL.as_secs_f64() {
+            let count = if requests.is_some() { format!(" ({from})") } else { String::new() };
             return Err(format!(
-                "workload.arrival.rate_per_s: {n} requests at {rate} per second arrive over {mean:.3e} s on \
+                "workload.arrival.rate_per_s: {n} requests{count} at {rate} per second arrive over {mean:.3e} s on \
                  average, past the end of simulated time (arrivals must come within {:.0} s); raise the rate or \
                  serve fewer requests",
                 MAX_ARRIVAL.as_secs_f64()
@@ -735,6 +741,56 @@ impl RequestSource for WorkloadSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The span check against its arithmetic: simulated time ends at
+    /// 2^62 ns = 4.611686e9 s; n requests span n − 1 gaps of mean 1/rate,
+    /// with a standard deviation cv times the mean over √(n − 1).
+    #[test]
+    fn arrival_span_is_refused_only_when_sure_to_pass_the_end() {
+        let spec = |arrival: ArrivalSpec, requests: u64| WorkloadSpec {
+            requests: Some(requests),
+            arrival: Some(arrival),
+            prompt_tokens: None,
+            output_tokens: None,
+            shared_prefix: None,
+            trace: None,
+        };
+        let poisson = |rate_per_s| ArrivalSpec::Poisson { rate_per_s };
+        // 20,000 at 1e-6/s: mean 1.99999e10 s, six deviations early
+        // 1.99999e10 x (1 - 6/141.4) = 1.915e10 s > 4.61e9: refused.
+        let err = spec(poisson(1e-6), 20_000).check_arrival_span(None, "--requests").unwrap_err();
+        assert!(err.starts_with("workload.arrival.rate_per_s: 20000 requests at "), "{err}");
+        // 5,000: mean 4.999e9 s, early 4.999e9 x (1 - 6/70.7) = 4.575e9 s,
+        // under 4.61e9: left to the draws.
+        assert!(spec(poisson(1e-6), 5_000).check_arrival_span(None, "--requests").is_ok());
+        // --requests replaces the count, and says so.
+        assert!(spec(poisson(1e-6), 20_000).check_arrival_span(Some(50), "--requests").is_ok());
+        let err = spec(poisson(1e-6), 50).check_arrival_span(Some(20_000), "--requests").unwrap_err();
+        assert!(err.contains("20000 requests (--requests) at"), "{err}");
+        // Gamma with cv 4: 20,000 is early 1.99999e10 x (1 - 24/141.4) =
+        // 1.66e10 s, refused; 6,000 is early 5.999e9 x (1 - 24/77.5) =
+        // 4.14e9 s, not (its mean, 6.0e9 s, is past the end).
+        let gamma = ArrivalSpec::Gamma { rate_per_s: 1e-6, cv: 4.0 };
+        assert!(spec(gamma.clone(), 20_000).check_arrival_span(None, "--requests").is_err());
+        assert!(spec(gamma, 6_000).check_arrival_span(None, "--requests").is_ok());
+        // One request arrives at 0; a closed loop has no span; nor is a
+        // trace's count known before its rows are read.
+        assert!(spec(poisson(1e-6), 1).check_arrival_span(None, "--requests").is_ok());
+        assert!(
+            spec(ArrivalSpec::ClosedLoop { concurrency: 1 }, u64::MAX).check_arrival_span(None, "--requests").is_ok()
+        );
+        let mut traced = spec(poisson(1e-6), 20_000);
+        traced.trace = Some(TraceSpec {
+            format: crate::trace::TraceFormat::Mooncake,
+            path: "t.jsonl".into(),
+            time_scale: 1.0,
+            limit: None,
+            skip_malformed: false,
+        });
+        assert!(traced.check_arrival_span(None, "--requests").is_ok());
+        // u64::MAX requests at 1e9/s: 1.8e10 s, refused, with no overflow.
+        assert!(spec(poisson(1e9), u64::MAX).check_arrival_span(None, "--requests").is_err());
+    }
 
     #[test]
     fn round_clamp_bounds() {

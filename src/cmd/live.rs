@@ -60,6 +60,18 @@ impl Out {
     }
 }
 
+/// Removes what a [`Live`] in `dir` makes before its files are in place:
+/// requests.csv's, timeline.csv's and trace.json's `.partial` files and
+/// the trace's spills (the folder was cleared before, so they are its).
+fn remove_partials(dir: &Path) {
+    for name in ["requests.csv", "timeline.csv", "trace.json"] {
+        let _ = std::fs::remove_file(partial(&dir.join(name)));
+    }
+    for s in TRACE_SPILLS {
+        let _ = std::fs::remove_file(dir.join(s));
+    }
+}
+
 fn partial(path: &Path) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(".partial");
@@ -117,13 +129,7 @@ impl Live {
         timeline: bool,
         trace: bool,
     ) -> Result<Self, CmdError> {
-        Self::open(dir, disaggregated, topology, timeline, trace).inspect_err(|_| {
-            let _ = std::fs::remove_file(partial(&dir.join("requests.csv")));
-            let _ = std::fs::remove_file(partial(&dir.join("timeline.csv")));
-            for s in TRACE_SPILLS {
-                let _ = std::fs::remove_file(dir.join(s));
-            }
-        })
+        Self::open(dir, disaggregated, topology, timeline, trace).inspect_err(|_| remove_partials(dir))
     }
 
     fn open(
@@ -231,15 +237,7 @@ impl Live {
     /// failed, or its files could not be finished): the `.partial` files
     /// and the trace's spills.
     pub fn discard(self) {
-        let f = self.files.borrow();
-        let _ = std::fs::remove_file(&f.requests.path);
-        if let Some((out, _)) = &f.timeline {
-            let _ = std::fs::remove_file(&out.path);
-        }
-        for s in TRACE_SPILLS {
-            let _ = std::fs::remove_file(self.dir.join(s));
-        }
-        let _ = std::fs::remove_file(partial(&self.dir.join("trace.json")));
+        remove_partials(&self.dir);
     }
 
     /// Finishes the files of `run` (labelled `label`) and moves them into

@@ -160,6 +160,21 @@ pub fn write_error(path: &Path, e: &std::io::Error) -> CmdError {
     CmdError::BadInput(format!("cannot write {}: {e}", path.display()))
 }
 
+/// Removes the file `path` if it is there; one that cannot be removed is a
+/// [`write_error`].
+pub fn remove_if_present(path: &Path) -> Result<(), CmdError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(write_error(path, &e)),
+        _ => Ok(()),
+    }
+}
+
+/// An output folder that cannot be listed (to clear what an earlier run
+/// left): exit 2, naming it.
+pub fn list_error(dir: &Path, e: &std::io::Error) -> CmdError {
+    CmdError::BadInput(format!("cannot read the output folder {}: {e}", dir.display()))
+}
+
 /// Writes the file `path` through `write`, buffered; an I/O error names the
 /// file. The bytes go to `path.partial` first and are renamed into place
 /// when whole, so a file under its own name is never cut off (by a second

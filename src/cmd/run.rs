@@ -13,7 +13,10 @@ use pdsim::scenario::{self, DEFAULT_SCENARIO_LABEL, Scenario};
 
 use super::live::{Live, TRACE_SPILLS};
 use super::sweep::SummaryCsv;
-use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, write_error, write_file};
+use super::{
+    CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, list_error, remove_if_present,
+    write_file,
+};
 
 /// Arguments of `pdsim run`.
 #[derive(Debug, Default, clap::Args)]
@@ -111,6 +114,11 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     let (mut scenario, label) = load(args)?;
     let seed = args.seed.unwrap_or(scenario.seed());
     scenario.set_seed(seed);
+    // Refused before the output folder is touched.
+    scenario
+        .workload()
+        .check_arrival_span(args.requests, "--requests")
+        .map_err(|e| CmdError::BadInput(format!("{}: {e}", scenario.source())))?;
     let dir = args.out.clone().unwrap_or_else(|| default_out(&scenario, args));
     match args.replicas {
         None => single(args, &scenario, &label, &dir),
@@ -180,7 +188,7 @@ fn simulate_live(
 fn clear_dir(dir: &Path) -> Result<(), CmdError> {
     create_dir(dir)?;
     remove_run_files(dir)?;
-    clear_replicas(dir, 0)
+    clear_replicas(dir)
 }
 
 /// Removes [`FILES`], [`DERIVED`], their `.partial` siblings and the
@@ -193,37 +201,27 @@ fn remove_run_files(dir: &Path) -> Result<(), CmdError> {
     Ok(())
 }
 
-fn remove_if_present(path: &Path) -> Result<(), CmdError> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(write_error(path, &e)),
-        _ => Ok(()),
-    }
-}
-
-/// Removes what a `--replicas` run left in `dir` beyond its first `keep`
-/// replicas: replicas.csv and replicas_summary.csv (their `.partial`
-/// siblings too), and each `replica-<k>` folder with `k >= keep` once the
-/// run files in it are gone (a folder that then still holds other files is
-/// left as it is: pdsim removes only files it writes). So a folder never
-/// lists replicas of two runs, nor a single run beside replicas.
-fn clear_replicas(dir: &Path, keep: u64) -> Result<(), CmdError> {
+/// Removes what a `--replicas` run left in `dir`: replicas.csv and
+/// replicas_summary.csv (their `.partial` siblings too), and in each
+/// `replica-<k>` folder (`k` as pdsim writes it: no leading zeros) the run
+/// files, and the folder once empty (one that still holds other files is
+/// left with them: pdsim removes only the names it writes). So a folder
+/// never lists replicas of two runs, nor a single run beside replicas,
+/// even when a replicas run stops before its last replica.
+fn clear_replicas(dir: &Path) -> Result<(), CmdError> {
     for name in REPLICA_FILES {
         remove_if_present(&dir.join(name))?;
         remove_if_present(&dir.join(format!("{name}.partial")))?;
     }
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) => return Err(write_error(dir, &e)),
-    };
+    let entries = std::fs::read_dir(dir).map_err(|e| list_error(dir, &e))?;
     for entry in entries {
-        let entry = entry.map_err(|e| write_error(dir, &e))?;
+        let entry = entry.map_err(|e| list_error(dir, &e))?;
         let name = entry.file_name();
-        let stale = name
+        let replica = name
             .to_str()
             .and_then(|n| n.strip_prefix("replica-"))
-            .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
-            .is_some_and(|k| k.parse::<u64>().map_or(true, |k| k >= keep));
-        if stale && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            .is_some_and(|k| k.parse::<u64>().is_ok_and(|v| v.to_string() == k));
+        if replica && entry.file_type().is_ok_and(|t| t.is_dir()) {
             let sub = entry.path();
             remove_run_files(&sub)?;
             let _ = std::fs::remove_dir(&sub);
@@ -393,11 +391,9 @@ fn replica_row(k: u64, scenario: &Scenario, label: &str, run: &Run) -> String {
 
 fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u64) -> Result<(), CmdError> {
     let start = Instant::now();
-    create_dir(dir)?;
     // No single run's files beside the replicas', and no replica of an
-    // earlier, larger run.
-    remove_run_files(dir)?;
-    clear_replicas(dir, count)?;
+    // earlier run (each replica clears its folder again as it starts).
+    clear_dir(dir)?;
     let seed = scenario.seed();
     let jobs = args.jobs.map_or_else(default_jobs, |j| usize::try_from(j).unwrap_or(usize::MAX));
     let n = usize::try_from(count).map_err(|_| CmdError::BadInput(format!("--replicas {count}: too many")))?;

@@ -13,7 +13,10 @@ use pdsim::report::{self, Report, csv_field};
 use pdsim::runner::{self, default_jobs, ordered_parallel};
 use pdsim::sweep::{Shard, Sweep, value_text};
 
-use super::{CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, write_error, write_file};
+use super::{
+    CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, list_error, remove_if_present,
+    write_error, write_file,
+};
 
 /// Arguments of `pdsim sweep`.
 #[derive(Debug, clap::Args)]
@@ -312,6 +315,13 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     // bad sweep fails the same way before anything runs.
     let points = sweep.points()?;
     let requests = args.requests.or(sweep.requests);
+    let from = if args.requests.is_some() { "--requests" } else { "the sweep's requests" };
+    for p in &points {
+        p.scenario
+            .workload()
+            .check_arrival_span(requests, from)
+            .map_err(|e| CmdError::BadInput(format!("{}: point {}: {e}", args.sweep.display(), p.index)))?;
+    }
     let mine: Vec<usize> = args.shard.map_or(0..points.len(), |s| s.range(points.len())).collect();
     let dir = args.out.clone().unwrap_or_else(|| {
         let stem = args.sweep.file_stem().map_or_else(|| "sweep".into(), |s| s.to_string_lossy().into_owned());
@@ -336,15 +346,12 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             summary = Some(SummaryCsv::create(&summary_path, &axes_header, "seeds", &metrics_header)?);
         } else {
             // One an earlier sweep left would not be this sweep's.
-            match std::fs::remove_file(&summary_path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(write_error(&summary_path, &e)),
-                _ => {}
-            }
+            remove_if_present(&summary_path)?;
         }
     }
     // Point reports and a page an earlier sweep left in the folder would
     // not describe this sweep's rows. Shards share the folder: each
-    // clears its own points only (and the first the page).
+    // clears its own points only.
     let gone = |p: &Path| match std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(write_error(p, &e)),
         _ => Ok(()),
@@ -353,9 +360,9 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         None => gone(&dir.join(POINTS_DIR))?,
         Some(_) => mine.iter().try_for_each(|&i| gone(&point_dir(&dir, points[i].index)))?,
     }
-    if args.shard.is_none_or(|s| s.k == 1) {
-        gone(&dir.join("report.html"))?;
-    }
+    // The page describes rows that are being rewritten, whichever shard
+    // this is.
+    gone(&dir.join("report.html"))?;
     // Rows of another split of the points: a whole sweep's beside shards,
     // or shards of another count. (Shards of this count are this sweep's
     // other slices, and stay.)
@@ -363,9 +370,9 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         gone(&dir.join(file_name(None)))?;
         gone(&summary_path)?;
     }
-    let entries = std::fs::read_dir(&dir).map_err(|e| write_error(&dir, &e))?;
+    let entries = std::fs::read_dir(&dir).map_err(|e| list_error(&dir, &e))?;
     for entry in entries {
-        let entry = entry.map_err(|e| write_error(&dir, &e))?;
+        let entry = entry.map_err(|e| list_error(&dir, &e))?;
         let name = entry.file_name();
         let count = name.to_str().and_then(shard_count);
         if count.is_some_and(|n| args.shard.is_none_or(|s| s.n != n)) {

@@ -48,7 +48,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     }
     scenario
         .workload()
-        .check_arrival_span(None)
+        .check_arrival_span(None, "")
         .map_err(|e| CmdError::BadInput(format!("{}: {e}", scenario.source())))?;
     if let Some(trace) = &scenario.workload().trace {
         // `Some(u64::MAX)` in place of the file's `requests`: the trace's

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::common::{Csv, base_with_lines, outcome, pdsim, pdsim_in, scenario_file, scratch, scratch_dir};
+use crate::common::{Csv, base_with_lines, names_in, outcome, pdsim, pdsim_in, scenario_file, scratch, scratch_dir};
 
 const SHIPPED: &str = "sweeps/glm-decode-bandwidth.toml";
 
@@ -99,15 +99,7 @@ fn shards_concatenate_to_the_whole_sweep() {
     assert_eq!(format!("{s1}{s2}"), whole);
     // Rows of another split go: a whole sweep's shards, and a shard's
     // whole sweep and shards of another count.
-    let csvs = || -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&shards)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".csv"))
-            .collect();
-        v.sort();
-        v
-    };
+    let csvs = || -> Vec<String> { names_in(&shards).into_iter().filter(|n| n.ends_with(".csv")).collect() };
     sweep(&file, &shards, &["--requests", "8", "--shard", "1/3"]);
     assert_eq!(csvs(), ["sweep.shard-1-of-3.csv"]);
     sweep(&file, &shards, &["--requests", "8", "--shard", "2/3"]);
@@ -188,6 +180,13 @@ fn bad_sweeps_exit_2_naming_the_file_and_axis() {
         ("no-scenario.toml", "requests = 3\n".to_owned(), vec!["scenario", "missing"]),
         ("missing-scenario.toml", "scenario = \"nope.toml\"\n".to_owned(), vec![":1:", "nope.toml"]),
         ("zero-requests.toml", format!("scenario = {base:?}\nrequests = 0\n"), vec![":2:", "requests", "must be >= 1"]),
+        // Point 1's arrivals are sure to pass the end of simulated time:
+        // refused before point 0 runs (and so in every shard).
+        (
+            "slow-point.toml",
+            format!("scenario = {base:?}\nrequests = 20000\n[axes]\n\"workload.arrival.rate_per_s\" = [4.0, 1e-6]\n"),
+            vec!["point 1: workload.arrival.rate_per_s: 20000 requests (the sweep's requests) at 0.000001 per second"],
+        ),
     ];
     for (name, text, wants) in cases {
         assert_refused(name, &text, &wants);

@@ -123,6 +123,14 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// The names in folder `dir`, sorted.
+pub fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
 /// Runs the built `pdsim` with `args` in the folder `cwd`.
 pub fn pdsim_in(cwd: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pdsim")).args(args).current_dir(cwd).output().unwrap()

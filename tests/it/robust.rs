@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::Value;
 
-use crate::common::{Csv, base_scenario, fixture, outcome, pdsim, scratch, scratch_dir};
+use crate::common::{Csv, base_scenario, fixture, names_in, outcome, pdsim, scratch, scratch_dir};
 
 fn repro(rel: &str) -> String {
     fixture(&format!("repros/{rel}")).display().to_string()
@@ -99,14 +99,17 @@ fn a_drawn_arrival_past_the_end_of_simulated_time_names_the_rate() {
         ["robust-slower-rate.toml: workload.arrival.rate_per_s: 20000 requests at 0.000001 per second arrive over \
          2.000e10 s on average, past the end of simulated time"];
     refused(&["validate", s.to_str().unwrap()], &want);
-    let args = run(&s);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    refused(&args, &want);
     // --requests replaces the file's count: 50 requests fit.
-    let mut args = args;
-    args.extend(["--requests", "50"]);
-    let (code, _, err) = outcome(&pdsim(&args));
+    let args = run(&s);
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, err) = outcome(&pdsim(&[&args[..], &["--requests", "50"]].concat()));
     assert_eq!(code, 0, "{err}");
+    // Refused before the folder is touched: the last run's files stay.
+    refused(&args, &want);
+    assert!(out.join("report.json").is_file(), "the refusal cleared the folder");
+    args.extend(["--replicas", "2"]);
+    refused(&args, &want);
+    assert!(out.join("report.json").is_file(), "the refusal cleared the folder");
 }
 
 #[test]
@@ -218,8 +221,7 @@ fn a_failed_write_leaves_no_partial_files() {
     assert_eq!(code, Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("cannot write ") && err.contains("requests.csv"), "{err}");
-    let left: Vec<String> =
-        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let left = names_in(&dir);
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
@@ -387,7 +389,8 @@ fn materialize(n: usize, case: &Case) -> PathBuf {
             scratch(&format!("fuzz-{n}.toml"), &(lines.join("\n") + "\n"))
         }
         Case::Trace { format, rows, time_scale, skip_malformed, arrival } => {
-            let trace = scratch(&format!("fuzz-{n}.jsonl"), &(rows.join("\n") + "\n"));
+            let ext = if *format == "mooncake" { "jsonl" } else { "csv" };
+            let trace = scratch(&format!("fuzz-{n}.{ext}"), &(rows.join("\n") + "\n"));
             let text = base_scenario().lines().take(12).collect::<Vec<_>>().join("\n")
                 + &format!(
                     "\n[workload]\nrequests = 20\narrival = {arrival}\ntrace = {{ format = \"{format}\", path = {:?}, time_scale = {time_scale}, skip_malformed = {skip_malformed} }}\n",
@@ -447,7 +450,7 @@ fn check_outcome(n: usize, verb: &str, out: &Output, dir: &Path) -> Result<(), T
         }
         2 => {
             prop_assert_eq!(err.lines().count(), 1, "case {} {}: {}", n, verb, err);
-            let placed = err.contains(&format!("fuzz-{n}.toml")) || err.contains(&format!("fuzz-{n}.jsonl"));
+            let placed = ["toml", "jsonl", "csv"].iter().any(|ext| err.contains(&format!("fuzz-{n}.{ext}")));
             prop_assert!(placed, "case {} {}: unplaced: {}", n, verb, err);
         }
         _ => prop_assert!(false, "case {} {}: exit {}: {}", n, verb, code, err),
