@@ -242,15 +242,16 @@ impl WorkloadSpec {
     }
 
     /// Refuses, before anything runs, a drawn arrival process that is sure
-    /// to pass the end of simulated time: a synthetic workload's `requests`
-    /// (or the file's count) Poisson or gamma arrivals at `rate_per_s` whose last one would come,
-    /// six standard deviations early, after [`MAX_ARRIVAL`]. (The sum of
-    /// n − 1 gaps has mean (n − 1) / rate and standard deviation cv times
-    /// that over √(n − 1).) Without it, a long run would simulate until its
-    /// draws got there and only then stop; one closer to the end still
-    /// stops at the request that passes it, naming it. The text names the
-    /// field (and `from`, where a `requests` that replaces the file's came
-    /// from: `--requests`); the caller places it in the scenario file.
+    /// to pass the end of simulated time: a synthetic workload whose
+    /// `requests` (or the file's count) Poisson or gamma arrivals at
+    /// `rate_per_s` would bring the last one after [`MAX_ARRIVAL`] even six
+    /// standard deviations early. (The sum of n − 1 gaps has mean
+    /// (n − 1) / rate and standard deviation cv times that over √(n − 1).)
+    /// Without it, a long run would simulate until its draws got there and
+    /// only then stop; one closer to the end still stops at the request
+    /// that passes it, naming it. The text names the field (and `from`,
+    /// where a `requests` that replaces the file's came from:
+    /// `--requests`); the caller places it in the scenario file.
     ///
     /// # Errors
     /// The field and what is wrong.
