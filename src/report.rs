@@ -996,7 +996,7 @@ pub fn write_trace_head(
 
 /// Appends the counter event of one timeline row of entity `entity`
 /// (pid `entity + 1`), if its metric is one the trace shows. Perfetto
-/// names a counter track "<event name> <arg key>".
+/// names a counter track "`<event name> <arg key>`".
 pub fn trace_counter(out: &mut Vec<u8>, entity: u32, sample: &actors::metrics::Sample) {
     let (name, key) = match sample.metric {
         Metric::KvUsed => ("kv", "used_blocks"),

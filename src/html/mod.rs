@@ -12,7 +12,7 @@
 //! font, image or link to anything outside the file. Deterministic: the
 //! page is a function of the files' contents only (no time stamps, no
 //! paths, fixed number formatting), so the same folder gives the same
-//! bytes. Series are reduced as they are read ([`read`]) and thinned to
+//! bytes. Series are reduced as they are read (`read.rs`) and thinned to
 //! the plot's pixels, so the page stays a few hundred KB however long the
 //! run.
 //!
