@@ -37,7 +37,7 @@
 //!   (the same two cases), in windows from the first arrival, which is the
 //!   first successful request's start unless the first request failed.
 //!
-//! The statistics are computed one record at a time ([`BenchBuilder`], in
+//! The statistics are computed one record at a time (`BenchBuilder`, in
 //! [`crate::metrics::SummaryBuilder`]) from compact columns of exact
 //! values (TTFT and E2EL share the summary's columns; TPOT adds one of 8
 //! bytes a completed request), counters, and heaps bounded by the requests

@@ -8,7 +8,7 @@
 //! - [`sim`]: builds a deployment and runs it: [`router`], [`ranks`]
 //!   (prefill, decode, aggregated) over a [`scheduler`] each (which owns the
 //!   rank's KV pool),
-//!   [`link`]s, exchanging [`msg::Msg`]; [`metrics`] summarises, [`bench`]
+//!   [`link`]s, exchanging [`msg::Msg`]; [`metrics`] summarises, [`bench`](mod@bench)
 //!   in `vllm bench serve`'s terms.
 pub mod arch;
 pub mod bench;

@@ -43,7 +43,7 @@ impl PrefixIds {
 
     /// The identity of the prompt's first `end` tokens, if the ids cover
     /// them, as the cache key of a pool block of `b` tokens ending there
-    /// ([`named_key`]).
+    /// (`named_key`).
     pub fn key_through(&self, end: Tokens, prompt: Tokens, b: Tokens) -> Option<u64> {
         let g = self.block_tokens.get();
         if g == 0 || end.is_zero() || end > prompt {
@@ -60,7 +60,7 @@ impl PrefixIds {
     /// `most` consecutive `b`-token blocks from block `first` on (ends
     /// `(first + 1)·b`, `(first + 2)·b`, …), up to the first block it gives
     /// none for. Where pool blocks tile the ids' blocks in groups
-    /// ([`named_key`]), an id's keys are its group's hash with the places
+    /// (`named_key`), an id's keys are its group's hash with the places
     /// counted up: one hash an id and a store a block, with the run's
     /// length known up front (the blocks within the prompt and the ids).
     pub fn push_block_keys(&self, b: Tokens, first: u64, prompt: Tokens, most: u64, out: &mut Vec<u64>) {
@@ -79,7 +79,7 @@ impl PrefixIds {
 
     /// [`PrefixIds::push_block_keys`]'s keys as runs of one group each
     /// (where pool blocks of `b` tokens tile the ids' blocks in groups,
-    /// [`named_key`]), appended to `out` as (the run's first key, its
+    /// `named_key`), appended to `out` as (the run's first key, its
     /// blocks): the run's keys are the first with the place counted up. So
     /// a group's keys are registered with one lookup of its record and no
     /// key written down. `false`, and nothing appended, where the blocks

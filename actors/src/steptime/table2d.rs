@@ -296,12 +296,12 @@ impl StepTimeModel for Table2dStepTime {
     /// A run's steps decode the same d sequences on X, X + d, X + 2d, …
     /// tokens of context: ⌈X/d⌉ grows by one a step, so the segments stay
     /// until it passes the context axis value that ends its segment, and
-    /// within them [`small_fraction`]'s numerator grows by a constant. Each
+    /// within them `small_fraction`'s numerator grows by a constant. Each
     /// step then costs an addition and a division, not two searches and
-    /// the bilinear form; the quotient is [`small_bilinear`]'s, and the
+    /// the bilinear form; the quotient is `small_bilinear`'s, and the
     /// step's time [`StepTimeModel::step_time`]'s (no prefill term: the
     /// prefill part of a decode step is empty). Outside
-    /// [`small_bilinear`]'s bounds, a step at a time.
+    /// `small_bilinear`'s bounds, a step at a time.
     fn decode_run(&self, shape: &mut BatchShape, each: &mut dyn FnMut(SimDuration) -> bool) {
         loop {
             shape.next_decode_step();
