@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::common::{Csv, names_in, outcome, pdsim, pdsim_in, scenario_file, scratch_dir};
+use crate::common::{Csv, names_in, outcome, pdsim, pdsim_in, pdsim_with_small_files, scenario_file, scratch_dir};
 
 /// Runs `pdsim run <scenario> --out <dir> <extra...>` and asserts exit 0.
 fn run_into(scenario: &str, dir: &Path, extra: &[&str]) -> String {
@@ -315,28 +315,34 @@ fn replicas_are_written_in_seed_order() {
 #[test]
 fn replica_folders_are_replaced_as_a_set() {
     let dir = scratch_dir("run-replica-set");
-    let names = names_in;
     run_into("default.toml", &dir, &["--requests", "5", "--replicas", "4", "--no-trace", "--quiet"]);
     std::fs::write(dir.join("replica-3").join("notes.txt"), "mine").unwrap();
     run_into("default.toml", &dir, &["--requests", "5", "--replicas", "2", "--no-trace", "--quiet"]);
-    assert_eq!(names(&dir), ["replica-0", "replica-1", "replica-3", "replicas.csv", "replicas_summary.csv"]);
-    assert_eq!(names(&dir.join("replica-3")), ["notes.txt"], "only pdsim's files are removed");
+    assert_eq!(names_in(&dir), ["replica-0", "replica-1", "replica-3", "replicas.csv", "replicas_summary.csv"]);
+    assert_eq!(names_in(&dir.join("replica-3")), ["notes.txt"], "only pdsim's files are removed");
     assert_eq!(Csv::read(&dir.join("replicas.csv")).column("replica"), ["0", "1"]);
     run_into("default.toml", &dir, &["--requests", "5", "--no-trace", "--quiet"]);
-    assert_eq!(names(&dir), ["replica-3", "report.json", "requests.csv", "timeline.csv"]);
+    assert_eq!(names_in(&dir), ["replica-3", "report.json", "requests.csv", "timeline.csv"]);
     run_into("default.toml", &dir, &["--requests", "5", "--replicas", "1", "--no-trace", "--quiet"]);
-    assert_eq!(names(&dir), ["replica-0", "replica-3", "replicas.csv", "replicas_summary.csv"]);
+    assert_eq!(names_in(&dir), ["replica-0", "replica-3", "replicas.csv", "replicas_summary.csv"]);
     // A replicas run that stops early (here its first replica cannot write
     // its requests.csv past the file-size limit, as on a full disk) leaves
     // none of an earlier run's replicas either.
     run_into("default.toml", &dir, &["--requests", "5", "--replicas", "3", "--no-trace", "--quiet"]);
-    let script = format!(
-        "trap '' XFSZ; ulimit -f 20; exec \"$0\" run {} --requests 200 --replicas 3 --jobs 1 --quiet --out {}",
-        scenario_file("default.toml").display(),
-        dir.display()
-    );
-    let out = std::process::Command::new("sh").arg("-c").arg(script).arg(env!("CARGO_BIN_EXE_pdsim")).output().unwrap();
-    let (code, _, err) = outcome(&out);
+    let default = scenario_file("default.toml");
+    let (code, _, err) = outcome(&pdsim_with_small_files(&[
+        "run",
+        default.to_str().unwrap(),
+        "--requests",
+        "200",
+        "--replicas",
+        "3",
+        "--jobs",
+        "1",
+        "--quiet",
+        "--out",
+        dir.to_str().unwrap(),
+    ]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("replica-0") && err.contains("requests.csv"), "{err}");
     for k in 0..3 {

@@ -131,6 +131,20 @@ pub fn names_in(dir: &Path) -> Vec<String> {
     v
 }
 
+/// Runs the built `pdsim` with `args` under a file-size limit of 20 blocks
+/// (10 KiB in `sh`, 20 KiB in bash) with SIGXFSZ ignored, so that a write
+/// past it fails with EFBIG as one on a full disk fails with ENOSPC.
+pub fn pdsim_with_small_files(args: &[&str]) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 20; exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_pdsim"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// Runs the built `pdsim` with `args` in the folder `cwd`.
 pub fn pdsim_in(cwd: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pdsim")).args(args).current_dir(cwd).output().unwrap()

@@ -11,7 +11,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::Value;
 
-use crate::common::{Csv, base_scenario, fixture, names_in, outcome, pdsim, scratch, scratch_dir};
+use crate::common::{
+    Csv, base_scenario, fixture, names_in, outcome, pdsim, pdsim_with_small_files, scratch, scratch_dir,
+};
 
 fn repro(rel: &str) -> String {
     fixture(&format!("repros/{rel}")).display().to_string()
@@ -83,15 +85,14 @@ fn a_drawn_arrival_past_the_end_of_simulated_time_names_the_rate() {
     };
     let s = scratch("robust-slow-rate.toml", &slow(5_000));
     let out = scratch_dir("robust-slow-rate");
-    let run = |s: &Path| {
-        vec!["run".to_owned(), s.display().to_string(), "--quiet".into(), "--no-trace".into(), "--no-timeline".into()]
-            .into_iter()
-            .chain(["--out".to_owned(), out.display().to_string()])
-            .collect::<Vec<String>>()
-    };
-    let args = run(&s);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    refused(&args, &["robust-slow-rate.toml: workload.arrival.rate_per_s: request ", "past the end of simulated time"]);
+    let o = out.to_str().unwrap();
+    fn run<'a>(s: &'a Path, o: &'a str) -> Vec<&'a str> {
+        vec!["run", s.to_str().unwrap(), "--quiet", "--no-trace", "--no-timeline", "--out", o]
+    }
+    refused(
+        &run(&s, o),
+        &["robust-slow-rate.toml: workload.arrival.rate_per_s: request ", "past the end of simulated time"],
+    );
     // 20,000 requests: 2.0e10 s on average, 1.9e10 s six deviations
     // early, so validate and run refuse it before anything is drawn.
     let s = scratch("robust-slower-rate.toml", &slow(20_000));
@@ -100,8 +101,7 @@ fn a_drawn_arrival_past_the_end_of_simulated_time_names_the_rate() {
          2.000e10 s on average, past the end of simulated time"];
     refused(&["validate", s.to_str().unwrap()], &want);
     // --requests replaces the file's count: 50 requests fit.
-    let args = run(&s);
-    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut args = run(&s, o);
     let (code, _, err) = outcome(&pdsim(&[&args[..], &["--requests", "50"]].concat()));
     assert_eq!(code, 0, "{err}");
     // Refused before the folder is touched: the last run's files stay.
@@ -208,17 +208,19 @@ fn output_files_are_replaced_as_a_set() {
 fn a_failed_write_leaves_no_partial_files() {
     let dir = scratch_dir("robust-fsize");
     let s = scratch("robust-fsize.toml", &base_scenario());
-    // At most 20 blocks of 512 bytes (1,024 in bash): the 200 requests'
-    // requests.csv (about 70 KB) passes it, with the timeline and the
-    // trace's spills still open beside it.
-    let script = format!(
-        "trap '' XFSZ; ulimit -f 20; exec \"$0\" run {} --requests 200 --quiet --out {}",
-        s.display(),
-        dir.display()
-    );
-    let out = Command::new("sh").arg("-c").arg(script).arg(env!("CARGO_BIN_EXE_pdsim")).output().unwrap();
-    let (code, err) = (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned());
-    assert_eq!(code, Some(2), "{err}");
+    // The 200 requests' requests.csv (about 70 KB) passes the limit, with
+    // the timeline and the trace's spills still open beside it.
+    let out = pdsim_with_small_files(&[
+        "run",
+        s.to_str().unwrap(),
+        "--requests",
+        "200",
+        "--quiet",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let (code, _, err) = outcome(&out);
+    assert_eq!(code, 2, "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("cannot write ") && err.contains("requests.csv"), "{err}");
     let left = names_in(&dir);
