@@ -1,34 +1,47 @@
 //! The P/D serving domain of pdsim, on the `sim-core` engine.
 //!
-//! - [`units`], [`model`], [`rules`]: tokens, blocks and bytes as types; cache
-//!   groups and the configuration gates; the grouped transfer rules of vLLM's
-//!   NIXL connector.
-//! - [`config`], [`workload`]: what a simulation runs (the deployment, the
-//!   request stream); [`validate`]: every check of a deployment.
-//! - [`sim`]: builds a deployment and runs it: [`router`], [`ranks`]
-//!   (prefill, decode, aggregated) over a [`scheduler`] each (which owns the
-//!   rank's KV pool),
-//!   [`link`]s, exchanging [`msg::Msg`]; [`metrics`] summarises, [`bench`](mod@bench)
-//!   in `vllm bench serve`'s terms.
-pub mod arch;
-pub mod bench;
-pub mod config;
-mod fxmap;
-pub mod hardware;
-pub mod link;
-pub mod metrics;
-pub mod model;
-pub mod msg;
-pub mod ranks;
-pub mod records;
-pub mod request;
-pub mod router;
-pub mod rules;
+//! # Layers
+//!
+//! The crate is cut into layers, each a folder that imports only from the
+//! layers below it (`tests/it/layers.rs` fails on an import that points
+//! up):
+//!
+//! 0. `base`: units, cache keys, the field error.
+//! 1. `requests`: a request and the streams of them.
+//! 2. `stats`: instruments fed as things happen, and the summaries made of them.
+//! 3. `models`: the model's layers and cache groups, TP, the GPU, step times.
+//! 4. `vllm`: vLLM's rules, one named place each.
+//! 5. `kv`: the KV block pool with its prefix cache.
+//! 6. [`scheduler`]: one rank's vLLM-like scheduler over its pool.
+//! 7. `serving`: the actors (router, ranks, links) and their messages.
+//! 8. `deploy`: a deployment as data, its checks, the wiring and the run.
+//!
+//! # The API
+//!
+//! The public modules below are the crate's API, re-exported from the
+//! layers: what a deployment is ([`config`], [`model`], [`units`]), what it
+//! runs ([`workload`]), how to run it ([`sim`]), what comes out
+//! ([`metrics`], [`bench`](mod@bench), [`records`], [`request`]), and the
+//! pieces a caller may use on their own or plug in: the handoff's
+//! [`rules`], [`tp`], [`arch`], [`hardware`], [`steptime`], [`router`]'s
+//! policies, [`scheduler`]'s batching policies, [`steps`] (one rank's
+//! scheduler on a small case) and [`validate`].
+#![warn(missing_docs, unreachable_pub)]
+
+mod base;
+mod deploy;
+mod kv;
+mod models;
+mod requests;
 pub mod scheduler;
-pub mod sim;
-pub mod steps;
-pub mod steptime;
-pub mod tp;
-pub mod units;
-pub mod validate;
-pub mod workload;
+mod serving;
+mod stats;
+mod vllm;
+
+pub use base::units;
+pub use deploy::{config, sim, steps, validate};
+pub use models::{arch, hardware, model, steptime, tp};
+pub use requests::{request, workload};
+pub use serving::router;
+pub use stats::{bench, metrics, records};
+pub use vllm::handoff as rules;

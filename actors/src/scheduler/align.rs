@@ -18,7 +18,7 @@
 
 use super::Core;
 use super::seqs::{Seq, SeqKey};
-use crate::units::Tokens;
+use crate::base::units::Tokens;
 
 impl Core {
     /// Of `k` tokens `seq` could compute from `start` on, those it may

@@ -20,7 +20,7 @@ use sim_core::SimDuration;
 
 use super::Core;
 use super::seqs::SeqKey;
-use crate::units::Tokens;
+use crate::base::units::Tokens;
 
 /// A member of the decoding set: the step count when it joined, and its
 /// computed and generated tokens then.

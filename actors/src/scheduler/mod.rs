@@ -31,11 +31,8 @@
 
 mod align;
 mod decoding;
-mod keymap;
-mod lru;
 mod plan;
 pub mod policy;
-mod pool;
 mod seqs;
 mod stats;
 pub mod step;
@@ -45,21 +42,17 @@ mod tests;
 
 use sim_core::{SimDuration, SimTime};
 
-#[cfg(test)]
-pub(crate) use keymap::GROUPED;
-pub(crate) use keymap::{GROUP_LEN, grouped_key, plain_key};
 pub use policy::{BatchPolicy, VllmPolicy};
-pub(crate) use pool::MAX_GROUPS;
 pub use stats::StepStats;
 pub use step::{Replan, Step};
 
-use crate::metrics::Histogram;
-use crate::model::CacheGroup;
-use crate::request::{ReqId, Request};
-use crate::steptime::StepTimeModel;
-use crate::units::Tokens;
+use crate::base::units::Tokens;
+use crate::kv::{Alloc, KvPool, Whole};
+use crate::models::model::CacheGroup;
+use crate::models::steptime::StepTimeModel;
+use crate::requests::request::{ReqId, Request};
+use crate::stats::metrics::Histogram;
 use plan::{Ahead, StepKv, StepLog};
-use pool::{Alloc, KvPool, Whole};
 use seqs::{Seq, SeqKey, Seqs};
 use stats::Stats;
 
@@ -587,13 +580,13 @@ impl Scheduler {
     /// Counts output tokens in 1 s windows from `origin` (default: time
     /// zero); set before the first step.
     pub(crate) fn set_token_origin(&mut self, origin: SimTime) {
-        self.core.stats.tokens = crate::metrics::TokenWindows::new(origin);
+        self.core.stats.tokens = crate::stats::metrics::TokenWindows::new(origin);
     }
 
     /// The output tokens of each 1 s window (left empty).
-    pub(crate) fn take_token_windows(&mut self) -> crate::metrics::TokenWindows {
+    pub(crate) fn take_token_windows(&mut self) -> crate::stats::metrics::TokenWindows {
         let origin = self.core.stats.tokens.origin();
-        std::mem::replace(&mut self.core.stats.tokens, crate::metrics::TokenWindows::new(origin))
+        std::mem::replace(&mut self.core.stats.tokens, crate::stats::metrics::TokenWindows::new(origin))
     }
 
     /// The pool's budget, peak and evictions.
@@ -604,7 +597,7 @@ impl Scheduler {
 }
 
 /// A finished sequence as the rank gets it: a generating one's blocks
-/// freed, a prefill's source release applied ([`crate::rules::source_release`]: a window group
+/// freed, a prefill's source release applied ([`crate::vllm::handoff::source_release`]: a window group
 /// keeps its in-window blocks, a state group its running block; the rest,
 /// checkpoint blocks included, is freed).
 fn core_finished(pool: &mut KvPool, mode: Mode, seq: Seq) -> Finished {

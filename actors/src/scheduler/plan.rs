@@ -32,8 +32,8 @@ use super::Core;
 use super::policy::BatchPolicy;
 use super::seqs::SeqKey;
 use super::step::Step;
-use crate::steptime::BatchShape;
-use crate::units::Tokens;
+use crate::base::units::Tokens;
+use crate::models::steptime::BatchShape;
 
 /// The steps: how many completed, and the end times of steps
 /// `base ..`: completed ones, then the `planned` ones in flight.
@@ -188,7 +188,7 @@ impl StepKv {
     /// modulo 2^64), in step order; forgets them.
     pub(super) fn take_until(&mut self, now: SimTime, groups: usize, mut row: impl FnMut(SimTime, &[u64])) {
         let w = Self::width(groups);
-        let mut delta = [0u64; KV_FIXED + super::MAX_GROUPS];
+        let mut delta = [0u64; KV_FIXED + crate::kv::MAX_GROUPS];
         while let Some(&t) = self.rows.get((self.head + 1) * w) {
             if t > now.as_nanos() {
                 return;
@@ -241,7 +241,7 @@ pub(super) struct Ahead {
 /// with the same batch (a decode rank's run cut by a message that changes
 /// nothing in it, such as a reservation) takes them instead of asking the
 /// model again: a step's time is a pure function of its shape
-/// ([`crate::steptime::StepTimeModel`]), so a match on the first shape is
+/// ([`crate::models::steptime::StepTimeModel`]), so a match on the first shape is
 /// the whole check, and a run's later shapes follow from its first.
 #[derive(Default)]
 pub(super) struct Spare {

@@ -9,9 +9,9 @@ use slotmap::{SlotMap, new_key_type};
 
 use super::Mode;
 use super::decoding::Member;
-use super::pool::Alloc;
-use crate::request::Request;
-use crate::units::Tokens;
+use crate::base::units::Tokens;
+use crate::kv::Alloc;
+use crate::requests::request::Request;
 
 new_key_type! {
     /// A sequence's key. Keys order by slot, and a freed slot is reused last

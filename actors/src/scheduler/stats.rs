@@ -4,7 +4,7 @@
 
 use sim_core::{SimDuration, SimTime};
 
-use crate::metrics::{Histogram, TokenWindows};
+use crate::stats::metrics::{Histogram, TokenWindows};
 
 /// Step-level counters of one rank.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -3,11 +3,11 @@
 //! ahead are settled before an allocation needs them, allocations are all
 //! or nothing, members of the decoding set are counted, never visited).
 
-use super::pool::Whole;
 use super::seqs::SeqKey;
 use super::{Core, Mode};
-use crate::steptime::BatchShape;
-use crate::units::Tokens;
+use crate::base::units::Tokens;
+use crate::kv::Whole;
+use crate::models::steptime::BatchShape;
 
 /// The step cannot be formed with the decoding set in place (a sequence
 /// needs a preemption): the scheduler brings every member up to date and

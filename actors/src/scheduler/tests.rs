@@ -2,13 +2,13 @@
 
 use sim_core::{SimDuration, SimTime};
 
-use super::pool::{Alloc, KvPool};
 use super::*;
-use crate::model::{CacheGroup, CacheGroupKind, CacheGroupSpec, Role};
-use crate::request::Request;
-use crate::steptime::{BatchShape, StepTimeModel};
-use crate::units::{Blocks, Bytes, Tokens};
-use crate::workload::PrefixIds;
+use crate::base::units::{Blocks, Bytes, Tokens};
+use crate::kv::{Alloc, KvPool};
+use crate::models::model::{CacheGroup, CacheGroupKind, CacheGroupSpec, Role};
+use crate::models::steptime::{BatchShape, StepTimeModel};
+use crate::requests::request::Request;
+use crate::requests::workload::PrefixIds;
 
 /// Every step takes 1 ms.
 struct Fixed;

@@ -4,11 +4,8 @@
 use actors::config::{
     CrashSpec, DecodeGrid, DeploymentSpec, LinkSpec, LinkTopology, RoleSpec, Sharing, SloSpec, StepTimeSpec,
 };
-use actors::link::NixlLink;
 use actors::metrics::{Metric, Sample, Timeline};
 use actors::model::{ModelSpec, Role};
-use actors::msg::Msg;
-use actors::ranks::{AggregatedRank, DecodeRank, PrefillRank};
 use actors::request::{Command, FailReason, Outcome, Request};
 use actors::router::RoutePolicy;
 use actors::sim::{self, Deployment, RankId, RunInput, SimOutput};
@@ -112,98 +109,6 @@ fn one_glm_request_is_timed_to_the_nanosecond() {
     // The source was released and every block returned.
     let p = out.ranks.iter().find(|k| k.role == Role::Prefill).unwrap();
     assert_eq!(p.sources.unwrap().released, 1);
-}
-
-fn refusal_texts(out: &SimOutput) -> Vec<String> {
-    out.records
-        .iter()
-        .filter_map(|r| match r.outcome {
-            Outcome::Failed(f) => Some(f.to_string()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn lone_request(id: u64) -> Box<Request> {
-    Box::new(Request::new(id, Tokens::new(100), Tokens::new(4), PrefixIds::none(), SimTime::ZERO))
-}
-
-#[test]
-fn ranks_refuse_the_other_sides_commands() {
-    let spec = pd(role(1, 64, linear_step(1_000.0, 1.0, 0.0)), role(1, 64, linear_step(1_000.0, 1.0, 0.0)), 10.0);
-    let dep = Deployment::build(&glm_spec(), &spec).unwrap();
-    let mut b = sim::build(&dep, input(vec![])).unwrap();
-    let (p, d) = (b.ranks[0].id(), b.ranks[1].id());
-    let t = SimTime::ZERO;
-    b.sim.schedule(t, d, Msg::SubmitHandoffPrefill(lone_request(1))).unwrap();
-    b.sim.schedule(t, d, Msg::ReleaseSource(1)).unwrap();
-    b.sim.schedule(t, d, Msg::CancelSource(1, FailReason::DecodeAborted)).unwrap();
-    b.sim.schedule(t, p, Msg::ReserveDestination(lone_request(2))).unwrap();
-    b.sim.schedule(t, p, Msg::CancelDestination(2, FailReason::DecodeAborted)).unwrap();
-    b.sim.run();
-    let decode = b.sim.actor::<DecodeRank>(d).unwrap();
-    let texts: Vec<String> = decode.refusals().iter().map(|r| r.to_string()).collect();
-    assert_eq!(
-        texts,
-        [
-            "decode rank refused source command SubmitHandoffPrefill: it accepts only destination commands",
-            "decode rank refused source command ReleaseSource: it accepts only destination commands",
-            "decode rank refused source command CancelSource: it accepts only destination commands",
-        ]
-    );
-    let prefill = b.sim.actor::<PrefillRank>(p).unwrap();
-    let texts: Vec<String> = prefill.refusals().iter().map(|r| r.to_string()).collect();
-    assert_eq!(
-        texts,
-        [
-            "prefill rank refused destination command ReserveDestination: it accepts only source commands",
-            "prefill rank refused destination command CancelDestination: it accepts only source commands",
-        ]
-    );
-    // The requests those commands carried failed with the refusal as their reason.
-    let out = b.run().unwrap();
-    // The commands went straight to the ranks, past the router, so it saw
-    // no request enter; every other check holds (pools, sources, links).
-    assert_eq!(out.violations, ["0 requests entered, 2 accounted for"]);
-    assert_eq!(refusal_texts(&out).len(), 2);
-    assert!(matches!(
-        out.records[0].outcome,
-        Outcome::Failed(FailReason::Refused { role: Role::Decode, command: Command::SubmitHandoffPrefill })
-    ));
-}
-
-#[test]
-fn an_aggregated_grouped_rank_refuses_every_handoff_command() {
-    let mut spec = pd(role(1, 64, linear_step(1_000.0, 1.0, 0.0)), role(1, 64, linear_step(1.0, 1.0, 0.0)), 1.0);
-    spec.aggregated = spec.prefill.take();
-    spec.decode = None;
-    let dep = Deployment::build(&glm_spec(), &spec).unwrap();
-    let mut b = sim::build(&dep, input(vec![])).unwrap();
-    let RankId::Aggregated(a) = b.ranks[0] else { panic!("an aggregated rank") };
-    let t = SimTime::ZERO;
-    b.sim.schedule(t, a, Msg::SubmitHandoffPrefill(lone_request(1))).unwrap();
-    b.sim.schedule(t, a, Msg::ReleaseSource(1)).unwrap();
-    b.sim.schedule(t, a, Msg::CancelSource(1, FailReason::DecodeAborted)).unwrap();
-    b.sim.schedule(t, a, Msg::ReserveDestination(lone_request(2))).unwrap();
-    b.sim.schedule(t, a, Msg::CancelDestination(2, FailReason::DecodeAborted)).unwrap();
-    b.sim.run();
-    let rank = b.sim.actor::<AggregatedRank>(a).unwrap();
-    let texts: Vec<String> = rank.refusals().iter().map(|r| r.to_string()).collect();
-    let expect =
-        |side: &str, cmd: &str| format!("aggregated rank refused {side} command {cmd}: it accepts no handoff commands");
-    assert_eq!(
-        texts,
-        [
-            expect("source", "SubmitHandoffPrefill"),
-            expect("source", "ReleaseSource"),
-            expect("source", "CancelSource"),
-            expect("destination", "ReserveDestination"),
-            expect("destination", "CancelDestination"),
-        ]
-    );
-    let out = b.run().unwrap();
-    // Injected past the router, as above: only the entry count is off.
-    assert_eq!(out.violations, ["0 requests entered, 2 accounted for"]);
 }
 
 /// The decode rank reserves a handoff's blocks in a schedule call, as
@@ -319,59 +224,6 @@ fn a_full_decode_pool_makes_the_second_reservation_wait() {
     assert_eq!(out.summary.transfer_wait_ms.max, wait.as_millis_f64());
     let d = out.ranks.iter().find(|k| k.role == Role::Decode).unwrap();
     assert_eq!(d.reservations_waited, 1);
-}
-
-/// Receives TransferCompleted and notes when.
-#[derive(Default)]
-struct Sink(Vec<(u64, u64)>);
-impl Actor<Msg> for Sink {
-    fn handle(&mut self, msg: Msg, ctx: &mut Context<'_, Msg>) {
-        if let Msg::TransferCompleted(id) = msg {
-            self.0.push((id, ctx.now().as_nanos()));
-        }
-    }
-}
-
-/// Runs transfers `(id, start ms, bytes)` on one zero-latency 1 GB/s link.
-fn link_run(sharing: Sharing, transfers: &[(u64, u64, u64)]) -> Vec<(u64, u64)> {
-    let mut sim = Simulation::new(1);
-    let bw = Bandwidth::from_gb_per_s(1.0).unwrap();
-    let link = sim.add_actor("link", NixlLink::new(0, SimDuration::ZERO, bw, sharing)).unwrap();
-    let sink = sim.add_actor("sink", Sink::default()).unwrap();
-    for &(id, at_ms, bytes) in transfers {
-        let msg = Msg::StartTransfer { id, bytes: Bytes::new(bytes), reply_to: sink };
-        sim.schedule(SimTime::from_nanos(at_ms * 1_000_000), link, msg).unwrap();
-    }
-    sim.run();
-    let l = sim.actor::<NixlLink>(link).unwrap();
-    assert_eq!(l.stats.bytes_started, l.stats.bytes_completed);
-    sim.actor::<Sink>(sink).unwrap().0.clone()
-}
-
-const MB100: u64 = 100_000_000; // 100 ms alone at 1 GB/s
-
-#[test]
-fn processor_sharing_retimes_transfers_exactly() {
-    // Two equal transfers together: each gets half the bandwidth, so each
-    // takes twice as long as alone: 200 ms.
-    assert_eq!(
-        link_run(Sharing::ProcessorSharing, &[(1, 0, MB100), (2, 0, MB100)]),
-        [(1, 200_000_000), (2, 200_000_000)]
-    );
-    // B starts halfway through A: A has 50 ms of solo work left, done at half
-    // speed: 150 ms. B then has 50 ms left alone: 200 ms.
-    assert_eq!(
-        link_run(Sharing::ProcessorSharing, &[(1, 0, MB100), (2, 50, MB100)]),
-        [(1, 150_000_000), (2, 200_000_000)]
-    );
-    // Three-way: A 100 MB at 0, B 30 MB at 10 ms, C 60 MB at 20 ms.
-    // 0-10: A alone, 90 MB left. 10-20: halves, A 85, B 25 left.
-    // From 20: thirds; B's 25 MB take 75 ms -> B at 95 ms; A 60, C 35 left.
-    // Halves: C's 35 take 70 ms -> C at 165 ms; A has 25 left -> 190 ms.
-    let three = [(1, 0, MB100), (2, 10, 30_000_000), (3, 20, 60_000_000)];
-    assert_eq!(link_run(Sharing::ProcessorSharing, &three), [(2, 95_000_000), (3, 165_000_000), (1, 190_000_000)]);
-    // FIFO: one at a time.
-    assert_eq!(link_run(Sharing::Fifo, &[(1, 0, MB100), (2, 50, MB100)]), [(1, 100_000_000), (2, 200_000_000)]);
 }
 
 /// Poisson arrivals at `rate` per second, prompts uniform in 500..4,000,

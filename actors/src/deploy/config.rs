@@ -1,0 +1,371 @@
+//! The deployment a simulation runs: ranks, link, router, faults and SLOs.
+//!
+//! These are plain data with serde derives so that the harness can read them
+//! from scenario files (unknown fields refused); this crate never touches a
+//! file. [`crate::deploy::sim::Deployment::build`] checks them with
+//! [`crate::deploy::validate`] and reports the first problem with the field's path.
+
+use serde::{Deserialize, Serialize};
+
+use crate::base::units::Tokens;
+
+/// Everything about a deployment except the model and the workload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentSpec {
+    /// vLLM version of every rank unless a role names its own.
+    #[serde(default)]
+    pub vllm_version: Option<String>,
+    /// Prefill ranks of a disaggregated deployment.
+    #[serde(default)]
+    pub prefill: Option<RoleSpec>,
+    /// Decode ranks of a disaggregated deployment.
+    #[serde(default)]
+    pub decode: Option<RoleSpec>,
+    /// Ranks that prefill and decode with no handoff (the baseline). Exclusive
+    /// with `prefill`/`decode`.
+    #[serde(default)]
+    pub aggregated: Option<RoleSpec>,
+    /// The KV link between prefill and decode ranks.
+    #[serde(default)]
+    pub link: LinkSpec,
+    /// How requests are spread over ranks.
+    #[serde(default)]
+    pub router: RouterSpec,
+    /// Failures and the source hold.
+    #[serde(default)]
+    pub faults: FaultSpec,
+    /// No longer has an effect: the timeline records every change at its
+    /// instant. Accepted (from 1e-6 to 1e9 ms) so that older files load.
+    #[serde(default = "default_sample_ms")]
+    pub timeline_interval_ms: f64,
+    /// Check the conservation invariants after every scheduler step (slower).
+    #[serde(default)]
+    pub check_invariants: bool,
+    /// The GPU every rank runs on (a preset's numbers, filled in by the
+    /// harness, or the user's): needed by the roofline step time and by KV
+    /// capacity from GPU memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<crate::models::hardware::HardwareSpec>,
+}
+
+fn default_sample_ms() -> f64 {
+    100.0
+}
+
+/// The ranks of one role: all alike.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleSpec {
+    /// How many ranks (data-parallel replicas) of this role.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Tensor-parallel size of one rank. The model's byte counts are
+    /// derived at it when the model gives its own `tp` (the size its counts
+    /// are for); absent, the model's `tp` (or 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<u32>,
+    /// Blocks in the rank's KV pool, shared by every cache group. Absent:
+    /// what the GPU's memory leaves once the weights are loaded, as vLLM
+    /// sizes it ([`crate::models::arch::memory`]; needs the model's `arch` and the
+    /// deployment's `[hardware]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_blocks: Option<u64>,
+    /// The share of GPU memory the rank may use (vLLM's
+    /// `--gpu-memory-utilization`, default 0.9), when `num_blocks` is
+    /// derived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_utilization: Option<f64>,
+    /// Token budget of one scheduler step.
+    #[serde(default = "default_batched_tokens")]
+    pub max_num_batched_tokens: u64,
+    /// Most sequences in one step.
+    #[serde(default = "default_num_seqs")]
+    pub max_num_seqs: u32,
+    /// Block size of a linear model's pool (grouped models carry their own).
+    #[serde(default)]
+    pub block_size_tokens: Option<Tokens>,
+    /// The longest sequence a rank serves (vLLM's `--max-model-len`, whose
+    /// default is the model's `max_position_embeddings`): as vLLM, a rank
+    /// refuses a request whose prompt leaves no room for an output token
+    /// (prompt >= max_model_len; it fails when it arrives), and stops one
+    /// whose output would run past the limit there (its output is capped
+    /// at `max_model_len − prompt`). Absent: the model's
+    /// `arch.max_position_embeddings` when it gives its layers (as vLLM),
+    /// else no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<Tokens>,
+    /// Whether the pool keeps a prefix cache.
+    #[serde(default = "yes")]
+    pub prefix_caching: bool,
+    /// vLLM version of this role (overrides the deployment's).
+    #[serde(default)]
+    pub vllm_version: Option<String>,
+    /// The forward-pass time of one step.
+    pub step_time: StepTimeSpec,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for RoleSpec {
+    /// One rank with vLLM's defaults (a token budget of 8,192, 256
+    /// sequences, prefix caching on), its pool sized from GPU memory and
+    /// its steps priced by the roofline: what a role table gives with only
+    /// its `step_time` set to `{ kind = "roofline" }`.
+    fn default() -> Self {
+        RoleSpec {
+            count: one(),
+            tp: None,
+            num_blocks: None,
+            gpu_memory_utilization: None,
+            max_num_batched_tokens: default_batched_tokens(),
+            max_num_seqs: default_num_seqs(),
+            block_size_tokens: None,
+            max_model_len: None,
+            prefix_caching: yes(),
+            vllm_version: None,
+            step_time: StepTimeSpec::Roofline(Default::default()),
+        }
+    }
+}
+
+impl RoleSpec {
+    /// The rank's TP size under `model`: its own `tp`, else the model's,
+    /// else 1.
+    pub fn tp_under(&self, model: &crate::models::model::ModelSpec) -> u32 {
+        self.tp.or(model.tp).unwrap_or(1)
+    }
+}
+fn yes() -> bool {
+    true
+}
+fn default_batched_tokens() -> u64 {
+    8192
+}
+fn default_num_seqs() -> u32 {
+    256
+}
+
+/// A forward-pass time model. All times in microseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum StepTimeSpec {
+    /// `fixed + per_token × new tokens + per_seq × sequences + per_context_token × context tokens read`.
+    Linear {
+        /// Fixed cost of a step, µs.
+        #[serde(default)]
+        fixed_us: f64,
+        /// Per token computed in the step, µs.
+        #[serde(default)]
+        per_token_us: f64,
+        /// Per sequence in the step, µs.
+        #[serde(default)]
+        per_seq_us: f64,
+        /// Per token of context attended to (sum over the batch), µs.
+        #[serde(default)]
+        per_context_token_us: f64,
+    },
+    /// A profile: step time at given batch sizes (tokens computed), linearly
+    /// interpolated between points and extrapolated from the last two, plus
+    /// an optional per-context-token term.
+    Table {
+        /// `[tokens, µs]` pairs, tokens strictly increasing.
+        points: Vec<[f64; 2]>,
+        /// Per token of context attended to, µs.
+        #[serde(default)]
+        per_context_token_us: f64,
+    },
+    /// A prefill term plus a decode term, each zero when its part of the
+    /// step is empty (as AISimulate prices an aggregated step: a P/D
+    /// prefill rank pays only the first, a decode rank only the second).
+    ///
+    /// Prefill: `P(N) + prefill_self_pair_ns × (Σ k(k+1)/2 − N(N+1)/2) +
+    /// prefill_cached_pair_ns × Σ k·c` over the prefill sequences (chunks
+    /// of k tokens on c cached), N their tokens, `P` the `prefill` table
+    /// (one prompt of N tokens, nothing cached). The middle term takes off
+    /// the causal attention a batch of several prompts does not do; the
+    /// last prices attention over cached tokens.
+    ///
+    /// Decode: the `decode` grid, bilinear in (decoding sequences, mean
+    /// context per decoding sequence).
+    Table2d {
+        /// `[tokens, µs]`: one prompt of that many tokens, nothing cached;
+        /// tokens strictly increasing. Linearly interpolated, extrapolated
+        /// from the end segments.
+        prefill: Vec<[f64; 2]>,
+        /// Per (query, key) pair of causal attention within the prefill
+        /// chunks, ns: the batch correction's rate (≥ 0).
+        #[serde(default)]
+        prefill_self_pair_ns: f64,
+        /// Per (query, cached key) pair of the prefill chunks' attention
+        /// over their cached tokens, ns (≥ 0).
+        #[serde(default)]
+        prefill_cached_pair_ns: f64,
+        /// The decode step time against decoding sequences and context.
+        decode: DecodeGrid,
+    },
+    /// Priced from the batch's work on the deployment's `[hardware]`,
+    /// with the model's `arch` ([`crate::models::steptime::roofline`] has the
+    /// formula); every factor has a default.
+    Roofline(crate::models::steptime::roofline::RooflineParams),
+}
+
+/// A decode step's time on a grid of (sequences, context per sequence),
+/// bilinearly interpolated and linearly extrapolated outside.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecodeGrid {
+    /// Decoding sequences in the step, strictly increasing, each ≥ 1.
+    pub seqs: Vec<u64>,
+    /// Tokens each decoding sequence has in its cache before the step (the
+    /// KV its attention reads besides its new token), strictly increasing.
+    pub context: Vec<u64>,
+    /// µs, one row per `seqs` value, one column per `context` value.
+    pub us: Vec<Vec<f64>>,
+}
+
+/// The KV link between prefill and decode ranks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    /// Bandwidth of one link, GB/s (10^9 bytes per second).
+    #[serde(default = "default_bandwidth")]
+    pub bandwidth_gb_s: f64,
+    /// Fixed latency of one transfer, µs (not shared).
+    #[serde(default)]
+    pub latency_us: f64,
+    /// How concurrent transfers share a link's bandwidth.
+    #[serde(default)]
+    pub sharing: Sharing,
+    /// One link per prefill/decode pair, or one link for all.
+    #[serde(default)]
+    pub topology: LinkTopology,
+}
+
+fn default_bandwidth() -> f64 {
+    50.0
+}
+
+impl Default for LinkSpec {
+    fn default() -> Self {
+        LinkSpec {
+            bandwidth_gb_s: default_bandwidth(),
+            latency_us: 0.0,
+            sharing: Sharing::default(),
+            topology: LinkTopology::default(),
+        }
+    }
+}
+
+/// How concurrent transfers on one link share its bandwidth.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sharing {
+    /// Every active transfer gets an equal share, re-timed exactly whenever
+    /// a transfer starts or ends.
+    #[default]
+    ProcessorSharing,
+    /// One transfer at a time at full bandwidth, in order of arrival.
+    Fifo,
+}
+
+/// Which links exist.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkTopology {
+    /// A link per (prefill rank, decode rank) pair.
+    #[default]
+    PerPair,
+    /// One link that every transfer shares.
+    Shared,
+}
+
+/// Routing policies.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterSpec {
+    /// Policy for prefill (or aggregated) ranks.
+    #[serde(default)]
+    pub prefill_policy: Policy,
+    /// Policy for decode ranks.
+    #[serde(default)]
+    pub decode_policy: Policy,
+    /// `kv_aware`'s weight of a prompt token a rank would have to compute
+    /// (not in its cache) against one token of load it already has
+    /// outstanding (default 1): it sends a request where
+    /// `weight × uncached prompt tokens + outstanding tokens` is least.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_overlap_weight: Option<f64>,
+}
+
+/// A routing policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Ranks in turn.
+    #[default]
+    RoundRobin,
+    /// The rank with the fewest outstanding tokens (ties: lowest index).
+    LeastOutstanding,
+    /// The rank with the least cost, `kv_overlap_weight` times the prompt
+    /// tokens its prefix cache likely lacks, plus its outstanding tokens:
+    /// the hit scored against the load.
+    KvAware,
+}
+
+/// Failures and the source hold.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultSpec {
+    /// Chance that a decode rank aborts a handoff when asked to reserve it
+    /// (the source is then cancelled).
+    #[serde(default)]
+    pub decode_abort_probability: f64,
+    /// Hold sources for a fixed time instead of under a lease, seconds: a
+    /// source with no answer is freed this long after it was held, even if
+    /// its decode rank is alive but backed up. Not vLLM's behaviour (it
+    /// holds under a lease); for what-if studies. Not with `source_lease_s`.
+    #[serde(default)]
+    pub source_hold_s: Option<f64>,
+    /// The lease sources are held under, seconds (default: the vLLM
+    /// version's `kv_lease_duration`, 30 s on 0.31.0 to 0.33.0): the decode rank that accepted a handoff renews it every
+    /// lease/6 with a heartbeat that moves the expiry to at least 2/3 of a
+    /// lease ahead, so a source expires only once its decode rank has gone
+    /// silent. Not with `source_hold_s`.
+    #[serde(default)]
+    pub source_lease_s: Option<f64>,
+    /// Decode ranks that crash: at `at_s` the rank stops, silently. Its
+    /// requests fail, the router stops sending it work, and the sources it
+    /// was to release stay held on the prefill ranks until their hold (or
+    /// lease) runs out.
+    #[serde(default)]
+    pub decode_crashes: Vec<CrashSpec>,
+}
+
+/// A decode rank that crashes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CrashSpec {
+    /// Index of the decode rank, from 0.
+    pub rank: u32,
+    /// When, seconds of simulated time.
+    pub at_s: f64,
+}
+
+/// Service-level objectives for goodput. A request meets the SLO when it
+/// completed and every named bound holds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SloSpec {
+    /// Time to first token bound, ms.
+    #[serde(default)]
+    pub ttft_ms: Option<f64>,
+    /// Time per output token bound, ms.
+    #[serde(default)]
+    pub tpot_ms: Option<f64>,
+    /// End-to-end latency bound, ms.
+    #[serde(default)]
+    pub e2e_ms: Option<f64>,
+}

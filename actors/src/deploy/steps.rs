@@ -1,0 +1,342 @@
+//! One rank's scheduler, step by step, on a small case: the log that is
+//! compared with vLLM's own scheduler driven on the same case.
+//!
+//! A case (JSON, the format of the vLLM-oracle driver `vllm_steps.py`):
+//!
+//! ```json
+//! {"max_num_seqs": 8, "max_num_batched_tokens": 32, "num_blocks": 21,
+//!  "block_size": 16, "prefix_caching": false,
+//!  "requests": [{"id": 0, "arrival_step": 0, "prompt": 64, "output": 30,
+//!                "prefix_group": 1, "prefix_tokens": 32}]}
+//! ```
+//!
+//! - `num_blocks` counts vLLM's blocks, its null block (block 0) included,
+//!   so the rank's pool has `num_blocks − 1`.
+//! - A request with `arrival_step = s` joins the queue before the `s`-th
+//!   schedule call (the first is step 0).
+//! - Requests of one `prefix_group` share their first `prefix_tokens`
+//!   tokens; every other token is unique. Every prompt is named for the
+//!   prefix cache, token by token, as vLLM hashes every request's blocks.
+//! - `cache_groups` (optional): a hybrid model as a list of pdsim cache
+//!   groups (`kind`, `block_size_tokens`, `window_tokens`,
+//!   `prefix_cacheable`, `checkpoint_blocks`); absent, one full-attention
+//!   group of `block_size`.
+//!
+//! - `role` (optional): `"aggregated"` (the default) or `"decode"`: a
+//!   decode rank of a P/D deployment, whose requests arrive as handoffs
+//!   (remote loads, `Scheduler::enqueue_remote`); a schedule call reserves
+//!   their blocks, and the KV of one reserved in call `s` lands (is ready)
+//!   before call `s + load_steps` (per request, default 1); it then
+//!   computes its last prompt token and decodes.
+//!
+//! The scheduler runs as such a rank would (vLLM's policy, every sequence
+//! handled one by one each step), with 1 ms steps. One [`StepLine`] per
+//! schedule call, empty steps included so that step numbers line up; a
+//! decode case's lines also list the loads each call reserved.
+
+use std::collections::BTreeMap;
+
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
+use sim_core::{SimDuration, SimTime};
+
+use crate::base::units::{Blocks, Bytes, Tokens};
+use crate::deploy::validate::FieldError;
+use crate::models::model::{CacheGroupKind, CacheGroupSpec, Role};
+use crate::models::steptime::{BatchShape, StepTimeModel};
+use crate::requests::request::{ReqId, Request};
+use crate::requests::workload::{PrefixIds, mix};
+use crate::scheduler::{Finished, Limits, Mode, Reservation, Scheduler, VllmPolicy};
+
+/// A case.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    /// Sequences running at once at most.
+    pub max_num_seqs: u32,
+    /// Tokens computed per step at most.
+    pub max_num_batched_tokens: u64,
+    /// vLLM's blocks, its null block included.
+    pub num_blocks: u64,
+    /// Tokens per block (of the one full-attention group when there are no
+    /// `cache_groups`).
+    pub block_size: u64,
+    /// Prefix caching on.
+    pub prefix_caching: bool,
+    /// The requests.
+    pub requests: Vec<CaseRequest>,
+    /// A hybrid model's groups.
+    #[serde(default)]
+    pub cache_groups: Option<Vec<CaseGroup>>,
+    /// vLLM's `max_model_len` (the driver's default 8,192); not used by
+    /// pdsim's scheduler.
+    #[serde(default)]
+    pub max_model_len: Option<u64>,
+    /// `"aggregated"` (default) or `"decode"`.
+    #[serde(default)]
+    pub role: Option<String>,
+}
+
+/// A request of a case.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseRequest {
+    /// Its id (unique in the case).
+    pub id: u64,
+    /// The schedule call it arrives before.
+    pub arrival_step: u64,
+    /// Prompt tokens.
+    pub prompt: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Requests of one group share their first `prefix_tokens` tokens.
+    #[serde(default)]
+    pub prefix_group: Option<u64>,
+    /// Shared tokens of the group.
+    #[serde(default)]
+    pub prefix_tokens: Option<u64>,
+    /// A decode case: schedule calls from the one that reserves its
+    /// blocks to the one its KV is ready for (default 1).
+    #[serde(default)]
+    pub load_steps: Option<u64>,
+}
+
+/// A cache group of a case (pdsim's group fields; bytes do not matter here).
+#[derive(Clone, Debug, Deserialize)]
+pub struct CaseGroup {
+    /// Its name (optional).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Its kind.
+    pub kind: CacheGroupKind,
+    /// Tokens per block.
+    pub block_size_tokens: u64,
+    /// A window group's window.
+    #[serde(default)]
+    pub window_tokens: Option<u64>,
+    /// Whether its blocks enter the prefix cache.
+    pub prefix_cacheable: bool,
+    /// A Mamba-type group's prefill checkpoint blocks.
+    #[serde(default)]
+    pub checkpoint_blocks: Option<u64>,
+}
+
+/// One schedule call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepLine {
+    /// The call's number, from 0.
+    pub step: u64,
+    /// (request id, tokens) scheduled, in scheduling order.
+    pub batch: Vec<(ReqId, u64)>,
+    /// Requests preempted by the call, by id.
+    pub preempted: Vec<ReqId>,
+    /// Requests that finished once the step was applied, by id.
+    pub finished_after: Vec<ReqId>,
+    /// A decode case: the remote loads the call reserved, in order (`None`
+    /// for an aggregated case).
+    pub reserved: Option<Vec<ReqId>>,
+}
+
+impl Serialize for StepLine {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Batch<'a>(&'a [(ReqId, u64)]);
+        impl Serialize for Batch<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(self.0.len()))?;
+                for (id, tokens) in self.0 {
+                    m.serialize_entry(&id.to_string(), tokens)?;
+                }
+                m.end()
+            }
+        }
+        let mut m = s.serialize_map(Some(4 + usize::from(self.reserved.is_some())))?;
+        m.serialize_entry("step", &self.step)?;
+        m.serialize_entry("batch", &Batch(&self.batch))?;
+        m.serialize_entry("preempted", &self.preempted)?;
+        m.serialize_entry("finished_after", &self.finished_after)?;
+        if let Some(r) = &self.reserved {
+            m.serialize_entry("reserved", r)?;
+        }
+        m.end()
+    }
+}
+
+/// Every step takes 1 ms (only the order of events matters here).
+struct OneMs;
+impl StepTimeModel for OneMs {
+    fn step_time(&self, _: &BatchShape) -> SimDuration {
+        SimDuration::from_millis(1)
+    }
+}
+
+/// The most schedule calls a case may take.
+pub const MAX_STEPS: u64 = 1_000_000;
+
+/// Runs `case`; one line per schedule call.
+///
+/// # Errors
+/// A field of the case that cannot be run (named by its path), or a case
+/// that has not ended after [`MAX_STEPS`] calls.
+pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
+    let groups = groups(case)?;
+    if case.num_blocks < 2 {
+        return Err(FieldError::new("num_blocks", "must be at least 2 (vLLM keeps block 0 as its null block)"));
+    }
+    let limits = Limits {
+        max_num_batched_tokens: positive("max_num_batched_tokens", case.max_num_batched_tokens)?,
+        max_num_seqs: positive("max_num_seqs", u64::from(case.max_num_seqs))? as usize,
+    };
+    let decode = match case.role.as_deref() {
+        None | Some("aggregated") => false,
+        Some("decode") => true,
+        Some(other) => {
+            return Err(FieldError::new("role", format!("must be \"aggregated\" or \"decode\", got {other:?}")));
+        }
+    };
+    let pool = (groups, case.num_blocks - 1, case.prefix_caching);
+    let mut sched = Scheduler::new(Mode::Generate, limits, false, pool, Box::new(OneMs), Box::new(VllmPolicy));
+    sched.set_lazy_decoding(false);
+    sched.set_check_invariants(true);
+
+    let mut pending: Vec<(usize, &CaseRequest)> = case.requests.iter().enumerate().collect();
+    let mut seen = BTreeMap::new();
+    for (i, r) in &pending {
+        let at = |f: &str| format!("requests[{i}].{f}");
+        if seen.insert(r.id, *i).is_some() {
+            return Err(FieldError::new(at("id"), format!("{} is used twice", r.id)));
+        }
+        positive(&at("prompt"), r.prompt)?;
+        positive(&at("output"), r.output)?;
+        if r.prefix_tokens.unwrap_or(0) > r.prompt {
+            return Err(FieldError::new(at("prefix_tokens"), "must not exceed the prompt"));
+        }
+        match (decode, r.load_steps) {
+            (false, Some(_)) => return Err(FieldError::new(at("load_steps"), "only in a decode case")),
+            (true, Some(0)) => return Err(FieldError::new(at("load_steps"), "must be at least 1")),
+            _ => {}
+        }
+    }
+    let load_steps: BTreeMap<ReqId, u64> = case.requests.iter().map(|r| (r.id, r.load_steps.unwrap_or(1))).collect();
+    // Reserved loads by the call their KV is ready for.
+    let mut landing: BTreeMap<u64, Vec<(Box<Request>, Reservation)>> = BTreeMap::new();
+    let mut reserved = Vec::new();
+    pending.sort_by_key(|&(_, r)| (std::cmp::Reverse(r.arrival_step), std::cmp::Reverse(r.id)));
+
+    let mut lines = Vec::new();
+    let (mut now, mut step, mut in_flight) = (SimTime::ZERO, 0u64, 0usize);
+    let mut done = Vec::new();
+    while !pending.is_empty() || in_flight > 0 {
+        if step >= MAX_STEPS {
+            return Err(FieldError::new("requests", format!("the case has not ended after {MAX_STEPS} steps")));
+        }
+        for (req, reservation) in landing.remove(&step).unwrap_or_default() {
+            sched.enqueue_landed(req, reservation);
+        }
+        while let Some(&(_, r)) = pending.last()
+            && r.arrival_step <= step
+        {
+            pending.pop();
+            if decode {
+                let mut req = request(r, now);
+                // A full-attention handoff: the prefill computed every prompt token.
+                req.transferred_tokens = req.prompt;
+                sched.enqueue_remote(req);
+            } else {
+                sched.enqueue(request(r, now), Tokens::ZERO);
+            }
+            in_flight += 1;
+        }
+        let mut line = StepLine {
+            step,
+            batch: Vec::new(),
+            preempted: Vec::new(),
+            finished_after: Vec::new(),
+            reserved: decode.then(Vec::new),
+        };
+        let planned = sched.start_one_step(now, SimTime::MAX, |r| &mut r.t.prefill_started);
+        sched.take_reserved(&mut reserved);
+        for (req, _hit, reservation) in reserved.drain(..) {
+            line.reserved.as_mut().expect("a decode case").push(req.id);
+            landing.entry(step + load_steps[&req.id]).or_default().push((req, reservation));
+        }
+        sched.take_preempted(&mut line.preempted);
+        line.preempted.sort_unstable();
+        if let Some(dt) = planned {
+            line.batch.extend(sched.scheduled());
+            now += dt;
+            sched.finish_step(now, &mut done);
+            for f in done.drain(..) {
+                let Finished::Completed(r) = f else { unreachable!("a generating rank") };
+                line.finished_after.push(r.id);
+            }
+        } else {
+            now += SimDuration::from_millis(1);
+        }
+        // A request that can never fit, even alone, ends (vLLM would wait
+        // for ever).
+        while let Some((r, _)) = sched.take_stuck() {
+            line.finished_after.push(r.id);
+        }
+        in_flight -= line.finished_after.len();
+        line.finished_after.sort_unstable();
+        lines.push(line);
+        step += 1;
+    }
+    Ok(lines)
+}
+
+fn positive(field: &str, v: u64) -> Result<u64, FieldError> {
+    if v == 0 { Err(FieldError::new(field, "must be at least 1")) } else { Ok(v) }
+}
+
+/// The case's groups as pdsim cache groups (one full-attention group of
+/// `block_size` when it names none).
+fn groups(case: &Case) -> Result<Vec<crate::models::model::CacheGroup>, FieldError> {
+    let one;
+    let list: &[CaseGroup] = match &case.cache_groups {
+        Some(g) if !g.is_empty() => g,
+        Some(_) => return Err(FieldError::new("cache_groups", "must name at least one group")),
+        None => {
+            positive("block_size", case.block_size)?;
+            one = [CaseGroup {
+                name: Some("full attention".into()),
+                kind: CacheGroupKind::FullAttention,
+                block_size_tokens: case.block_size,
+                window_tokens: None,
+                prefix_cacheable: true,
+                checkpoint_blocks: None,
+            }];
+            &one
+        }
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let spec = CacheGroupSpec {
+                name: g.name.clone().unwrap_or_else(|| format!("group {i}")),
+                kind: g.kind,
+                block_size_tokens: Tokens::new(g.block_size_tokens),
+                page_bytes: Bytes::new(1),
+                transfer_bytes_per_block: Some(Bytes::new(1)),
+                prefix_cacheable: Some(g.prefix_cacheable),
+                window_tokens: g.window_tokens.map(Tokens::new),
+                checkpoint_blocks: g.checkpoint_blocks.map(Blocks::new),
+                heads: None,
+            };
+            spec.validate(Role::Aggregated, i)
+                .map_err(|e| FieldError::new(format!("cache_groups[{i}]"), e.problem.to_string()))
+        })
+        .collect()
+}
+
+/// The request: every token named (shared tokens of its group alike
+/// across the group, the rest unique), as vLLM hashes its blocks.
+fn request(r: &CaseRequest, now: SimTime) -> Box<Request> {
+    let shared = r.prefix_group.map_or(0, |_| r.prefix_tokens.unwrap_or(0));
+    let group = r.prefix_group.unwrap_or(0);
+    let ids = (0..r.prompt)
+        .map(|i| if i < shared { mix(0x5eed_0000 ^ group, i) } else { mix(0xfeed_0000_0000 ^ r.id, i) })
+        .collect();
+    let prefix = PrefixIds { block_tokens: Tokens::new(1), ids };
+    Box::new(Request::new(r.id, Tokens::new(r.prompt), Tokens::new(r.output), prefix, now))
+}

@@ -1,0 +1,457 @@
+//! A roofline step-time model: a step priced from the work its batch does
+//! on a named GPU, with no measurement.
+//!
+//! # The formula
+//!
+//! Per rank of TP size `t`, for a step of N tokens computed over S
+//! sequences (P of them prefilling, D decoding):
+//!
+//! ```text
+//! step = overhead
+//!      + max(GEMM FLOPs / (peak × gemm_efficiency),  weight bytes / (HBM × memory_efficiency))
+//!      + max(prefill attention FLOPs / (bf16 peak × attention_efficiency), prefill KV bytes / (HBM × memory_efficiency))
+//!      + max(decode attention FLOPs / (bf16 peak × attention_efficiency),  decode KV bytes / (HBM × memory_efficiency))
+//!      + all-reduces × (allreduce_latency + 2(t − 1)/t × N × hidden × 2 bytes / (NVLink × network_efficiency))
+//! ```
+//!
+//! - GEMM FLOPs = 2 × (parameters one token multiplies by) / t × N
+//!   plus 2 × vocabulary × hidden / t × S (the LM head runs once per
+//!   sequence); the peak is the fp8 one for 8-bit weights.
+//! - Weight bytes = the rank's weights read once per step: every
+//!   parameter but the routed experts, plus the experts the step's tokens
+//!   touch (per MoE layer, E × (1 − (1 − k/E)^N) of E experts when each
+//!   token picks k).
+//! - Attention FLOPs = 4 × heads/t × head dim per (query, key) pair and
+//!   layer (QKᵀ and PV); prefill pairs are Σk(k+1)/2 + Σk·c over its
+//!   chunks of k tokens on c cached, decode pairs Σ(c + 1); a sliding
+//!   window caps a sequence's keys at W; MLA counts its per-head query and
+//!   value dimensions (prefill) or its latent (decode, absorbed).
+//! - KV bytes come from the rank's cache groups (the bytes the pool holds,
+//!   so the same dtype): a prefill reads its cached tokens and writes its
+//!   new ones, a decode reads its context; a state group (Mamba) reads and
+//!   writes its state once per sequence.
+//! - With TP > 1, one all-reduce after each block (each mixer and each
+//!   MLP: two a layer for Llama, one a block for Nemotron-H's separate
+//!   mixer and MLP blocks), of the step's bf16 activations, on a ring.
+//!
+//! Worked number: Llama-3.1-8B (bf16) on one H200 (989.4 TFLOP/s bf16,
+//! 4.8 TB/s), TP 1, the defaults (GEMM 0.7, attention 0.5, memory 0.85,
+//! 1 ms overhead), 64 decoding sequences of 1,024 cached tokens each:
+//! - weights: 525,336,576 (LM head) + 1,342,177,280 (attention) +
+//!   5,637,144,576 (MLP) = 7,504,658,432 parameters × 2 = 15,009,316,864
+//!   bytes / (4.8e12 × 0.85) = 3.678754 ms; GEMMs: 2 × 6,979,321,856 × 64
+//!   plus 2 × 525,336,576 × 64 = 960,596,279,296 FLOP / (989.4e12 × 0.7) =
+//!   1.386987 ms: weight-bound, 3.678754 ms;
+//! - decode attention: 64 × 1,025 = 65,600 pairs × 32 layers × 4 × 32 ×
+//!   128 = 34,393,292,800 FLOP (0.069523 ms) against 131,072 bytes × 65,600
+//!   tokens = 8,598,323,200 KV bytes / 4.08e12 = 2.107432 ms;
+//! - step = 1 + 3.678754 + 2.107432 = 6.786186 ms (AIConfigurator's
+//!   measured-kernel model: 7.5688 ms, so −10 %).
+
+use serde::{Deserialize, Serialize};
+use sim_core::SimDuration;
+
+use crate::base::field::FieldError;
+use crate::models::arch::ModelArch;
+use crate::models::hardware::Gpu;
+use crate::models::model::{CacheGroup, CacheGroupKind};
+use crate::models::steptime::{BatchShape, StepTimeModel};
+
+/// The roofline's named factors: what share of a peak each kind of work
+/// reaches, and the fixed costs. A scenario's `step_time = { kind =
+/// "roofline", … }` is this (each factor absent takes its default).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RooflineParams {
+    /// Share of the tensor-core peak dense GEMMs reach.
+    pub gemm_efficiency: f64,
+    /// Share of the bf16 peak attention kernels reach.
+    pub attention_efficiency: f64,
+    /// Share of HBM bandwidth weight and KV reads reach.
+    pub memory_efficiency: f64,
+    /// Share of NVLink bandwidth an all-reduce reaches.
+    pub network_efficiency: f64,
+    /// Latency of one all-reduce, µs.
+    pub allreduce_latency_us: f64,
+    /// Fixed cost of a step (scheduling, launch, sampling), µs.
+    pub overhead_us: f64,
+}
+
+impl Default for RooflineParams {
+    fn default() -> Self {
+        RooflineParams {
+            gemm_efficiency: 0.7,
+            attention_efficiency: 0.5,
+            memory_efficiency: 0.85,
+            network_efficiency: 0.7,
+            allreduce_latency_us: 10.0,
+            overhead_us: 1000.0,
+        }
+    }
+}
+
+impl RooflineParams {
+    /// The factors' checks: each efficiency a share in (0, 1], each time a
+    /// finite number of µs ≥ 0 (no more than 10⁹). The field is relative to
+    /// `step_time`.
+    pub fn check(&self) -> Result<(), FieldError> {
+        for (field, v) in [
+            ("gemm_efficiency", self.gemm_efficiency),
+            ("attention_efficiency", self.attention_efficiency),
+            ("memory_efficiency", self.memory_efficiency),
+            ("network_efficiency", self.network_efficiency),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+                return Err(FieldError::new(field, format!("must be a share in (0, 1], got {v}")));
+            }
+        }
+        for (field, v) in [("allreduce_latency_us", self.allreduce_latency_us), ("overhead_us", self.overhead_us)] {
+            if !(v.is_finite() && (0.0..=1e9).contains(&v)) {
+                return Err(FieldError::new(field, format!("must be from 0 to 1e9 µs, got {v}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One kind of attention layer, per rank: FLOPs per (query, key) pair
+/// (prefill and decode forms), the window capping a sequence's keys.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct AttnKind {
+    prefill_pair_flops: f64,
+    decode_pair_flops: f64,
+    window: Option<f64>,
+}
+
+/// One group of the pool, as the roofline reads it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum KvRead {
+    /// Bytes per token, the window if any.
+    Tokens { bytes_per_token: f64, window: Option<f64> },
+    /// A state read and written once per sequence.
+    State { bytes: f64 },
+}
+
+/// MoE layers alike: how many, experts, experts per token, bytes of one
+/// expert on one rank.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Moe {
+    layers: f64,
+    experts: u32,
+    active: u32,
+    expert_bytes: f64,
+}
+
+/// The roofline model of one rank (see the module for the formula).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RooflineStepTime {
+    params: RooflineParams,
+    gemm_rate: f64,
+    attn_rate: f64,
+    mem_rate: f64,
+    net_rate: f64,
+    gemm_flops_per_token: f64,
+    head_flops_per_seq: f64,
+    dense_weight_bytes: f64,
+    moe: Vec<Moe>,
+    attn: Vec<(f64, AttnKind)>,
+    mamba_flops_per_token: f64,
+    kv: Vec<KvRead>,
+    allreduces: f64,
+    allreduce_bytes_per_token: f64,
+    ring_factor: f64,
+}
+
+/// What the model needs to know of one rank.
+#[derive(Clone, Copy, Debug)]
+pub struct RankInputs<'a> {
+    /// The model's layers.
+    pub arch: &'a ModelArch,
+    /// The GPU.
+    pub gpu: &'a Gpu,
+    /// The rank's TP size.
+    pub tp: u32,
+    /// The rank's pool groups (their bytes at this TP size).
+    pub groups: &'a [CacheGroup],
+}
+
+impl RooflineStepTime {
+    /// The model of one rank.
+    pub fn new(inputs: RankInputs<'_>, params: RooflineParams) -> Self {
+        let RankInputs { arch, gpu, tp, groups } = inputs;
+        let t = f64::from(tp.max(1));
+        let p = arch.params();
+        let bits = arch.weight_bits;
+        let expert_bits = arch.expert_weight_bits.unwrap_or(bits);
+        let hidden = arch.hidden_size as f64;
+        let head = arch.vocab_size as f64 * hidden;
+        let dense_params =
+            (p.lm_head.max(p.embedding * u64::from(arch.tie_word_embeddings)) + p.mixers + p.dense_ffn) as f64;
+        let moe = arch
+            .mlp
+            .iter()
+            .filter(|m| m.experts > 0)
+            .map(|m| Moe {
+                layers: f64::from(m.count),
+                experts: m.experts,
+                active: m.active_experts.min(m.experts),
+                expert_bytes: m.expert_params(arch.hidden_size) as f64 * f64::from(expert_bits) / 8.0 / t,
+            })
+            .collect();
+        let mut attn = Vec::new();
+        for a in &arch.attention {
+            let heads = (f64::from(a.heads) / t).ceil();
+            let f = 4.0 * heads * f64::from(a.head_dim);
+            let kind = AttnKind { prefill_pair_flops: f, decode_pair_flops: f, window: a.window.map(|w| w as f64) };
+            attn.push((f64::from(a.count), kind));
+        }
+        if let Some(m) = &arch.mla {
+            let heads = (f64::from(m.heads) / t).ceil();
+            let qk = f64::from(m.qk_nope_head_dim + m.qk_rope_head_dim);
+            let prefill = heads * 2.0 * (qk + f64::from(m.v_head_dim));
+            // Absorbed: queries meet the latent and its RoPE key, values are the latent.
+            let latent = f64::from(m.kv_lora_rank);
+            let decode = heads * 2.0 * (latent + f64::from(m.qk_rope_head_dim) + latent);
+            attn.push((
+                f64::from(m.count),
+                AttnKind { prefill_pair_flops: prefill, decode_pair_flops: decode, window: None },
+            ));
+        }
+        // The SSD scan: about 6 FLOPs per inner channel and state element.
+        let mamba_flops_per_token = arch
+            .mamba
+            .as_ref()
+            .map_or(0.0, |m| f64::from(m.count) * 6.0 * (m.d_inner() as f64 / t) * f64::from(m.state_size));
+        let kv = groups
+            .iter()
+            .map(|g| {
+                let bytes = g.transfer_bytes_per_block().get() as f64;
+                match g.kind() {
+                    CacheGroupKind::State => KvRead::State { bytes },
+                    _ => KvRead::Tokens {
+                        bytes_per_token: bytes / g.block_size().get() as f64,
+                        window: g.window().map(|w| w.get() as f64),
+                    },
+                }
+            })
+            .collect();
+        let layers = arch.mixer_layers() + arch.mlp.iter().map(|m| m.count).sum::<u32>();
+        RooflineStepTime {
+            params,
+            gemm_rate: gpu.flops(bits) * params.gemm_efficiency,
+            attn_rate: gpu.bf16_flops() * params.attention_efficiency,
+            mem_rate: gpu.hbm_bytes_s() * params.memory_efficiency,
+            net_rate: gpu.nvlink_bytes_s() * params.network_efficiency,
+            gemm_flops_per_token: 2.0 * p.active_per_token() as f64 / t,
+            head_flops_per_seq: 2.0 * head / t,
+            dense_weight_bytes: dense_params * f64::from(bits) / 8.0 / t,
+            moe,
+            attn,
+            mamba_flops_per_token,
+            kv,
+            allreduces: if tp > 1 { f64::from(layers) } else { 0.0 },
+            allreduce_bytes_per_token: hidden * 2.0,
+            ring_factor: 2.0 * (t - 1.0) / t,
+        }
+    }
+
+    /// Each term in seconds: overhead, linear (GEMMs against weights),
+    /// prefill attention, decode attention, all-reduce.
+    fn seconds(&self, b: &BatchShape) -> [f64; 5] {
+        let n = b.new_tokens as f64;
+        let s = b.seqs as f64;
+        let d = b.decode_seqs() as f64;
+        let p_tok = b.prefill_tokens as f64;
+        // Linear layers.
+        let gemm = self.gemm_flops_per_token * n + self.head_flops_per_seq * s + self.mamba_flops_per_token * n;
+        let mut weights = self.dense_weight_bytes;
+        for m in &self.moe {
+            weights += m.layers * experts_touched(m.experts, m.active, b.new_tokens) * m.expert_bytes;
+        }
+        let linear = if b.seqs == 0 { 0.0 } else { (gemm / self.gemm_rate).max(weights / self.mem_rate) };
+        // Attention, prefill and decode apart (they are bound differently).
+        let pairs = (b.prefill_self_pairs + b.prefill_cached_pairs) as f64;
+        let decode_pairs = b.decode_context as f64 + d;
+        let (mut pf, mut df) = (0.0, 0.0);
+        for &(layers, a) in &self.attn {
+            let (pp, dp) = match a.window {
+                Some(w) => (pairs.min(p_tok * w), decode_pairs.min(d * w)),
+                None => (pairs, decode_pairs),
+            };
+            pf += layers * a.prefill_pair_flops * pp;
+            df += layers * a.decode_pair_flops * dp;
+        }
+        let (mut pb, mut db) = (0.0, 0.0);
+        for kv in &self.kv {
+            match *kv {
+                KvRead::Tokens { bytes_per_token, window } => {
+                    let (pc, dc) = match window {
+                        Some(w) => (
+                            (b.prefill_cached as f64).min(b.prefill_seqs as f64 * w),
+                            (b.decode_context as f64).min(d * w),
+                        ),
+                        None => (b.prefill_cached as f64, b.decode_context as f64),
+                    };
+                    pb += bytes_per_token * (pc + p_tok);
+                    db += bytes_per_token * (dc + d);
+                }
+                KvRead::State { bytes } => {
+                    pb += 2.0 * bytes * b.prefill_seqs as f64;
+                    db += 2.0 * bytes * d;
+                }
+            }
+        }
+        let prefill = if b.prefill_seqs == 0 { 0.0 } else { (pf / self.attn_rate).max(pb / self.mem_rate) };
+        let decode = if d == 0.0 { 0.0 } else { (df / self.attn_rate).max(db / self.mem_rate) };
+        let allreduce = if b.seqs == 0 {
+            0.0
+        } else {
+            self.allreduces
+                * (self.params.allreduce_latency_us * 1e-6
+                    + self.ring_factor * n * self.allreduce_bytes_per_token / self.net_rate)
+        };
+        [self.params.overhead_us * 1e-6, linear, prefill, decode, allreduce]
+    }
+}
+
+/// Distinct experts `n` tokens touch when each picks `k` of `e`
+/// uniformly: e × (1 − (1 − k/e)^n). The power is taken by squaring, so
+/// the value is the same on every machine.
+fn experts_touched(e: u32, k: u32, n: u64) -> f64 {
+    if e == 0 || n == 0 {
+        return 0.0;
+    }
+    let miss = 1.0 - f64::from(k) / f64::from(e);
+    let (mut base, mut exp, mut acc) = (miss, n, 1.0f64);
+    while exp > 0 && acc > 0.0 {
+        if exp & 1 == 1 {
+            acc *= base;
+        }
+        base *= base;
+        exp >>= 1;
+    }
+    f64::from(e) * (1.0 - acc)
+}
+
+impl StepTimeModel for RooflineStepTime {
+    fn step_time(&self, b: &BatchShape) -> SimDuration {
+        let total: f64 = self.seconds(b).iter().sum();
+        SimDuration::from_nanos((total * 1e9).ceil().min(u64::MAX as f64) as u64)
+    }
+
+    fn terms(&self, b: &BatchShape) -> Vec<(&'static str, f64)> {
+        let [overhead, linear, prefill, decode, allreduce] = self.seconds(b);
+        vec![
+            ("overhead", overhead * 1e6),
+            ("linear", linear * 1e6),
+            ("prefill_attention", prefill * 1e6),
+            ("decode_attention", decode * 1e6),
+            ("allreduce", allreduce * 1e6),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::units::{Bytes, Tokens};
+    use crate::models::arch::llama_3_1_8b;
+    use crate::models::hardware::HardwareSpec;
+    use crate::models::model::{CacheGroupSpec, Role};
+
+    fn h200() -> Gpu {
+        let h = HardwareSpec {
+            gpu: Some("h200".into()),
+            bf16_tflops: Some(989.4),
+            fp8_tflops: Some(1978.9),
+            hbm_tb_s: Some(4.8),
+            memory_gib: Some(140.4),
+            nvlink_gb_s: Some(450.0),
+        };
+        h.resolve().unwrap()
+    }
+
+    /// Llama's one full-attention group at TP `tp`: 131,072 bytes a token at TP 1.
+    fn kv(tp: u64) -> Vec<CacheGroup> {
+        let block = 16 * 131_072 / tp;
+        let g = CacheGroupSpec {
+            name: "kv".into(),
+            kind: CacheGroupKind::FullAttention,
+            block_size_tokens: Tokens::new(16),
+            page_bytes: Bytes::new(block),
+            transfer_bytes_per_block: Some(Bytes::new(block)),
+            prefix_cacheable: Some(true),
+            window_tokens: None,
+            checkpoint_blocks: None,
+            heads: None,
+        };
+        vec![g.validate(Role::Aggregated, 0).unwrap()]
+    }
+
+    fn llama(tp: u32, gpu: &Gpu, groups: &[CacheGroup]) -> RooflineStepTime {
+        let arch = llama_3_1_8b();
+        RooflineStepTime::new(RankInputs { arch: &arch, gpu, tp, groups }, RooflineParams::default())
+    }
+
+    #[test]
+    fn the_worked_number_of_the_module() {
+        let (gpu, groups) = (h200(), kv(1));
+        let m = llama(1, &gpu, &groups);
+        let b = BatchShape::decoding(64, 64 * 1024);
+        // 1 + 3.678754 + 2.107432 ms (the module's arithmetic).
+        let ns = m.step_time(&b).as_nanos();
+        assert!((6_786_180..=6_786_190).contains(&ns), "{ns}");
+        let terms = m.terms(&b);
+        assert_eq!(terms[0], ("overhead", 1000.0));
+        assert!((terms[1].1 - 3678.754).abs() < 0.01, "{terms:?}");
+        assert!((terms[3].1 - 2107.432).abs() < 0.01, "{terms:?}");
+        assert_eq!(terms[2].1, 0.0, "no prefill");
+    }
+
+    #[test]
+    fn a_long_prefill_is_compute_bound_and_pays_its_attention() {
+        let (gpu, groups) = (h200(), kv(1));
+        let m = llama(1, &gpu, &groups);
+        let mut b = BatchShape::default();
+        b.add(8192, 0, false);
+        let t = m.terms(&b);
+        // GEMMs 2 × 6,979,321,856 × 8,192 + 2 × 525,336,576 = 114,350,259,961,856 FLOP
+        // / 692.58e12 = 165.1077 ms (weights would take 3.68 ms).
+        assert!((t[1].1 - 165_107.7).abs() < 0.1, "{t:?}");
+        // Attention: 8,192 × 8,193 / 2 = 33,558,528 pairs × 32 × 4 × 32 × 128
+        // = 17,594,333,528,064 FLOP / 494.7e12 = 35.5657 ms.
+        assert!((t[2].1 - 35_565.7).abs() < 0.1, "{t:?}");
+        // One prompt of 8,192 costs more than eight of 1,024 (less attention).
+        let mut eight = BatchShape::default();
+        for _ in 0..8 {
+            eight.add(1024, 0, false);
+        }
+        assert!(m.step_time(&eight) < m.step_time(&b));
+    }
+
+    #[test]
+    fn tensor_parallel_ranks_split_the_work_and_pay_all_reduces() {
+        let gpu = h200();
+        let (g1, g4) = (kv(1), kv(4));
+        let (one, four) = (llama(1, &gpu, &g1), llama(4, &gpu, &g4));
+        let b = BatchShape::decoding(1, 1024);
+        let t1 = one.terms(&b);
+        let t4 = four.terms(&b);
+        assert_eq!(t1[4].1, 0.0);
+        // 64 all-reduces × (10 µs + 1.5 × 8,192 bytes / 315e9 B/s) = 64 × 10.039 µs.
+        assert!((t4[4].1 - 642.497).abs() < 0.01, "{t4:?}");
+        // Weights split four ways.
+        assert!((t4[1].1 * 4.0 - t1[1].1).abs() < 0.01, "{t1:?} {t4:?}");
+    }
+
+    #[test]
+    fn experts_touched_saturate_at_all_experts() {
+        // One token touches exactly k of e.
+        assert!((experts_touched(128, 8, 1) - 8.0).abs() < 1e-9);
+        // 128 × (1 − (120/128)^2) = 128 × 0.12109375 = 15.5
+        assert!((experts_touched(128, 8, 2) - 15.5).abs() < 1e-9);
+        assert!((experts_touched(128, 8, 1 << 20) - 128.0).abs() < 1e-9);
+        assert_eq!(experts_touched(0, 0, 5), 0.0);
+        assert_eq!(experts_touched(128, 8, 0), 0.0);
+    }
+}
