@@ -7,9 +7,9 @@
 //! up):
 //!
 //! 0. `base`: units, cache keys, the field error.
-//! 1. `requests`: a request and the streams of them.
-//! 2. `stats`: instruments fed as things happen, and the summaries made of them.
-//! 3. `models`: the model's layers and cache groups, TP, the GPU, step times.
+//! 1. `models`: the model's layers and cache groups, TP, the GPU, step times.
+//! 2. `requests`: a request and the streams of them.
+//! 3. `stats`: instruments fed as things happen, and the summaries made of them.
 //! 4. `vllm`: vLLM's rules, one named place each.
 //! 5. `kv`: the KV block pool with its prefix cache.
 //! 6. [`scheduler`]: one rank's vLLM-like scheduler over its pool.

@@ -47,3 +47,27 @@ pub fn non_negative(field: &str, v: f64) -> Result<(), FieldError> {
 pub fn at_least_one(field: &str, v: u64) -> Result<(), FieldError> {
     if v >= 1 { Ok(()) } else { Err(FieldError::new(field, "must be >= 1, got 0")) }
 }
+
+/// The most microseconds of one time (a step's term, the link latency):
+/// 1,000 s. Anything larger is a typo, and would push simulated time past
+/// its range.
+pub(crate) const MAX_MICROS: f64 = 1e9;
+
+/// Why `v` µs is refused, if it is: negative or not a number, or past
+/// [`MAX_MICROS`].
+pub(crate) fn micros_problem(v: f64) -> Option<String> {
+    if v.is_nan() || v < 0.0 {
+        Some(format!("must be >= 0, got {v}"))
+    } else if v > MAX_MICROS {
+        Some(format!("must be at most 1e9 µs (1,000 s), got {v}"))
+    } else {
+        None
+    }
+}
+
+pub(crate) fn micros(field: &str, v: f64) -> Result<f64, FieldError> {
+    match micros_problem(v) {
+        Some(p) => Err(FieldError::new(field, p)),
+        None => Ok(v),
+    }
+}

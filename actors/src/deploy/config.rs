@@ -9,6 +9,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::units::Tokens;
 
+pub use crate::models::steptime::{DecodeGrid, StepTimeSpec};
+pub use crate::serving::link::Sharing;
+pub use crate::serving::router::Policy;
+pub use crate::stats::metrics::SloSpec;
+
 /// Everything about a deployment except the model and the workload.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -148,84 +153,6 @@ fn default_num_seqs() -> u32 {
     256
 }
 
-/// A forward-pass time model. All times in microseconds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum StepTimeSpec {
-    /// `fixed + per_token × new tokens + per_seq × sequences + per_context_token × context tokens read`.
-    Linear {
-        /// Fixed cost of a step, µs.
-        #[serde(default)]
-        fixed_us: f64,
-        /// Per token computed in the step, µs.
-        #[serde(default)]
-        per_token_us: f64,
-        /// Per sequence in the step, µs.
-        #[serde(default)]
-        per_seq_us: f64,
-        /// Per token of context attended to (sum over the batch), µs.
-        #[serde(default)]
-        per_context_token_us: f64,
-    },
-    /// A profile: step time at given batch sizes (tokens computed), linearly
-    /// interpolated between points and extrapolated from the last two, plus
-    /// an optional per-context-token term.
-    Table {
-        /// `[tokens, µs]` pairs, tokens strictly increasing.
-        points: Vec<[f64; 2]>,
-        /// Per token of context attended to, µs.
-        #[serde(default)]
-        per_context_token_us: f64,
-    },
-    /// A prefill term plus a decode term, each zero when its part of the
-    /// step is empty (as AISimulate prices an aggregated step: a P/D
-    /// prefill rank pays only the first, a decode rank only the second).
-    ///
-    /// Prefill: `P(N) + prefill_self_pair_ns × (Σ k(k+1)/2 − N(N+1)/2) +
-    /// prefill_cached_pair_ns × Σ k·c` over the prefill sequences (chunks
-    /// of k tokens on c cached), N their tokens, `P` the `prefill` table
-    /// (one prompt of N tokens, nothing cached). The middle term takes off
-    /// the causal attention a batch of several prompts does not do; the
-    /// last prices attention over cached tokens.
-    ///
-    /// Decode: the `decode` grid, bilinear in (decoding sequences, mean
-    /// context per decoding sequence).
-    Table2d {
-        /// `[tokens, µs]`: one prompt of that many tokens, nothing cached;
-        /// tokens strictly increasing. Linearly interpolated, extrapolated
-        /// from the end segments.
-        prefill: Vec<[f64; 2]>,
-        /// Per (query, key) pair of causal attention within the prefill
-        /// chunks, ns: the batch correction's rate (≥ 0).
-        #[serde(default)]
-        prefill_self_pair_ns: f64,
-        /// Per (query, cached key) pair of the prefill chunks' attention
-        /// over their cached tokens, ns (≥ 0).
-        #[serde(default)]
-        prefill_cached_pair_ns: f64,
-        /// The decode step time against decoding sequences and context.
-        decode: DecodeGrid,
-    },
-    /// Priced from the batch's work on the deployment's `[hardware]`,
-    /// with the model's `arch` ([`crate::models::steptime::roofline`] has the
-    /// formula); every factor has a default.
-    Roofline(crate::models::steptime::roofline::RooflineParams),
-}
-
-/// A decode step's time on a grid of (sequences, context per sequence),
-/// bilinearly interpolated and linearly extrapolated outside.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DecodeGrid {
-    /// Decoding sequences in the step, strictly increasing, each ≥ 1.
-    pub seqs: Vec<u64>,
-    /// Tokens each decoding sequence has in its cache before the step (the
-    /// KV its attention reads besides its new token), strictly increasing.
-    pub context: Vec<u64>,
-    /// µs, one row per `seqs` value, one column per `context` value.
-    pub us: Vec<Vec<f64>>,
-}
-
 /// The KV link between prefill and decode ranks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -259,18 +186,6 @@ impl Default for LinkSpec {
     }
 }
 
-/// How concurrent transfers on one link share its bandwidth.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Sharing {
-    /// Every active transfer gets an equal share, re-timed exactly whenever
-    /// a transfer starts or ends.
-    #[default]
-    ProcessorSharing,
-    /// One transfer at a time at full bandwidth, in order of arrival.
-    Fifo,
-}
-
 /// Which links exist.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -298,21 +213,6 @@ pub struct RouterSpec {
     /// `weight × uncached prompt tokens + outstanding tokens` is least.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_overlap_weight: Option<f64>,
-}
-
-/// A routing policy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Policy {
-    /// Ranks in turn.
-    #[default]
-    RoundRobin,
-    /// The rank with the fewest outstanding tokens (ties: lowest index).
-    LeastOutstanding,
-    /// The rank with the least cost, `kv_overlap_weight` times the prompt
-    /// tokens its prefix cache likely lacks, plus its outstanding tokens:
-    /// the hit scored against the load.
-    KvAware,
 }
 
 /// Failures and the source hold.
@@ -352,20 +252,4 @@ pub struct CrashSpec {
     pub rank: u32,
     /// When, seconds of simulated time.
     pub at_s: f64,
-}
-
-/// Service-level objectives for goodput. A request meets the SLO when it
-/// completed and every named bound holds.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SloSpec {
-    /// Time to first token bound, ms.
-    #[serde(default)]
-    pub ttft_ms: Option<f64>,
-    /// Time per output token bound, ms.
-    #[serde(default)]
-    pub tpot_ms: Option<f64>,
-    /// End-to-end latency bound, ms.
-    #[serde(default)]
-    pub e2e_ms: Option<f64>,
 }

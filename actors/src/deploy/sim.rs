@@ -209,10 +209,16 @@ impl Deployment {
     /// `mode`, its timeline, its `max_model_len`.
     /// A rank's core; `origin` starts its 1 s output-token windows (the
     /// run's first arrival).
-    fn rank_core(&self, index: u32, plan: &RolePlan, mode: Mode, router: ActorId, origin: SimTime) -> RankCore {
+    /// The common part of rank `index` of `plan`'s role: its scheduler
+    /// (counting output tokens in 1 s windows from `origin`) and its
+    /// timeline, stored as `sampling` says under the rank's report index
+    /// `entity`.
+    fn rank_core(&self, (index, entity): (u32, u32), plan: &RolePlan, mode: Mode, wiring: &Wiring) -> RankCore {
+        let (router, origin, sampling) = (wiring.router, wiring.origin, &wiring.sampling);
+        let timeline = sampling.timeline(entity);
         let mut scheduler = self.scheduler(plan, mode);
         scheduler.set_token_origin(origin);
-        RankCore::new(index, plan.role, router, scheduler, plan.spec.max_model_len)
+        RankCore::new(index, plan.role, router, scheduler, plan.spec.max_model_len, timeline)
     }
 
     /// The KV pool blocks of a rank of `role` (the spec's `num_blocks`,
@@ -547,6 +553,14 @@ pub fn run(dep: &Deployment, input: RunInput) -> Result<SimOutput, SimError> {
     build(dep, input)?.run()
 }
 
+/// What every actor of a run is wired to: the router, the origin of the
+/// output-token windows, and where timelines send their rows.
+struct Wiring {
+    router: ActorId,
+    origin: SimTime,
+    sampling: Sampling,
+}
+
 /// Wires `dep` for `input` on a fresh engine without running it.
 pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
     let mut sim: Simulation<Msg> = Simulation::new(input.seed);
@@ -576,13 +590,14 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
     let first_arrival = router.prime()?;
     // Output tokens are counted in 1 s windows from the first arrival.
     let origin = first_arrival.unwrap_or(SimTime::ZERO);
-    // Every timeline made from here on keeps its samples or not.
+    // Every timeline keeps its samples in the run's log, or none is kept.
     let log: Option<SampleLog> = dep.keep_timelines.then(SampleLog::default);
-    let _sampling = metrics::sampling(match &log {
+    let sampling = match &log {
         Some(log) => Sampling::Log(Arc::clone(log)),
         None => Sampling::Discard,
-    });
+    };
     let router = sim.add_actor("router", router).expect("fresh simulation");
+    let wiring = Wiring { router, origin, sampling };
 
     let mut ranks = Vec::new();
     let mut link_ids = Vec::new();
@@ -596,18 +611,17 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         };
         let mut prefill = Vec::new();
         for i in 0..p.spec.count {
-            metrics::next_entity(i);
-            let core = dep.rank_core(i, p, Mode::PrefillOnly, router, origin);
+            let core = dep.rank_core((i, i), p, Mode::PrefillOnly, &wiring);
             let id =
                 sim.add_actor(&format!("prefill{i}"), PrefillRank::new(core, dep.model.clone(), hold)).expect("unique");
             prefill.push(id);
             ranks.push(RankId::Prefill(id));
         }
         let mut add_link = |sim: &mut Simulation<Msg>, name: String| {
-            let index = link_ids.len() as u32;
             // Links come after every rank in report order.
-            metrics::next_entity(p.spec.count + d.spec.count + index);
-            let link = NixlLink::new(index, dep.latency, dep.bandwidth, spec.link.sharing);
+            let entity = p.spec.count + d.spec.count + link_ids.len() as u32;
+            let timeline = wiring.sampling.timeline(entity);
+            let link = NixlLink::new(dep.latency, dep.bandwidth, spec.link.sharing, timeline);
             let id = sim.add_actor(&name, link).expect("unique");
             link_ids.push((name, id));
             id
@@ -621,8 +635,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
             let links: Vec<ActorId> = (0..p.spec.count)
                 .map(|i| shared.unwrap_or_else(|| add_link(&mut sim, format!("link-p{i}-d{j}"))))
                 .collect();
-            metrics::next_entity(p.spec.count + j);
-            let core = dep.rank_core(j, d, Mode::Generate, router, origin);
+            let core = dep.rank_core((j, p.spec.count + j), d, Mode::Generate, &wiring);
             let abort = spec.faults.decode_abort_probability;
             // The decode rank renews what the prefill ranks hold under a lease.
             let lease = match hold {
@@ -653,8 +666,7 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         let a = dep.plan(Role::Aggregated).expect("aggregated");
         let mut all = Vec::new();
         for i in 0..a.spec.count {
-            metrics::next_entity(i);
-            let core = dep.rank_core(i, a, Mode::Generate, router, origin);
+            let core = dep.rank_core((i, i), a, Mode::Generate, &wiring);
             let id = sim.add_actor(&format!("aggregated{i}"), AggregatedRank::new(core)).expect("unique");
             all.push(id);
             ranks.push(RankId::Aggregated(id));

@@ -17,8 +17,9 @@
 
 use sim_core::{SimDuration, SimTime};
 
+use crate::base::field::micros;
 use crate::base::units::{Bandwidth, Tokens};
-use crate::deploy::config::{DecodeGrid, DeploymentSpec, FaultSpec, LinkSpec, RoleSpec, SloSpec, StepTimeSpec};
+use crate::deploy::config::{DeploymentSpec, FaultSpec, LinkSpec, RoleSpec, SloSpec, StepTimeSpec};
 use crate::deploy::sim::MAX_RANKS;
 use crate::kv::MAX_GROUPS;
 use crate::models::hardware::Gpu;
@@ -37,30 +38,6 @@ pub enum ConfigError {
     /// A model or pairing gate.
     #[error(transparent)]
     Gate(#[from] GateError),
-}
-
-/// The most microseconds of one time (a step's term, the link latency):
-/// 1,000 s. Anything larger is a typo, and would push simulated time past
-/// its range.
-const MAX_MICROS: f64 = 1e9;
-
-/// Why `v` µs is refused, if it is: negative or not a number, or past
-/// [`MAX_MICROS`].
-fn micros_problem(v: f64) -> Option<String> {
-    if v.is_nan() || v < 0.0 {
-        Some(format!("must be >= 0, got {v}"))
-    } else if v > MAX_MICROS {
-        Some(format!("must be at most 1e9 µs (1,000 s), got {v}"))
-    } else {
-        None
-    }
-}
-
-fn micros(field: &str, v: f64) -> Result<f64, FieldError> {
-    match micros_problem(v) {
-        Some(p) => Err(FieldError::new(field, p)),
-        None => Ok(v),
-    }
 }
 
 /// `v` seconds must be finite and within `lo..=hi`.
@@ -357,129 +334,7 @@ fn role(r: &RoleSpec, grouped: bool) -> Result<(), FieldError> {
     if let Some(m) = r.max_model_len {
         at_least_one("max_model_len", m.get())?;
     }
-    step_time(&r.step_time).map_err(|e| e.under("step_time"))
-}
-
-/// A step-time model; paths are relative to `step_time`. What passes,
-/// [`crate::models::steptime::build`] builds.
-pub(crate) fn step_time(s: &StepTimeSpec) -> Result<(), FieldError> {
-    match s {
-        StepTimeSpec::Linear { fixed_us, per_token_us, per_seq_us, per_context_token_us } => {
-            micros("fixed_us", *fixed_us)?;
-            micros("per_token_us", *per_token_us)?;
-            micros("per_seq_us", *per_seq_us)?;
-            micros("per_context_token_us", *per_context_token_us)?;
-        }
-        StepTimeSpec::Roofline(p) => p.check()?,
-        StepTimeSpec::Table { points, per_context_token_us } => {
-            self::points("points", points)?;
-            micros("per_context_token_us", *per_context_token_us)?;
-        }
-        StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode } => {
-            self::points("prefill", prefill)?;
-            pair_ns("prefill_self_pair_ns", *prefill_self_pair_ns)?;
-            pair_ns("prefill_cached_pair_ns", *prefill_cached_pair_ns)?;
-            decode_grid(decode).map_err(|e| e.under("decode"))?;
-        }
-    }
-    Ok(())
-}
-
-/// A pair rate of the `table2d` model, ns: from 0 to
-/// [`MAX_PAIR_NS`](crate::models::steptime::table2d::MAX_PAIR_NS).
-fn pair_ns(field: &str, v: f64) -> Result<(), FieldError> {
-    if v.is_nan() || v < 0.0 {
-        Err(FieldError::new(field, format!("must be >= 0, got {v}")))
-    } else if v > crate::models::steptime::table2d::MAX_PAIR_NS {
-        Err(FieldError::new(field, format!("must be at most 1e6 ns a pair, got {v}")))
-    } else {
-        Ok(())
-    }
-}
-
-/// `[tokens, µs]` points of a table (`name[i]`): at least one, whole
-/// tokens strictly increasing, times in range.
-fn points(name: &str, points: &[[f64; 2]]) -> Result<(), FieldError> {
-    if points.is_empty() {
-        return Err(FieldError::new(name, "must have at least one [tokens, µs] point"));
-    }
-    for (i, &[tokens, us]) in points.iter().enumerate() {
-        let at = format!("{name}[{i}]");
-        if !(tokens.is_finite() && tokens >= 0.0) {
-            return Err(FieldError::new(at, format!("tokens must be >= 0, got {tokens}")));
-        }
-        if let Some(p) = micros_problem(us) {
-            return Err(FieldError::new(at, format!("time {p}")));
-        }
-        let Some(&[prev, _]) = i.checked_sub(1).map(|j| &points[j]) else { continue };
-        if tokens <= prev {
-            return Err(FieldError::new(
-                at,
-                format!(
-                    "tokens {tokens} is not above the previous point's {prev} (points must be strictly \
-                     increasing in tokens)"
-                ),
-            ));
-        }
-        // The model keeps whole tokens.
-        let (whole, prev_whole) = (tokens.round() as u64, prev.round() as u64);
-        if whole <= prev_whole {
-            return Err(FieldError::new(
-                at,
-                format!(
-                    "tokens {tokens} rounds to {whole}, as the previous point's {prev} does (points \
-                     must be strictly increasing in whole tokens)"
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The `decode` grid of a `table2d` model; paths are relative to it.
-fn decode_grid(g: &DecodeGrid) -> Result<(), FieldError> {
-    axis("seqs", &g.seqs, 1)?;
-    axis("context", &g.context, 0)?;
-    if g.us.len() != g.seqs.len() {
-        return Err(FieldError::new(
-            "us",
-            format!("has {} rows, one per seqs value needs {}", g.us.len(), g.seqs.len()),
-        ));
-    }
-    for (i, row) in g.us.iter().enumerate() {
-        if row.len() != g.context.len() {
-            return Err(FieldError::new(
-                format!("us[{i}]"),
-                format!("has {} values, one per context value needs {}", row.len(), g.context.len()),
-            ));
-        }
-        for (j, &us) in row.iter().enumerate() {
-            micros(&format!("us[{i}][{j}]"), us)?;
-        }
-    }
-    Ok(())
-}
-
-/// An axis of the decode grid: at least one value, each at least `least`,
-/// strictly increasing.
-fn axis(name: &str, values: &[u64], least: u64) -> Result<(), FieldError> {
-    if values.is_empty() {
-        return Err(FieldError::new(name, "must have at least one value"));
-    }
-    for (i, &v) in values.iter().enumerate() {
-        if v < least {
-            return Err(FieldError::new(format!("{name}[{i}]"), format!("must be >= {least}, got {v}")));
-        }
-        if let Some(&prev) = i.checked_sub(1).map(|j| &values[j])
-            && v <= prev
-        {
-            return Err(FieldError::new(
-                format!("{name}[{i}]"),
-                format!("{v} is not above the previous value {prev} (must be strictly increasing)"),
-            ));
-        }
-    }
-    Ok(())
+    r.step_time.check().map_err(|e| e.under("step_time"))
 }
 
 /// The link; paths are relative to `link`.

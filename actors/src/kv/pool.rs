@@ -94,13 +94,13 @@ const WINDOW_ENTRY: u64 = 0x7769_6e64_6f77_5f6b;
 
 /// Most cache groups a model may have (a pool keeps per-group counts in
 /// fixed arrays on its hot path).
-pub const MAX_GROUPS: usize = 16;
+pub(crate) const MAX_GROUPS: usize = 16;
 
 /// One request's holding in a pool. The pool keeps part of a holding's
 /// state by its owner (the cached entries it pins), so a pool has at most
 /// one holding per owner.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Alloc {
+pub(crate) struct Alloc {
     /// Tokens whose KV was present before the step.
     from: Tokens,
     /// Tokens whose KV is present after the step.
@@ -132,20 +132,20 @@ pub struct Alloc {
 
 impl Alloc {
     /// An empty holding for request `owner`.
-    pub fn owned_by(owner: u64) -> Self {
+    pub(crate) fn owned_by(owner: u64) -> Self {
         Alloc { owner, ..Alloc::default() }
     }
     /// Tokens covered after the current step.
-    pub fn tokens(&self) -> Tokens {
+    pub(crate) fn tokens(&self) -> Tokens {
         self.to
     }
     /// For a decode-step state, the largest `to` whose decode step holds the
     /// same blocks (zero for other states).
-    pub fn stable_to(&self) -> Tokens {
+    pub(crate) fn stable_to(&self) -> Tokens {
         self.stable_to
     }
     /// Whether it holds nothing.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.private == 0 && self.shared == 0 && self.pinned == 0 && self.wpinned == 0
     }
 
@@ -159,7 +159,7 @@ impl Alloc {
 /// knows (`to`), with checkpoint blocks if its prefill takes them, with
 /// steps of at most `in_flight` tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Whole {
+pub(crate) struct Whole {
     /// Tokens the hit covers.
     pub from: Tokens,
     /// Tokens it knows (prompt, and output so far).
@@ -172,7 +172,7 @@ pub struct Whole {
 
 /// Not enough free blocks: how many the operation needed and had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Shortfall {
+pub(crate) struct Shortfall {
     /// Blocks the operation needed.
     pub needed: u64,
     /// Blocks free or evictable.
@@ -260,7 +260,7 @@ fn keys(slots: &[Entry]) -> impl Fn(u32) -> u64 + '_ {
 
 /// The pool.
 #[derive(Clone, Debug)]
-pub struct KvPool {
+pub(crate) struct KvPool {
     groups: Vec<CacheGroup>,
     /// Full-attention groups; a cached entry is one block in each.
     fa_groups: u64,
@@ -357,7 +357,7 @@ pub struct KvPool {
 
 impl KvPool {
     /// A pool of `num_blocks` shared by `groups`, with or without a prefix cache.
-    pub fn new(groups: Vec<CacheGroup>, num_blocks: u64, prefix_caching: bool) -> Self {
+    pub(crate) fn new(groups: Vec<CacheGroup>, num_blocks: u64, prefix_caching: bool) -> Self {
         let fa: Vec<&CacheGroup> = groups.iter().filter(|g| g.kind() == CacheGroupKind::FullAttention).collect();
         let fa_groups = fa.len() as u64;
         let fa_block = fa.first().map(|g| g.block_size());
@@ -482,19 +482,19 @@ impl KvPool {
     }
 
     /// The budget.
-    pub fn num_blocks(&self) -> u64 {
+    pub(crate) fn num_blocks(&self) -> u64 {
         self.num_blocks
     }
     /// Blocks in use by requests.
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.private + self.shared
     }
     /// Blocks free, cached-but-unpinned ones included.
-    pub fn free(&self) -> u64 {
+    pub(crate) fn free(&self) -> u64 {
         self.free + self.cached_free
     }
     /// Blocks `alloc` holds, its share of cached blocks included.
-    pub fn held_by(&self, alloc: &Alloc) -> u64 {
+    pub(crate) fn held_by(&self, alloc: &Alloc) -> u64 {
         alloc.private
             + u64::from(alloc.shared) * self.fa_groups
             + alloc.pinned_states() * self.state_groups
@@ -545,43 +545,43 @@ impl KvPool {
         self.pins(alloc).iter().filter(|&&(k, i)| k != 0 && held.contains(&Some(i))).count() as u64
     }
     /// Blocks in use per group.
-    pub fn group_used(&self) -> &[u64] {
+    pub(crate) fn group_used(&self) -> &[u64] {
         &self.group_used
     }
     /// Blocks kept in the prefix cache with no request pinning them that a
     /// later request could hit (the nameless runs, which wait their turn in
     /// the eviction order but never hit, not counted).
-    pub fn cached_free(&self) -> u64 {
+    pub(crate) fn cached_free(&self) -> u64 {
         self.cached_free - self.nameless
     }
     /// Most blocks ever in use at once.
-    pub fn peak_used(&self) -> u64 {
+    pub(crate) fn peak_used(&self) -> u64 {
         self.peak_used
     }
     /// Cached blocks evicted to make room.
-    pub fn evicted_blocks(&self) -> u64 {
+    pub(crate) fn evicted_blocks(&self) -> u64 {
         self.evicted_blocks
     }
     /// Stops (or resumes) counting blocks in use towards the peak, while
     /// blocks are held ahead of the steps that need them.
-    pub fn suspend_peak(&mut self, suspended: bool) {
+    pub(crate) fn suspend_peak(&mut self, suspended: bool) {
         self.suspend_peak = suspended;
     }
 
     /// In vLLM's Mamba "align" mode, the state groups' block size.
-    pub fn align(&self) -> Option<Tokens> {
+    pub(crate) fn align(&self) -> Option<Tokens> {
         self.align
     }
 
     /// Plain free blocks (cached-but-unpinned ones not counted).
-    pub fn free_plain(&self) -> u64 {
+    pub(crate) fn free_plain(&self) -> u64 {
         self.free
     }
 
     /// The blocks moving `alloc` to the decode step `from..to` takes
     /// (negative: gives back); no side effects.
     #[inline]
-    pub fn change_in_blocks(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> i64 {
+    pub(crate) fn change_in_blocks(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> i64 {
         let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
         let wkept = if self.win.is_some() { self.win_step(alloc, from).0 } else { 0 };
         (self.private_need(from, to, false, alloc.shared) - kept - wkept) as i64 - alloc.private as i64
@@ -591,7 +591,7 @@ impl KvPool {
     /// writes (it ends on a block boundary) or frees a cached one `alloc`
     /// pins (into the eviction order, so not ahead of time either).
     #[inline]
-    pub fn caches_state(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> bool {
+    pub(crate) fn caches_state(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> bool {
         let Some(sb) = self.align else { return false };
         to.get().is_multiple_of(sb.get())
             || (alloc.pinned != 0 && self.states_kept(alloc, from, to) < alloc.pinned_states())
@@ -599,20 +599,20 @@ impl KvPool {
 
     /// The block size, if every group is full attention of that one size.
     #[inline]
-    pub fn uniform_fa(&self) -> Option<Tokens> {
+    pub(crate) fn uniform_fa(&self) -> Option<Tokens> {
         self.uniform_fa.map(BlockSize::tokens)
     }
 
     /// Whether the pool keeps a window cache ([`Win`]).
     #[inline]
-    pub fn window_cached(&self) -> bool {
+    pub(crate) fn window_cached(&self) -> bool {
         self.win.is_some()
     }
 
     /// With the window cache, whether moving `alloc` to a step from `from`
     /// frees window blocks (into the eviction order, so not ahead of time).
     #[inline]
-    pub fn skips_cached(&self, alloc: &Alloc, from: Tokens) -> bool {
+    pub(crate) fn skips_cached(&self, alloc: &Alloc, from: Tokens) -> bool {
         self.win.is_some_and(|w| w.skipped(from) > w.skipped(alloc.from) && !alloc.to.is_zero())
     }
 
@@ -620,7 +620,7 @@ impl KvPool {
     /// eviction order (window blocks leaving the window; 0 without the
     /// window cache): they leave it but do not become plain free blocks.
     #[inline]
-    pub fn cached_by_step(&self, alloc: &Alloc, from: Tokens) -> u64 {
+    pub(crate) fn cached_by_step(&self, alloc: &Alloc, from: Tokens) -> u64 {
         if self.win.is_some() { self.win_step(alloc, from).1 } else { 0 }
     }
 
@@ -644,7 +644,7 @@ impl KvPool {
 
     /// How many more blocks moving `alloc` to the step `from..to` takes (0
     /// if it gives blocks back); no side effects.
-    pub fn extra_needed(&self, alloc: &Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+    pub(crate) fn extra_needed(&self, alloc: &Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
         let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
         let (wkept, cached) = if self.win.is_some() { self.win_step(alloc, from) } else { (0, 0) };
         (self.private_need(from, to, checkpoints, alloc.shared) - kept - wkept).saturating_sub(alloc.private - cached)
@@ -652,7 +652,7 @@ impl KvPool {
 
     /// Blocks a new allocation holds for the step `from..to` after pinning
     /// `hit` cached blocks; no side effects.
-    pub fn blocks_after_hit(&self, hit: u32, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+    pub(crate) fn blocks_after_hit(&self, hit: u32, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
         let all = self.all_blocks(from, to, checkpoints);
         let wpins = self.win_blocks(hit) - self.win_lo(hit, from);
         all.saturating_sub(u64::from(hit) * self.fa_groups + u64::from(wpins) * self.wg())
@@ -762,7 +762,7 @@ impl KvPool {
     /// group holds only its in-window blocks; with `checkpoints`, the
     /// groups' checkpoint blocks too). A lower bound of what reaching
     /// `tokens` needs: a request above the pool's budget can never fit.
-    pub fn blocks_needed(&self, tokens: Tokens, checkpoints: bool) -> u64 {
+    pub(crate) fn blocks_needed(&self, tokens: Tokens, checkpoints: bool) -> u64 {
         if tokens.is_zero() {
             return 0;
         }
@@ -922,7 +922,7 @@ impl KvPool {
 
     /// Records the blocks in use now as the peak if they exceed it (unless
     /// suspended while blocks are held ahead of the steps that need them).
-    pub fn note_peak(&mut self) {
+    pub(crate) fn note_peak(&mut self) {
         if !self.suspend_peak {
             self.peak_used = self.peak_used.max(self.private + self.shared);
         }
@@ -930,7 +930,7 @@ impl KvPool {
 
     /// Records `used` blocks in use (at a moment read earlier, while the
     /// counts were the stepping ones) as the peak if it exceeds it.
-    pub fn note_peak_of(&mut self, used: u64) {
+    pub(crate) fn note_peak_of(&mut self, used: u64) {
         self.peak_used = self.peak_used.max(used);
     }
 
@@ -939,7 +939,13 @@ impl KvPool {
     /// changes but what vLLM frees before it checks the free blocks (and
     /// keeps freed): window blocks leaving the window with the window
     /// cache, in align mode the state the step no longer needs.
-    pub fn resize(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> Result<(), Shortfall> {
+    pub(crate) fn resize(
+        &mut self,
+        alloc: &mut Alloc,
+        from: Tokens,
+        to: Tokens,
+        checkpoints: bool,
+    ) -> Result<(), Shortfall> {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         self.resize_inner(alloc, from, to, checkpoints, true)
     }
@@ -949,7 +955,7 @@ impl KvPool {
     /// step that needs them can be undone exactly (the decoding set never
     /// takes ahead a step that frees blocks into the eviction order).
     #[inline]
-    pub fn resize_from_free(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens) -> Result<(), Shortfall> {
+    pub(crate) fn resize_from_free(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens) -> Result<(), Shortfall> {
         self.resize_inner(alloc, from, to, false, false)
     }
 
@@ -961,7 +967,13 @@ impl KvPool {
     /// ([`KvPool::commit_evictions`]): the evictions are those stepping one
     /// event at a time would make at step `n` only if nothing changes the
     /// eviction order before then.
-    pub fn resize_ahead(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens, n: u64) -> Result<(), Shortfall> {
+    pub(crate) fn resize_ahead(
+        &mut self,
+        alloc: &mut Alloc,
+        from: Tokens,
+        to: Tokens,
+        n: u64,
+    ) -> Result<(), Shortfall> {
         self.ahead_step = Some(n);
         let result = self.resize_inner(alloc, from, to, false, true);
         self.ahead_step = None;
@@ -974,12 +986,12 @@ impl KvPool {
     /// the order in which one step's holdings change decides how many
     /// cached blocks it evicts, so only stepping one by one evicts right.
     #[inline]
-    pub fn frees_plain_midway(&self) -> bool {
+    pub(crate) fn frees_plain_midway(&self) -> bool {
         self.frees_plain_midway
     }
 
     /// Whether evictions made ahead of their steps are still recorded.
-    pub fn evicted_ahead(&self) -> bool {
+    pub(crate) fn evicted_ahead(&self) -> bool {
         !self.evicted_ahead.is_empty()
     }
 
@@ -987,7 +999,7 @@ impl KvPool {
     /// first, at the head of the eviction order (the blocks they freed
     /// must be free again: the caller gave back the holdings that took
     /// them); those of `step` and before stay made.
-    pub fn undo_evictions_after(&mut self, step: u64) {
+    pub(crate) fn undo_evictions_after(&mut self, step: u64) {
         while let Some(&ev) = self.evicted_ahead.last() {
             if ev.step() <= step {
                 break;
@@ -1019,7 +1031,7 @@ impl KvPool {
     }
 
     /// The evictions made ahead are now those of steps that ran.
-    pub fn commit_evictions(&mut self) {
+    pub(crate) fn commit_evictions(&mut self) {
         self.evicted_ahead.clear();
     }
 
@@ -1376,7 +1388,7 @@ impl KvPool {
     /// (59 computed) holding 1 shared block: 3 full blocks, 2 of them its
     /// own, go to the LRU tail, then the shared one; its partial fourth
     /// block is reused first.
-    pub fn release(&mut self, alloc: &mut Alloc, computed: Tokens) {
+    pub(crate) fn release(&mut self, alloc: &mut Alloc, computed: Tokens) {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         let nameless = match self.fa_block {
             Some(b) if self.caching => {
@@ -1461,7 +1473,7 @@ impl KvPool {
     /// A request's own blocks (past its prefix ids) are in the cache only
     /// after it was preempted ([`KvPool::register_own`]), so only its
     /// recompute hits them.
-    pub fn cached_prefix(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
+    pub(crate) fn cached_prefix(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         if self.state_groups == 0 && self.win.is_none() {
             return self.fa_hit(prefix, prompt, owner, goal);
@@ -1484,7 +1496,7 @@ impl KvPool {
     /// With the window cache, a hit also needs the window blocks before its
     /// end cached ([`KvPool::window_hit`]).
     #[inline]
-    pub fn lookup(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> (u32, Tokens) {
+    pub(crate) fn lookup(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> (u32, Tokens) {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         if let Some(w) = self.win {
             return (self.window_hit(w, prefix, prompt, owner, goal), Tokens::ZERO);
@@ -1580,7 +1592,7 @@ impl KvPool {
 
     /// Starts a new schedule call (`calls`): states cached in earlier ones
     /// may be hit again (vLLM's `new_step_starts`).
-    pub fn new_step(&mut self, calls: u64) {
+    pub(crate) fn new_step(&mut self, calls: u64) {
         if self.states_call != calls {
             self.states_call = calls;
             self.states_this_step.clear();
@@ -1644,7 +1656,7 @@ impl KvPool {
     }
 
     /// The tokens `blocks` cached full-attention blocks cover.
-    pub fn hit_tokens(&self, blocks: u32) -> Tokens {
+    pub(crate) fn hit_tokens(&self, blocks: u32) -> Tokens {
         self.fa_block
             .or(self.win.map(|w| w.block))
             .or(self.align)
@@ -1859,7 +1871,7 @@ impl KvPool {
     /// allocation would hold (the hit's included).
     ///
     /// Used by admission and by a decode rank's reservation alike.
-    pub fn pin_and_allocate(
+    pub(crate) fn pin_and_allocate(
         &mut self,
         alloc: &mut Alloc,
         prefix: &PrefixIds,
@@ -1874,7 +1886,7 @@ impl KvPool {
     /// [`KvPool::pin_and_allocate`], but only if `keep` free or evictable
     /// blocks are left for others afterwards (vLLM's `reserved_blocks`).
     #[expect(clippy::too_many_arguments, reason = "pin_and_allocate's, and what to leave")]
-    pub fn pin_and_allocate_leaving(
+    pub(crate) fn pin_and_allocate_leaving(
         &mut self,
         alloc: &mut Alloc,
         prefix: &PrefixIds,
@@ -1960,7 +1972,7 @@ impl KvPool {
     /// the window are freed as the prefill goes. W = 33, B = 16, a budget
     /// of 32: at most cdiv(64, 16) + 1 = 5 window blocks, however long the
     /// prompt.
-    pub fn whole_fits(
+    pub(crate) fn whole_fits(
         &self,
         prefix: &PrefixIds,
         prompt: Tokens,
@@ -2007,7 +2019,7 @@ impl KvPool {
     /// Blocks a sequence holds for its whole known sequence (`from..to`),
     /// a window group counted at most at its admission cap (see
     /// [`KvPool::whole_fits`]); hit blocks included.
-    pub fn whole_blocks(&self, whole: Whole) -> u64 {
+    pub(crate) fn whole_blocks(&self, whole: Whole) -> u64 {
         let Whole { from, to: whole, checkpoints, in_flight } = whole;
         let align = self.align.is_some();
         self.groups
@@ -2031,7 +2043,7 @@ impl KvPool {
     /// group's blocks below the window, a state group's checkpoint blocks),
     /// keeping the source. Freed blocks go back to the free list; full
     /// attention frees nothing, so cached blocks stay cached.
-    pub fn release_to_source(&mut self, alloc: &mut Alloc) {
+    pub(crate) fn release_to_source(&mut self, alloc: &mut Alloc) {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         // With the window cache, the window blocks below the window go into
         // the eviction order (all full, so hashed), its own as a nameless
@@ -2198,7 +2210,7 @@ impl KvPool {
     /// its newly full, named full-attention blocks in the cache (content
     /// another request already cached becomes a later copy,
     /// `register_block`).
-    pub fn register(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+    pub(crate) fn register(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         // States of its own content too (vLLM caches every state block it
         // fills, align mode).
@@ -2368,7 +2380,7 @@ impl KvPool {
     /// (vLLM hashes and caches every full block, generated tokens
     /// included). Other requests never hit them, so pdsim registers them
     /// only here.
-    pub fn register_own(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+    pub(crate) fn register_own(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
         if let Some(w) = self.win {
             self.register_own_window(w, alloc, prefix, prompt, computed);
         }
@@ -2488,7 +2500,7 @@ impl KvPool {
 
     /// Checks `private + shared + cached_free + free = num_blocks` and the
     /// per-group counts; returns what is wrong.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         let sum = self.private + self.shared + self.cached_free + self.free;
         if sum != self.num_blocks {
             return Err(format!(

@@ -1,4 +1,4 @@
-//! Layer 3, the model and the machine: a model's layers ([`arch`]), its
+//! Layer 1, the model and the machine: a model's layers ([`arch`]), its
 //! cache groups and the configuration gates ([`model`]), how its bytes
 //! split across tensor-parallel ranks ([`tp`]), the GPU ([`hardware`]),
 //! and what a step costs ([`steptime`]).

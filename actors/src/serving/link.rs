@@ -23,10 +23,22 @@ use std::collections::{BTreeMap, VecDeque};
 use sim_core::{Actor, ActorId, Context, EventId, SimDuration, SimTime};
 
 use crate::base::units::{Bandwidth, Bytes, transfer_time};
-use crate::deploy::config::Sharing;
 use crate::requests::request::ReqId;
 use crate::serving::msg::Msg;
 use crate::stats::metrics::{Metric, Timeline};
+use serde::{Deserialize, Serialize};
+
+/// How concurrent transfers on one link share its bandwidth.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sharing {
+    /// Every active transfer gets an equal share, re-timed exactly whenever
+    /// a transfer starts or ends.
+    #[default]
+    ProcessorSharing,
+    /// One transfer at a time at full bandwidth, in order of arrival.
+    Fifo,
+}
 
 /// Work units per solo nanosecond: lcm(1..=16).
 const SCALE: u128 = 720_720;
@@ -62,9 +74,7 @@ pub struct LinkStats {
 }
 
 /// The link actor.
-pub struct NixlLink {
-    /// Its index in the deployment's link list.
-    pub index: u32,
+pub(crate) struct NixlLink {
     latency: SimDuration,
     bandwidth: Bandwidth,
     sharing: Sharing,
@@ -93,9 +103,8 @@ pub struct NixlLink {
 
 impl NixlLink {
     /// A link.
-    pub fn new(index: u32, latency: SimDuration, bandwidth: Bandwidth, sharing: Sharing) -> Self {
+    pub(crate) fn new(latency: SimDuration, bandwidth: Bandwidth, sharing: Sharing, timeline: Timeline) -> Self {
         let mut link = NixlLink {
-            index,
             latency,
             bandwidth,
             sharing,
@@ -110,19 +119,19 @@ impl NixlLink {
             in_flight_bytes: 0,
             instant: (SimTime::ZERO, 0),
             stats: LinkStats::default(),
-            timeline: Timeline::new(),
+            timeline,
         };
         link.record(SimTime::ZERO);
         link
     }
 
     /// Transfers started and not yet completed.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.active.len() + self.queue.len() + self.in_latency.len()
     }
 
     /// Bytes of the transfers started and not yet completed.
-    pub fn bytes_in_flight(&self) -> u64 {
+    pub(crate) fn bytes_in_flight(&self) -> u64 {
         self.in_flight_bytes
     }
 
@@ -274,7 +283,7 @@ mod tests {
     fn link_run(sharing: Sharing, transfers: &[(u64, u64, u64)]) -> Vec<(u64, u64)> {
         let mut sim = Simulation::new(1);
         let bw = Bandwidth::from_gb_per_s(1.0).unwrap();
-        let link = sim.add_actor("link", NixlLink::new(0, SimDuration::ZERO, bw, sharing)).unwrap();
+        let link = sim.add_actor("link", NixlLink::new(SimDuration::ZERO, bw, sharing, Timeline::new())).unwrap();
         let sink = sim.add_actor("sink", Sink::default()).unwrap();
         for &(id, at_ms, bytes) in transfers {
             let msg = Msg::StartTransfer { id, bytes: Bytes::new(bytes), reply_to: sink };

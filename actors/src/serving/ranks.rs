@@ -64,8 +64,8 @@ impl RankCore {
         router: ActorId,
         mut sched: Scheduler,
         max_model_len: Option<Tokens>,
+        timeline: Timeline,
     ) -> Self {
-        let timeline = Timeline::new();
         // The counts inside runs of decode steps, only for a timeline that
         // stores them (nothing else depends on them).
         sched.set_step_counts(timeline.keeps());
@@ -413,7 +413,7 @@ pub struct SourceStats {
 
 /// How a prefill rank holds a source the decode side has not answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hold {
+pub(crate) enum Hold {
     /// For at most this long, whatever the decode rank does (an explicit
     /// choice: `faults.source_hold_s`).
     Fixed(SimDuration),
@@ -432,7 +432,7 @@ impl Hold {
     /// expiry to at least 2/3·L after it. With the last heartbeat at
     /// `h = accepted + j·L/6` (j ≥ 1, h ≤ silent), the lease runs out at
     /// `max(held + L, h + 2/3·L)`; with none, at `held + L`.
-    pub fn lease_expiry(lease: SimDuration, held: SimTime, accepted: SimTime, silent: SimTime) -> SimTime {
+    pub(crate) fn lease_expiry(lease: SimDuration, held: SimTime, accepted: SimTime, silent: SimTime) -> SimTime {
         let grant = held.saturating_add(lease);
         let beat = lease.as_nanos() / 6;
         if beat == 0 || silent < accepted {
@@ -450,7 +450,7 @@ impl Hold {
 /// A prefill rank: computes the backed-off prompt, releases what vLLM
 /// releases at completion, and holds the source until the decode side
 /// releases or cancels it, or the hold expires.
-pub struct PrefillRank {
+pub(crate) struct PrefillRank {
     core: RankCore,
     model: Model,
     hold: Hold,
@@ -484,17 +484,13 @@ impl PrefillRank {
     }
 
     /// Commands it refused.
-    pub fn refusals(&self) -> &[FailReason] {
+    #[cfg(test)]
+    pub(crate) fn refusals(&self) -> &[FailReason] {
         &self.core.refusals
     }
 
-    /// Sources held now.
-    pub fn held_sources(&self) -> usize {
-        self.held.len()
-    }
-
     /// Source counters.
-    pub fn sources(&self) -> SourceStats {
+    pub(crate) fn sources(&self) -> SourceStats {
         self.sources
     }
 
@@ -668,7 +664,7 @@ struct InTransfer {
 /// (in its waiting loop), pulls the KV over the link from the schedule
 /// call that reserved, releases the source, computes the remaining prompt
 /// token and decodes.
-pub struct DecodeRank {
+pub(crate) struct DecodeRank {
     core: RankCore,
     model: Model,
     /// Prefill ranks, by index.
@@ -717,20 +713,16 @@ impl DecodeRank {
     }
 
     /// Commands it refused.
-    pub fn refusals(&self) -> &[FailReason] {
+    #[cfg(test)]
+    pub(crate) fn refusals(&self) -> &[FailReason] {
         &self.core.refusals
     }
 
     /// Reservations not made at the first schedule call after their
     /// handoff arrived (they waited for blocks, or behind a request that
     /// did).
-    pub fn reservations_waited(&self) -> u64 {
+    pub(crate) fn reservations_waited(&self) -> u64 {
         self.core.sched.reservations_waited()
-    }
-
-    /// When it crashed (it has stopped for good).
-    pub fn crashed_at(&self) -> Option<SimTime> {
-        self.crashed_at
     }
 
     /// The common part, for the end-of-run accounting.
@@ -773,15 +765,6 @@ impl DecodeRank {
         let accepted = req.t.reserve_requested.unwrap_or(now);
         let at = Hold::lease_expiry(lease, held, accepted, now);
         ctx.send(self.source_of(req), Msg::LeaseLost(req.id, at)).expect("prefill ranks outlive the run");
-    }
-
-    /// Remote loads waiting for their reservation.
-    pub fn pending_reservations(&self) -> usize {
-        self.core.sched.remote_waiting()
-    }
-    /// Transfers in flight to this rank.
-    pub fn transferring(&self) -> usize {
-        self.transferring.len()
     }
 
     fn source_of(&self, req: &Request) -> ActorId {
@@ -973,7 +956,7 @@ fn complete(core: &RankCore, f: Finished, ctx: &mut Context<'_, Msg>) {
 
 /// A rank that prefills and decodes with no handoff: the baseline. It
 /// refuses every handoff command.
-pub struct AggregatedRank {
+pub(crate) struct AggregatedRank {
     core: RankCore,
 }
 
@@ -986,7 +969,8 @@ impl AggregatedRank {
     }
 
     /// Commands it refused.
-    pub fn refusals(&self) -> &[FailReason] {
+    #[cfg(test)]
+    pub(crate) fn refusals(&self) -> &[FailReason] {
         &self.core.refusals
     }
 

@@ -13,11 +13,26 @@ use sim_core::{Actor, ActorId, Context, EventId, SimTime};
 
 use crate::base::fxmap::FxHashMap;
 use crate::base::units::Tokens;
-use crate::deploy::config::Policy;
 use crate::requests::request::{FailReason, ReqId, Request};
 use crate::requests::workload::{ArrivalMode, PrefixIds, RequestSource, RequestSpec, WorkloadError};
 use crate::serving::msg::Msg;
 use crate::stats::records::RecordStream;
+use serde::{Deserialize, Serialize};
+
+/// A routing policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Ranks in turn.
+    #[default]
+    RoundRobin,
+    /// The rank with the fewest outstanding tokens (ties: lowest index).
+    LeastOutstanding,
+    /// The rank with the least cost, `kv_overlap_weight` times the prompt
+    /// tokens its prefix cache likely lacks, plus its outstanding tokens:
+    /// the hit scored against the load.
+    KvAware,
+}
 
 /// The most tokens (prompt and output together) one request may have: far
 /// beyond any model's context, and small enough that no count overflows.

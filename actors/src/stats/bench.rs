@@ -49,8 +49,8 @@ use std::collections::BinaryHeap;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use sim_core::{SimDuration, SimTime};
 
-use crate::deploy::config::SloSpec;
 use crate::requests::request::{Outcome, Request};
+use crate::stats::metrics::SloSpec;
 use crate::stats::metrics::{Column, Histogram};
 
 /// vLLM's `--metric-percentiles` default.

@@ -51,13 +51,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
 use sim_core::{SimDuration, SimTime};
 
-use crate::deploy::config::SloSpec;
 use crate::requests::request::{Outcome, Request};
 pub use crate::stats::bench::{Bench, Load, TokenWindows};
 use crate::stats::bench::{BenchBuilder, Dist, LoadBuilder};
+use serde::{Deserialize, Serialize};
 
 /// A histogram of durations with under 1% relative error: exact below 256
 /// ns, then 128 sub-buckets per power of two. Exact count, sum and max.
@@ -332,6 +331,22 @@ pub struct Summary {
 
 fn ms(d: SimDuration) -> f64 {
     d.as_millis_f64()
+}
+
+/// Service-level objectives for goodput. A request meets the SLO when it
+/// completed and every named bound holds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SloSpec {
+    /// Time to first token bound, ms.
+    #[serde(default)]
+    pub ttft_ms: Option<f64>,
+    /// Time per output token bound, ms.
+    #[serde(default)]
+    pub tpot_ms: Option<f64>,
+    /// End-to-end latency bound, ms.
+    #[serde(default)]
+    pub e2e_ms: Option<f64>,
 }
 
 /// Whether a completed request meets every bound of `slo`.
@@ -837,54 +852,33 @@ impl Default for Timeline {
     }
 }
 
-/// Where timelines made now send their samples (see [`sampling`]).
+/// Where a run's timelines send their rows: none is stored, or every row
+/// goes into one shared log under its entity's index. (A timeline made on
+/// its own, [`Timeline::new`], keeps its rows.)
 #[derive(Clone, Debug)]
 pub(crate) enum Sampling {
-    /// Each keeps its own.
-    Own,
     /// None is stored.
     Discard,
-    /// Into this log, under the entity index last given to [`next_entity`].
+    /// Into this log.
     Log(SampleLog),
 }
 
-thread_local! {
-    static SAMPLING: std::cell::RefCell<(Sampling, u32)> = const { std::cell::RefCell::new((Sampling::Own, 0)) };
-}
-
-/// Restores the previous [`sampling`] when dropped.
-pub(crate) struct SamplingGuard(Option<(Sampling, u32)>);
-
-impl Drop for SamplingGuard {
-    fn drop(&mut self) {
-        if let Some(prev) = self.0.take() {
-            SAMPLING.with(|s| *s.borrow_mut() = prev);
-        }
+impl Sampling {
+    /// An empty timeline for the entity of index `entity` (the report order:
+    /// ranks, then links), storing its rows as this says.
+    pub(crate) fn timeline(&self, entity: u32) -> Timeline {
+        let store = match self {
+            Sampling::Discard => Store::Discard,
+            Sampling::Log(log) => Store::Log(std::sync::Arc::clone(log), entity),
+        };
+        Timeline { store, ..Timeline::default() }
     }
 }
 
-/// While the returned guard lives, timelines made on this thread store
-/// their samples as `mode` says. [`crate::deploy::sim::build`] holds it while it
-/// makes the actors: the ranks make their timelines with no arguments
-/// (ranks.rs), so the setting rides beside it.
-pub(crate) fn sampling(mode: Sampling) -> SamplingGuard {
-    SamplingGuard(Some(SAMPLING.with(|s| std::mem::replace(&mut *s.borrow_mut(), (mode, 0)))))
-}
-
-/// The entity index of the next timeline made into a log.
-pub(crate) fn next_entity(index: u32) {
-    SAMPLING.with(|s| s.borrow_mut().1 = index);
-}
-
 impl Timeline {
-    /// An empty timeline, storing its rows as the current `sampling` scope says.
+    /// An empty timeline that keeps its own rows.
     pub fn new() -> Self {
-        let store = SAMPLING.with(|s| match &*s.borrow() {
-            (Sampling::Own, _) => Store::Own,
-            (Sampling::Discard, _) => Store::Discard,
-            (Sampling::Log(log), e) => Store::Log(std::sync::Arc::clone(log), *e),
-        });
-        Timeline { store, ..Timeline::default() }
+        Timeline::default()
     }
 
     /// Stops logging (a run's report holds its timelines on their own).
@@ -1057,8 +1051,7 @@ mod tests {
 
     #[test]
     fn a_timeline_that_keeps_nothing_stores_nothing() {
-        let _scope = sampling(Sampling::Discard);
-        let mut tl = Timeline::new();
+        let mut tl = Sampling::Discard.timeline(0);
         assert!(!tl.keeps());
         tl.set(t(1), Metric::KvUsed, 3);
         tl.commit_before(None);

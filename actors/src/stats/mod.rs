@@ -1,4 +1,4 @@
-//! Layer 2, the statistics: instruments the layers above feed as things
+//! Layer 3, the statistics: instruments the layers above feed as things
 //! happen (histograms, timelines, token windows) and what is made of them
 //! at the end (the summary, `vllm bench serve`'s statistics, the records).
 //! Nothing here imports what it observes.

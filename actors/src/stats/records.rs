@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 
 use sim_core::SimTime;
 
-use crate::deploy::config::SloSpec;
 use crate::requests::request::{Outcome, Request};
+use crate::stats::metrics::SloSpec;
 use crate::stats::metrics::{Histogram, Summary, SummaryBuilder};
 
 /// Takes each record, in id order, as its request ends: see

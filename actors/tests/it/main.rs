@@ -4,6 +4,7 @@ mod arch;
 mod conformance;
 mod gates;
 mod handoff;
+mod layers;
 mod model_files;
 mod model_fixtures;
 mod pinned;

@@ -6,14 +6,14 @@ use actors::config::{
 };
 use actors::metrics::{Metric, Sample, Timeline};
 use actors::model::{ModelSpec, Role};
-use actors::request::{Command, FailReason, Outcome, Request};
+use actors::request::{FailReason, Outcome, Request};
 use actors::router::RoutePolicy;
-use actors::sim::{self, Deployment, RankId, RunInput, SimOutput};
+use actors::sim::{self, Deployment, RunInput, SimOutput};
 use actors::steptime::{BatchShape, StepTimeModel};
-use actors::units::{Bandwidth, Bytes, Tokens};
+use actors::units::{Bytes, Tokens};
 use actors::workload::{ArrivalMode, PrefixIds, RequestSpec};
 use sim_core::rand::Rng;
-use sim_core::{Actor, Context, SimDuration, SimTime, Simulation};
+use sim_core::{SimDuration, SimTime};
 
 use super::model_fixtures::{fa, glm_spec, linear_spec, spec, window};
 

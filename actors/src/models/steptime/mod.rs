@@ -13,8 +13,11 @@ pub mod roofline;
 
 use roofline::{RankInputs, RooflineStepTime};
 
-use crate::deploy::config::StepTimeSpec;
-use crate::deploy::validate::{self, FieldError};
+use crate::base::field::FieldError;
+
+mod spec;
+
+pub use spec::{DecodeGrid, StepTimeSpec};
 
 pub mod table2d;
 
@@ -288,11 +291,11 @@ impl StepTimeModel for TableStepTime {
     }
 }
 
-/// Builds the model a spec describes, once [`crate::deploy::validate`] has passed
-/// it; the error names the field (`step_time.per_token_us`). A roofline
+/// Builds the model a spec describes, once its checks
+/// ([`StepTimeSpec::check`]) pass; the error names the field (`step_time.per_token_us`). A roofline
 /// needs the `rank` it prices (its layers, GPU, TP size and pool groups).
 pub fn build(spec: &StepTimeSpec, rank: Option<RankInputs<'_>>) -> Result<Box<dyn StepTimeModel>, FieldError> {
-    validate::step_time(spec).map_err(|e| e.under("step_time"))?;
+    spec.check().map_err(|e| e.under("step_time"))?;
     match spec {
         StepTimeSpec::Linear { fixed_us, per_token_us, per_seq_us, per_context_token_us } => {
             Ok(Box::new(LinearStepTime::from_micros(*fixed_us, *per_token_us, *per_seq_us, *per_context_token_us)))

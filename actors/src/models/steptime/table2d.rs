@@ -24,8 +24,8 @@
 
 use sim_core::SimDuration;
 
+use super::DecodeGrid;
 use super::{BatchShape, StepTimeModel, interpolate, points_ps, us_to_ps};
-use crate::deploy::config::DecodeGrid;
 
 /// Femtoseconds in a picosecond.
 const FS_PER_PS: i128 = 1000;
