@@ -43,5 +43,15 @@ pub use deploy::{config, sim, steps, validate};
 pub use models::{arch, hardware, model, steptime, tp};
 pub use requests::{request, workload};
 pub use serving::router;
-pub use stats::{bench, metrics, records};
+pub use stats::{bench, records};
 pub use vllm::handoff as rules;
+
+/// A run's statistics: its summary, the instruments it is made of, and
+/// the exact timelines of its ranks and links.
+pub mod metrics {
+    pub use crate::stats::bench::{Bench, Load, TokenWindows};
+    pub use crate::stats::histogram::{Column, Histogram, Stat};
+    pub use crate::stats::slo::{SloSpec, meets_slo};
+    pub use crate::stats::summary::{Summary, SummaryBuilder, summarise};
+    pub use crate::stats::timeline::{EntitySample, Metric, Sample, SampleLog, Timeline};
+}

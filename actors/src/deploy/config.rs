@@ -12,7 +12,7 @@ use crate::base::units::Tokens;
 pub use crate::models::steptime::{DecodeGrid, StepTimeSpec};
 pub use crate::serving::link::Sharing;
 pub use crate::serving::router::Policy;
-pub use crate::stats::metrics::SloSpec;
+pub use crate::stats::slo::SloSpec;
 
 /// Everything about a deployment except the model and the workload.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -22,10 +22,11 @@ use crate::serving::link::{LinkStats, NixlLink};
 use crate::serving::msg::Msg;
 use crate::serving::ranks::{AggregatedRank, DecodeRank, Hold, PrefillRank, RankCore, SourceStats};
 use crate::serving::router::{DEFAULT_KV_OVERLAP_WEIGHT, RoutePolicy, Router, Targets, policy};
-use crate::stats::metrics::{
-    self, EntitySample, Histogram, Sample, SampleLog, Sampling, Summary, Timeline, TokenWindows,
-};
+use crate::stats::bench::TokenWindows;
+use crate::stats::histogram::Histogram;
 use crate::stats::records::{Digest, RecordStream, Totals};
+use crate::stats::summary::Summary;
+use crate::stats::timeline::{EntitySample, Sample, SampleLog, Sampling, Timeline, log_rows};
 
 pub use crate::deploy::validate::ConfigError;
 
@@ -290,7 +291,7 @@ pub struct RankReport {
     pub peak_used_blocks: u64,
     /// Cached blocks evicted.
     pub evicted_blocks: u64,
-    /// Names of the pool's groups, by index (for [`crate::stats::metrics::Metric::KvGroupUsed`]).
+    /// Names of the pool's groups, by index (for [`crate::stats::timeline::Metric::KvGroupUsed`]).
     pub groups: Vec<String>,
     /// Commands it refused, as text.
     pub refusals: Vec<String>,
@@ -480,7 +481,7 @@ impl Built<'_> {
     ///
     /// Every timeline's open instant before `before` is committed first. A
     /// rank may still write rows older than the clock, for the steps of
-    /// its run of decode steps in flight (see [`crate::stats::metrics`]): rows
+    /// its run of decode steps in flight (see [`crate::stats::timeline`]): rows
     /// from the earliest such step on are held back for a later slice.
     fn flush_samples(&mut self, before: Option<SimTime>) {
         if self.log.is_none() {
@@ -497,7 +498,7 @@ impl Built<'_> {
             self.sim.actor_mut::<NixlLink>(*id).expect("link").timeline.commit_before(before);
         }
         let (Some(log), Some(sink)) = (&self.log, &mut self.sample_sink) else { return };
-        let mut rows = metrics::log_rows(log);
+        let mut rows = log_rows(log);
         // Each entity's rows are in time order, but a rank's rows of a
         // finished run come after other entities' later ones: sort (stable,
         // so each entity's own order stays), then take those before the
@@ -689,7 +690,7 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
     // Without a sink, the samples go back to their timelines.
     let mut logged: Vec<Vec<Sample>> = Vec::new();
     if let Some(log) = log {
-        for r in metrics::log_rows(&log).drain(..) {
+        for r in log_rows(&log).drain(..) {
             let e = r.entity as usize;
             if e >= logged.len() {
                 logged.resize_with(e + 1, Vec::new);

@@ -51,7 +51,7 @@ use crate::kv::{Alloc, KvPool, Whole};
 use crate::models::model::CacheGroup;
 use crate::models::steptime::StepTimeModel;
 use crate::requests::request::{ReqId, Request};
-use crate::stats::metrics::Histogram;
+use crate::stats::histogram::Histogram;
 use plan::{Ahead, StepKv, StepLog};
 use seqs::{Seq, SeqKey, Seqs};
 use stats::Stats;
@@ -580,13 +580,13 @@ impl Scheduler {
     /// Counts output tokens in 1 s windows from `origin` (default: time
     /// zero); set before the first step.
     pub(crate) fn set_token_origin(&mut self, origin: SimTime) {
-        self.core.stats.tokens = crate::stats::metrics::TokenWindows::new(origin);
+        self.core.stats.tokens = crate::stats::bench::TokenWindows::new(origin);
     }
 
     /// The output tokens of each 1 s window (left empty).
-    pub(crate) fn take_token_windows(&mut self) -> crate::stats::metrics::TokenWindows {
+    pub(crate) fn take_token_windows(&mut self) -> crate::stats::bench::TokenWindows {
         let origin = self.core.stats.tokens.origin();
-        std::mem::replace(&mut self.core.stats.tokens, crate::stats::metrics::TokenWindows::new(origin))
+        std::mem::replace(&mut self.core.stats.tokens, crate::stats::bench::TokenWindows::new(origin))
     }
 
     /// The pool's budget, peak and evictions.

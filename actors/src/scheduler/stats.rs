@@ -4,7 +4,8 @@
 
 use sim_core::{SimDuration, SimTime};
 
-use crate::stats::metrics::{Histogram, TokenWindows};
+use crate::stats::bench::TokenWindows;
+use crate::stats::histogram::Histogram;
 
 /// Step-level counters of one rank.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

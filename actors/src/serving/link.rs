@@ -16,7 +16,7 @@
 //!
 //! Its timeline gets its state after every message it handles (the rows
 //! are the changes, with the value at the end of each instant: see
-//! [`crate::stats::metrics`]).
+//! [`crate::stats::timeline`]).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -25,7 +25,7 @@ use sim_core::{Actor, ActorId, Context, EventId, SimDuration, SimTime};
 use crate::base::units::{Bandwidth, Bytes, transfer_time};
 use crate::requests::request::ReqId;
 use crate::serving::msg::Msg;
-use crate::stats::metrics::{Metric, Timeline};
+use crate::stats::timeline::{Metric, Timeline};
 use serde::{Deserialize, Serialize};
 
 /// How concurrent transfers on one link share its bandwidth.

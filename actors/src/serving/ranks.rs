@@ -19,7 +19,7 @@ use crate::models::model::{Model, Role};
 use crate::requests::request::{Command, FailReason, Outcome, ReqId, Request};
 use crate::scheduler::{Finished, PoolReport, Reservation, Scheduler, Source, StepStats};
 use crate::serving::msg::Msg;
-use crate::stats::metrics::{Metric, Timeline};
+use crate::stats::timeline::{Metric, Timeline};
 use crate::vllm::handoff as rules;
 
 /// What every rank has.
@@ -32,7 +32,7 @@ pub(crate) struct RankCore {
     max_model_len: Option<Tokens>,
     /// The scheduler, which owns the pool.
     sched: Scheduler,
-    /// Its state over time, exactly (see [`crate::stats::metrics`]).
+    /// Its state over time, exactly (see [`crate::stats::timeline`]).
     timeline: Timeline,
     /// Commands it refused (with no request to fail, or with one).
     refusals: Vec<FailReason>,
@@ -255,12 +255,12 @@ impl RankCore {
     }
 
     /// Gaps between consecutive output tokens on this rank.
-    pub(crate) fn itl(&self) -> &crate::stats::metrics::Histogram {
+    pub(crate) fn itl(&self) -> &crate::stats::histogram::Histogram {
         self.sched.itl()
     }
 
     /// The output tokens of each 1 s window (the rank's are left empty).
-    pub(crate) fn take_token_windows(&mut self) -> crate::stats::metrics::TokenWindows {
+    pub(crate) fn take_token_windows(&mut self) -> crate::stats::bench::TokenWindows {
         self.sched.take_token_windows()
     }
 }

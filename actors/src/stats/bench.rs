@@ -38,7 +38,7 @@
 //!   first successful request's start unless the first request failed.
 //!
 //! The statistics are computed one record at a time (`BenchBuilder`, in
-//! [`crate::stats::metrics::SummaryBuilder`]) from compact columns of exact
+//! [`crate::stats::summary::SummaryBuilder`]) from compact columns of exact
 //! values (TTFT and E2EL share the summary's columns; TPOT adds one of 8
 //! bytes a completed request), counters, and heaps bounded by the requests
 //! in the system at once.
@@ -50,8 +50,8 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use sim_core::{SimDuration, SimTime};
 
 use crate::requests::request::{Outcome, Request};
-use crate::stats::metrics::SloSpec;
-use crate::stats::metrics::{Column, Histogram};
+use crate::stats::histogram::{Column, Histogram};
+use crate::stats::slo::SloSpec;
 
 /// vLLM's `--metric-percentiles` default.
 pub const DEFAULT_PERCENTILES: &[f64] = &[50.0, 90.0, 95.0, 99.0];
@@ -533,6 +533,17 @@ impl LoadBuilder {
     }
 }
 
+/// What the summary counts that the statistics need.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RunTotals {
+    /// From the first arrival to the last completion, s.
+    pub(crate) duration_s: f64,
+    /// Requests completed.
+    pub(crate) completed: u64,
+    /// Requests failed.
+    pub(crate) failed: u64,
+}
+
 /// Builds [`Bench`] one record at a time in id order, beside the summary
 /// (which gives it the TTFT and E2EL columns it keeps anyway).
 #[derive(Clone, Debug)]
@@ -638,13 +649,14 @@ impl BenchBuilder {
         &self.percentiles
     }
 
-    /// The statistics. `ttft` and `e2e` are [`Dist::of_sorted_nanos`] of
-    /// the summary's columns, `itl` the run's inter-token histogram,
-    /// `peak_tokens` the most output tokens in a window
-    /// ([`TokenWindows::peak`]).
+    /// The statistics. `run` is the summary's duration (s) and its
+    /// completed and failed requests; `ttft` and `e2e` are
+    /// [`Dist::of_sorted_nanos`] of the summary's columns, `itl` the run's
+    /// inter-token histogram, `peak_tokens` the most output tokens in a
+    /// window ([`TokenWindows::peak`]).
     pub(crate) fn finish(
         mut self,
-        s: &crate::stats::metrics::Summary,
+        run: RunTotals,
         slo: &SloSpec,
         ttft: Dist,
         e2e: Dist,
@@ -652,7 +664,7 @@ impl BenchBuilder {
         peak_tokens: u64,
     ) -> Bench {
         let ps = &self.percentiles;
-        let duration = s.duration_s;
+        let duration = run.duration_s;
         let per_s = |x: f64| if duration > 0.0 { x / duration } else { 0.0 };
         let any_slo = slo.ttft_ms.is_some() || slo.tpot_ms.is_some() || slo.e2e_ms.is_some();
         let tpot_bits = self.tpot.take_sorted();
@@ -670,11 +682,11 @@ impl BenchBuilder {
         );
         Bench {
             duration,
-            completed: s.completed,
-            failed: s.failed,
+            completed: run.completed,
+            failed: run.failed,
             total_input_tokens: self.input_tokens,
             total_output_tokens: self.output_tokens,
-            request_throughput: per_s(s.completed as f64),
+            request_throughput: per_s(run.completed as f64),
             request_goodput: any_slo.then(|| per_s(self.good as f64)),
             output_throughput: per_s(self.output_tokens as f64),
             total_token_throughput: per_s((self.input_tokens + self.output_tokens) as f64),

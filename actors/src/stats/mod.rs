@@ -1,8 +1,13 @@
 //! Layer 3, the statistics: instruments the layers above feed as things
-//! happen (histograms, timelines, token windows) and what is made of them
-//! at the end (the summary, `vllm bench serve`'s statistics, the records).
-//! Nothing here imports what it observes.
+//! happen ([`histogram`], [`timeline`], `bench`'s token windows) and what
+//! is made of them at the end: the summary ([`summary`]), `vllm bench
+//! serve`'s statistics ([`bench`]), the records ([`records`]), and the
+//! SLOs they are judged by ([`slo`]). Nothing here imports what it
+//! observes.
 
 pub mod bench;
-pub mod metrics;
+pub(crate) mod histogram;
 pub mod records;
+pub(crate) mod slo;
+pub(crate) mod summary;
+pub(crate) mod timeline;

@@ -10,8 +10,9 @@ use std::collections::VecDeque;
 use sim_core::SimTime;
 
 use crate::requests::request::{Outcome, Request};
-use crate::stats::metrics::SloSpec;
-use crate::stats::metrics::{Histogram, Summary, SummaryBuilder};
+use crate::stats::histogram::Histogram;
+use crate::stats::slo::SloSpec;
+use crate::stats::summary::{Summary, SummaryBuilder};
 
 /// Takes each record, in id order, as its request ends: see
 /// [`crate::deploy::sim::Built::set_record_sink`].
