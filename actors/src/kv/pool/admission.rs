@@ -1,0 +1,84 @@
+//! Admission's count: whether a sequence's whole known sequence fits
+//! (vLLM's whole-sequence admission, `crate::vllm::admission`).
+
+use super::*;
+use crate::base::units::Tokens;
+use crate::models::model::CacheGroupKind;
+use crate::requests::workload::PrefixIds;
+
+/// A sequence as admission checks it: from its hit (`from`) to everything it
+/// knows (`to`), with checkpoint blocks if its prefill takes them, with
+/// steps of at most `in_flight` tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Whole {
+    /// Tokens the hit covers.
+    pub from: Tokens,
+    /// Tokens it knows (prompt, and output so far).
+    pub to: Tokens,
+    /// Whether its prefill's last step takes checkpoint blocks.
+    pub checkpoints: bool,
+    /// The most tokens one step computes (`max_num_batched_tokens`).
+    pub in_flight: Tokens,
+}
+
+impl KvPool {
+    /// Whether a sequence new to the pool, pinning `hit` cached blocks, could
+    /// hold its whole known sequence (`from..whole`, with or without
+    /// checkpoint blocks) from the free and evictable blocks now; no side
+    /// effects. vLLM admits a waiting request only then
+    /// (`scheduler_reserve_full_isl`, on by default: `kv_cache_manager.py`
+    /// `allocate_slots(full_sequence_must_fit=True)`), even though it
+    /// allocates only the first chunk. The shortfall counts every block the
+    /// sequence would hold (the hit's included).
+    ///
+    /// B = 16, 8 usable blocks, one 64-token request running (4 blocks): a
+    /// 100-token prompt needs cdiv(100, 16) = 7 > 4 free and waits, even
+    /// with a token budget of 32 whose first chunk would fit in 2.
+    ///
+    /// A window group counts at most its admission cap, as vLLM's
+    /// `SlidingWindowSpec.max_admission_blocks_per_request`:
+    /// `cdiv(W − 1 + in_flight, B) + 1` blocks, `in_flight` being the most
+    /// tokens a step computes (`max_num_batched_tokens`), since blocks below
+    /// the window are freed as the prefill goes. W = 33, B = 16, a budget
+    /// of 32: at most cdiv(64, 16) + 1 = 5 window blocks, however long the
+    /// prompt.
+    pub(crate) fn whole_fits(
+        &self,
+        prefix: &PrefixIds,
+        prompt: Tokens,
+        owner: u64,
+        hit: u32,
+        whole: Whole,
+    ) -> Result<(), Shortfall> {
+        let need = match self.win {
+            Some(w) => self.whole_blocks_after_window_hit(w, hit, whole),
+            None => self.whole_blocks(whole).saturating_sub(u64::from(hit) * self.fa_groups),
+        };
+        self.can_pin_and_take(prefix, prompt, owner, (hit, self.hit_tokens(hit)), need, 0).map_err(|short| Shortfall {
+            needed: need + u64::from(hit) * self.fa_groups + u64::from(self.win_pins(hit)) * self.wg(),
+            available: short.available,
+        })
+    }
+
+    /// Blocks a sequence holds for its whole known sequence (`from..to`),
+    /// a window group counted at most at its admission cap (see
+    /// [`KvPool::whole_fits`]); hit blocks included.
+    pub(crate) fn whole_blocks(&self, whole: Whole) -> u64 {
+        let Whole { from, to: whole, checkpoints, in_flight } = whole;
+        let align = self.align.is_some();
+        self.groups
+            .iter()
+            .map(|g| {
+                let blocks = Self::group_blocks(g, align, from, whole, checkpoints);
+                match (g.kind(), g.window()) {
+                    (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
+                        let b = g.block_size().get();
+                        let cap = (w.get() - 1 + in_flight.get()).div_ceil(b) + 1;
+                        blocks.min(cap)
+                    }
+                    _ => blocks,
+                }
+            })
+            .sum()
+    }
+}

@@ -1,0 +1,63 @@
+//! One request's holding in a pool ([`Alloc`]): the token range of its
+//! current step and what it pins; the pool keeps the rest by its owner.
+
+use crate::base::units::Tokens;
+
+/// One request's holding in a pool. The pool keeps part of a holding's
+/// state by its owner (the cached entries it pins), so a pool has at most
+/// one holding per owner.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Alloc {
+    /// Tokens whose KV was present before the step.
+    pub(super) from: Tokens,
+    /// Tokens whose KV is present after the step.
+    pub(super) to: Tokens,
+    /// Whether the step holds the groups' checkpoint blocks.
+    pub(super) checkpoints: bool,
+    /// Leading full-attention blocks held through the prefix cache.
+    pub(super) shared: u32,
+    /// Blocks held for this request alone, all groups.
+    pub(super) private: u64,
+    /// When the state is a decode step (`from + 1 == to`, no checkpoint
+    /// blocks): the largest `to` whose decode step holds the same blocks in
+    /// every group, so that moving there needs no accounting. Zero otherwise.
+    pub(super) stable_to: Tokens,
+    /// The request it belongs to: names the blocks its prefix ids do not
+    /// cover (its own, or generated, content) when they are cached.
+    pub(super) owner: u64,
+    /// In align mode, how many cached state entries it pins (at most the
+    /// block of the state its step starts from and the one it writes,
+    /// [`KvPool::group_blocks`]); which ones, the pool keeps by owner
+    /// (`KvPool::state_pins`), so that a holding stays small.
+    pub(super) pinned: u8,
+    /// With the window cache: the window blocks `wfirst .. wfirst +
+    /// wpinned` are cached entries it pins (the pool keeps their slots by
+    /// owner, `KvPool::win_slots`); its other window blocks are its own.
+    pub(super) wfirst: u32,
+    pub(super) wpinned: u32,
+}
+
+impl Alloc {
+    /// An empty holding for request `owner`.
+    pub(crate) fn owned_by(owner: u64) -> Self {
+        Alloc { owner, ..Alloc::default() }
+    }
+    /// Tokens covered after the current step.
+    pub(crate) fn tokens(&self) -> Tokens {
+        self.to
+    }
+    /// For a decode-step state, the largest `to` whose decode step holds the
+    /// same blocks (zero for other states).
+    pub(crate) fn stable_to(&self) -> Tokens {
+        self.stable_to
+    }
+    /// Whether it holds nothing.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.private == 0 && self.shared == 0 && self.pinned == 0 && self.wpinned == 0
+    }
+
+    /// Cached state entries it pins.
+    pub(super) fn pinned_states(&self) -> u64 {
+        u64::from(self.pinned)
+    }
+}

@@ -1,0 +1,158 @@
+//! What a holding holds: the blocks every group holds for a step
+//! (vLLM's rules, `crate::vllm::blocks`), summed over the groups that hold
+//! alike, and how far a decoding holding goes before its blocks change.
+
+use super::*;
+use crate::base::units::Tokens;
+use crate::models::model::{CacheGroup, CacheGroupKind};
+use crate::vllm::handoff as rules;
+
+impl KvPool {
+    /// The blocks moving `alloc` to the decode step `from..to` takes
+    /// (negative: gives back); no side effects.
+    #[inline]
+    pub(crate) fn change_in_blocks(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> i64 {
+        let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
+        let wkept = if self.win.is_some() { self.win_step(alloc, from).0 } else { 0 };
+        (self.private_need(from, to, false, alloc.shared) - kept - wkept) as i64 - alloc.private as i64
+    }
+
+    /// How many more blocks moving `alloc` to the step `from..to` takes (0
+    /// if it gives blocks back); no side effects.
+    pub(crate) fn extra_needed(&self, alloc: &Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
+        let (wkept, cached) = if self.win.is_some() { self.win_step(alloc, from) } else { (0, 0) };
+        (self.private_need(from, to, checkpoints, alloc.shared) - kept - wkept).saturating_sub(alloc.private - cached)
+    }
+
+    /// Blocks a new allocation holds for the step `from..to` after pinning
+    /// `hit` cached blocks; no side effects.
+    pub(crate) fn blocks_after_hit(&self, hit: u32, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        let all = self.all_blocks(from, to, checkpoints);
+        let wpins = self.win_blocks(hit) - self.win_lo(hit, from);
+        all.saturating_sub(u64::from(hit) * self.fa_groups + u64::from(wpins) * self.wg())
+    }
+
+    /// Blocks every group holds together for an allocation state.
+    #[inline]
+    pub(super) fn all_blocks(&self, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        if let Some(b) = self.uniform_fa {
+            // (Full attention takes no checkpoint blocks.)
+            return b.blocks_ceil(to).get() * self.fa_groups;
+        }
+        self.all_blocks_by_group(from, to, checkpoints)
+    }
+
+    /// [`KvPool::all_blocks`], group by group: one of each class of groups
+    /// that hold alike, times its groups.
+    #[inline(never)]
+    pub(super) fn all_blocks_by_group(&self, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        let align = self.align.is_some();
+        self.classes.iter().map(|(g, n)| n * Self::group_blocks(g, align, from, to, checkpoints)).sum()
+    }
+
+    /// [`KvPool::all_blocks`] over the classes and group by group, to
+    /// check one against the other.
+    #[cfg(test)]
+    pub(crate) fn all_blocks_both_ways(&self, from: Tokens, to: Tokens, checkpoints: bool) -> (u64, u64) {
+        let align = self.align.is_some();
+        let each = self.groups.iter().map(|g| Self::group_blocks(g, align, from, to, checkpoints)).sum();
+        (self.all_blocks(from, to, checkpoints), each)
+    }
+
+    /// Blocks one group holds for an allocation state; `align`: the pool is
+    /// in vLLM's Mamba "align" mode ([`KvPool::align`]).
+    ///
+    /// In align mode a prefix-cacheable state group's block `p` holds the
+    /// state after `(p + 1) × B` tokens, so a step that moves into a new
+    /// block holds two: the block of the state it starts from and the one
+    /// it writes (`single_type_kv_cache_manager.py` `MambaManager`:
+    /// `allocate_new_blocks` puts the new state at `cdiv(to, B) − 1` and
+    /// keeps the previous one as `last_state_block_idx`, which
+    /// `remove_skipped_blocks` frees before the next step's allocation).
+    /// B = 8: the step 8..13 holds 2, the steps 13..16 and 0..8 hold 1.
+    #[inline]
+    pub(super) fn group_blocks(g: &CacheGroup, align: bool, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        let held = rules::blocks_for_step(g, from, to, checkpoints).get();
+        if align && g.kind() == CacheGroupKind::State && g.prefix_cacheable() && Self::moves_block(g, from, to) {
+            held + 1
+        } else {
+            held
+        }
+    }
+
+    /// Whether the step `from..to` ends in another block of `g` than the
+    /// one holding the state it starts from (none at 0).
+    #[inline]
+    pub(super) fn moves_block(g: &CacheGroup, from: Tokens, to: Tokens) -> bool {
+        let b = g.block_size();
+        !from.is_zero() && from < to && from.blocks_ceil(b) != to.blocks_ceil(b)
+    }
+
+    /// Total private blocks for a state with `shared` cached leading blocks.
+    pub(super) fn private_need(&self, from: Tokens, to: Tokens, checkpoints: bool, shared: u32) -> u64 {
+        let all = self.all_blocks(from, to, checkpoints);
+        all - u64::from(shared) * self.fa_groups
+    }
+
+    /// Blocks a request holds, at the least, during a step that ends with
+    /// `tokens` computed (no hit; the step computing one token, so a window
+    /// group holds only its in-window blocks; with `checkpoints`, the
+    /// groups' checkpoint blocks too). A lower bound of what reaching
+    /// `tokens` needs: a request above the pool's budget can never fit.
+    pub(crate) fn blocks_needed(&self, tokens: Tokens, checkpoints: bool) -> u64 {
+        if tokens.is_zero() {
+            return 0;
+        }
+        self.private_need(tokens - Tokens::new(1), tokens, checkpoints, 0)
+    }
+
+    /// For a decode step ending at `to`: the largest `t ≥ to` whose decode
+    /// step (`t − 1 .. t`) holds the same blocks in every group.
+    ///
+    /// Full attention holds `cdiv(t, B)`: the same up to `cdiv(to, B) × B`.
+    /// A window group holds `cdiv(t, B) − floor(max(0, t − W) / B)`: the
+    /// second term stays at `m = floor(max(0, to − W) / B)` while
+    /// `t ≤ W + (m + 1) × B − 1`. A state group holds one block throughout,
+    /// but in align mode two in the step from a block boundary (`kB .. kB +
+    /// 1`): stable through the end of the block, or only that step.
+    #[inline]
+    pub(super) fn stable_to(&self, to: Tokens) -> Tokens {
+        if let Some(b) = self.uniform_fa {
+            return b.round_up(to);
+        }
+        self.stable_to_by_group(to)
+    }
+
+    /// [`KvPool::stable_to`], group by group.
+    #[inline(never)]
+    pub(super) fn stable_to_by_group(&self, to: Tokens) -> Tokens {
+        let t = to.get();
+        let mut stable = u64::MAX;
+        let align = self.align.is_some();
+        for g in &self.groups {
+            let b = g.block_size().get();
+            let end_of_block = t.div_ceil(b) * b;
+            let g_stable = match (g.kind(), g.window()) {
+                (CacheGroupKind::State, _) if align && g.prefix_cacheable() => {
+                    // Up to the step that ends on the boundary, which caches
+                    // the state it writes (`register_state`).
+                    if Self::moves_block(g, to.saturating_sub(Tokens::new(1)), to) || t == end_of_block {
+                        t
+                    } else {
+                        end_of_block - 1
+                    }
+                }
+                (CacheGroupKind::State, _) => u64::MAX,
+                (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
+                    let w = w.get();
+                    let m = t.saturating_sub(w) / b;
+                    end_of_block.min(w + (m + 1) * b - 1)
+                }
+                _ => end_of_block,
+            };
+            stable = stable.min(g_stable);
+        }
+        Tokens::new(stable)
+    }
+}

@@ -1,0 +1,237 @@
+//! Moving a holding from step to step (`resize`), and giving it back
+//! (`release`, and a prefill's source release).
+
+use super::*;
+use crate::base::units::Tokens;
+use crate::models::model::CacheGroupKind;
+use crate::vllm::handoff as rules;
+
+impl KvPool {
+    /// Moves `alloc` to the step `from..to` (with or without checkpoint
+    /// blocks), taking or returning private blocks. On a shortfall nothing
+    /// changes but what vLLM frees before it checks the free blocks (and
+    /// keeps freed): window blocks leaving the window with the window
+    /// cache, in align mode the state the step no longer needs.
+    pub(crate) fn resize(
+        &mut self,
+        alloc: &mut Alloc,
+        from: Tokens,
+        to: Tokens,
+        checkpoints: bool,
+    ) -> Result<(), Shortfall> {
+        debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
+        self.resize_inner(alloc, from, to, checkpoints, true)
+    }
+
+    /// [`KvPool::resize`] from plain free blocks only: never evicts a cached
+    /// block (and leaves the peak alone), so that taking blocks ahead of the
+    /// step that needs them can be undone exactly (the decoding set never
+    /// takes ahead a step that frees blocks into the eviction order).
+    #[inline]
+    pub(crate) fn resize_from_free(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens) -> Result<(), Shortfall> {
+        self.resize_inner(alloc, from, to, false, false)
+    }
+
+    #[inline(always)]
+    pub(super) fn resize_inner(
+        &mut self,
+        alloc: &mut Alloc,
+        from: Tokens,
+        to: Tokens,
+        checkpoints: bool,
+        evict: bool,
+    ) -> Result<(), Shortfall> {
+        let decode_step = from + Tokens::new(1) == to && !checkpoints;
+        if decode_step && to >= alloc.to && to <= alloc.stable_to {
+            // The next decode step holds what this one holds (most steps).
+            (alloc.from, alloc.to) = (from, to);
+            return Ok(());
+        }
+        if let Some(b) = self.uniform_fa {
+            // cdiv(t, B) blocks in every group (no window pins): the hot
+            // path of full-attention models, inline.
+            let (new, old) = (b.blocks_ceil(to).get(), b.blocks_ceil(alloc.to).get());
+            let need = (new - u64::from(alloc.shared)) * self.fa_groups;
+            self.take_or_free(alloc.private, need, evict)?;
+            let d = std::iter::repeat(new as i64 - old as i64);
+            self.commit_resize(alloc, (from, to), checkpoints, need, d, decode_step, evict);
+            Ok(())
+        } else if let Some(w) = self.win {
+            self.resize_win(w, alloc, (from, to), checkpoints, evict, decode_step)
+        } else if self.align.is_none() {
+            self.resize_plain(alloc, (from, to), checkpoints, evict, decode_step)
+        } else {
+            self.resize_aligned(alloc, (from, to), checkpoints, evict, decode_step)
+        }
+    }
+
+    /// [`KvPool::resize_inner`] outside align mode (no state entries): the
+    /// hot path of every other model, kept apart.
+    #[inline(never)]
+    pub(super) fn resize_plain(
+        &mut self,
+        alloc: &mut Alloc,
+        (from, to): (Tokens, Tokens),
+        checkpoints: bool,
+        evict: bool,
+        decode_step: bool,
+    ) -> Result<(), Shortfall> {
+        let mut all = 0u64;
+        let mut deltas = [0i64; MAX_GROUPS];
+        for (i, g) in self.groups.iter().enumerate() {
+            let new = rules::blocks_for_step(g, from, to, checkpoints).get();
+            let old = rules::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
+            all += new;
+            deltas[i] = new as i64 - old as i64;
+        }
+        let need = all - u64::from(alloc.shared) * self.fa_groups - u64::from(alloc.wpinned) * self.wg();
+        self.take_or_free(alloc.private, need, evict)?;
+        self.commit_resize(alloc, (from, to), checkpoints, need, deltas, decode_step, evict);
+        Ok(())
+    }
+
+    /// The end of a resize both forms share: the groups' counts, the
+    /// private count and the holding's new span (`need` private blocks).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn commit_resize(
+        &mut self,
+        alloc: &mut Alloc,
+        (from, to): (Tokens, Tokens),
+        checkpoints: bool,
+        need: u64,
+        deltas: impl IntoIterator<Item = i64>,
+        decode_step: bool,
+        evict: bool,
+    ) {
+        for (used, d) in self.group_used.iter_mut().zip(deltas) {
+            *used = used.checked_add_signed(d).expect("a group's count stays >= 0");
+        }
+        self.private = self.private + need - alloc.private;
+        (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (from, to, checkpoints, need);
+        alloc.stable_to = if decode_step { self.stable_to(to) } else { Tokens::ZERO };
+        if evict && self.ahead_step.is_none() {
+            self.note_peak();
+        }
+    }
+
+    /// Returns everything `alloc` holds, its KV computed through `computed`
+    /// tokens; pinned cached blocks become evictable when no other request
+    /// pins them.
+    ///
+    /// With prefix caching, vLLM has hashed (cached) every full block of
+    /// computed KV, so its full-attention blocks past the shared ones (its own and
+    /// generated content) take their turn in the eviction order, as a
+    /// nameless run, instead of being reused first; nothing can hit them
+    /// (a finished request never comes back), so only their place in the
+    /// order counts. B = 16, a request of 40 prompt and 20 generated tokens
+    /// (59 computed) holding 1 shared block: 3 full blocks, 2 of them its
+    /// own, go to the LRU tail, then the shared one; its partial fourth
+    /// block is reused first.
+    pub(crate) fn release(&mut self, alloc: &mut Alloc, computed: Tokens) {
+        debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
+        let nameless = match self.fa_block {
+            Some(b) if self.caching => {
+                let full = computed.blocks_floor(b).get().min(alloc.to.blocks_ceil(b).get());
+                full.saturating_sub(u64::from(alloc.shared)) * self.fa_groups
+            }
+            _ => 0,
+        };
+        // With the window cache, the window groups' full blocks of its own
+        // too (the ones it pins are unpinned).
+        let win_nameless = self.win.map_or(0, |w| {
+            let held_end = alloc.to.blocks_ceil(w.block).get();
+            let full = computed.blocks_floor(w.block).get().min(held_end);
+            let start =
+                u64::from(w.skipped(alloc.from).max(if alloc.wpinned > 0 { alloc.wfirst + alloc.wpinned } else { 0 }));
+            full.saturating_sub(start) * w.groups
+        });
+        debug_assert!(nameless + win_nameless <= alloc.private);
+        self.free += alloc.private - nameless - win_nameless;
+        self.private -= alloc.private;
+        let align = self.align.is_some();
+        let pinned = alloc.pinned_states();
+        for (i, g) in self.groups.iter().enumerate() {
+            let held = Self::group_blocks(g, align, alloc.from, alloc.to, alloc.checkpoints);
+            let shared = match g.kind() {
+                CacheGroupKind::FullAttention => u64::from(alloc.shared),
+                CacheGroupKind::State if align && g.prefix_cacheable() => pinned,
+                CacheGroupKind::SlidingWindow if self.win.is_some() => u64::from(alloc.wpinned),
+                _ => 0,
+            };
+            self.group_used[i] -= held - shared;
+        }
+        // Freed in reverse (vLLM's `free_blocks(reversed(...))`), group by
+        // group: its own blocks, then the shared ones.
+        self.free_nameless(nameless);
+        self.unpin(alloc.shared, alloc.owner);
+        if self.win.is_some() {
+            self.free_nameless(win_nameless);
+            self.unpin_window(alloc);
+        }
+        // Then the state entries, the later block first (vLLM frees each
+        // group's blocks in reverse, group by group).
+        if alloc.pinned != 0 {
+            let mut states = self.pins(alloc);
+            self.state_pins.remove(&alloc.owner);
+            states.sort_unstable_by_key(|&(_, i)| std::cmp::Reverse(i));
+            for (k, _) in states {
+                if k != 0 {
+                    self.unref(k);
+                }
+            }
+        }
+        *alloc = Alloc::owned_by(alloc.owner);
+    }
+
+    /// The source release of a completed handoff prefill: frees, group by
+    /// group, what [`rules::group_release`] says the group frees (a window
+    /// group's blocks below the window, a state group's checkpoint blocks),
+    /// keeping the source. Freed blocks go back to the free list; full
+    /// attention frees nothing, so cached blocks stay cached.
+    pub(crate) fn release_to_source(&mut self, alloc: &mut Alloc) {
+        debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
+        // With the window cache, the window blocks below the window go into
+        // the eviction order (all full, so hashed), its own as a nameless
+        // run: a finished prefill never computes them again.
+        if let Some(w) = self.win
+            && self.skips_cached(alloc, alloc.to)
+        {
+            self.skip_window(w, alloc, alloc.to, true);
+        }
+        let mut freed = 0u64;
+        let align = self.align.is_some();
+        // A cached state it started the last step from is unpinned instead.
+        let [prev, _] = self.state_blocks_held(alloc.from, alloc.to);
+        let mut pins = self.pins(alloc);
+        let prev_entry = pins.iter().position(|&(k, i)| k != 0 && Some(i) == prev);
+        if let Some(slot) = prev_entry {
+            let k = pins[slot].0;
+            pins[slot] = (0, 0);
+            self.set_pins(alloc, pins);
+            self.unref(k);
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            let r = rules::group_release(g, alloc.from, alloc.to, alloc.checkpoints);
+            // In align mode the state it started the last step from goes too
+            // (vLLM's `remove_skipped_blocks` when a connector-held request
+            // finishes).
+            let previous = u64::from(
+                align
+                    && g.kind() == CacheGroupKind::State
+                    && g.prefix_cacheable()
+                    && Self::moves_block(g, alloc.from, alloc.to)
+                    && prev_entry.is_none(),
+            );
+            let free = r.free().get() + previous;
+            debug_assert_eq!(r.keep().get(), Self::group_blocks(g, align, alloc.to, alloc.to, false));
+            self.group_used[i] -= free;
+            freed += free;
+        }
+        debug_assert!(freed <= alloc.private, "a source frees only private blocks");
+        self.private -= freed;
+        self.free += freed;
+        alloc.private -= freed;
+        (alloc.from, alloc.checkpoints, alloc.stable_to) = (alloc.to, false, Tokens::ZERO);
+    }
+}

@@ -1,0 +1,241 @@
+//! vLLM's Mamba align mode in the pool: cached states at block boundaries,
+//! which holdings pin, and the state block a step holds besides the one it
+//! writes (`crate::vllm::mamba`).
+
+use super::*;
+use crate::base::keys::plain_key;
+use crate::base::units::Tokens;
+use crate::models::model::CacheGroupKind;
+use crate::requests::workload::{PrefixIds, mix};
+
+/// Salts the keys of cached states (align mode) from their block's key.
+pub(super) const STATE_ENTRY: u64 = 0x7374_6174_655f_6b65;
+
+impl KvPool {
+    /// The state entries `alloc` pins (key, block index; key 0: none).
+    pub(super) fn pins(&self, alloc: &Alloc) -> [(u64, u32); 2] {
+        if alloc.pinned == 0 { [(0, 0); 2] } else { self.state_pins.get(&alloc.owner).copied().unwrap_or_default() }
+    }
+
+    /// Records the state entries `alloc` pins.
+    pub(super) fn set_pins(&mut self, alloc: &mut Alloc, pins: [(u64, u32); 2]) {
+        let n = pins.iter().filter(|p| p.0 != 0).count();
+        alloc.pinned = u8::try_from(n).unwrap_or(u8::MAX);
+        if n == 0 {
+            self.state_pins.remove(&alloc.owner);
+        } else {
+            self.state_pins.insert(alloc.owner, pins);
+        }
+    }
+
+    /// The state-group block indices the step `from..to` holds in align
+    /// mode: the one it writes, and the one it starts from if that differs.
+    pub(super) fn state_blocks_held(&self, from: Tokens, to: Tokens) -> [Option<u32>; 2] {
+        let Some(b) = self.align else { return [None, None] };
+        let idx = |t: Tokens| u32::try_from(t.blocks_ceil(b).get().saturating_sub(1)).unwrap_or(u32::MAX);
+        let cur = (!to.is_zero()).then(|| idx(to));
+        let prev = (!from.is_zero() && from < to && from.blocks_ceil(b) != to.blocks_ceil(b)).then(|| idx(from));
+        [prev, cur]
+    }
+
+    /// How many of `alloc`'s pinned state entries the step `from..to` still holds.
+    pub(super) fn states_kept(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> u64 {
+        if alloc.pinned == 0 {
+            return 0;
+        }
+        let held = self.state_blocks_held(from, to);
+        self.pins(alloc).iter().filter(|&&(k, i)| k != 0 && held.contains(&Some(i))).count() as u64
+    }
+
+    /// In align mode, whether the decode step `from..to` caches the state it
+    /// writes (it ends on a block boundary) or frees a cached one `alloc`
+    /// pins (into the eviction order, so not ahead of time either).
+    #[inline]
+    pub(crate) fn caches_state(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> bool {
+        let Some(sb) = self.align else { return false };
+        to.get().is_multiple_of(sb.get())
+            || (alloc.pinned != 0 && self.states_kept(alloc, from, to) < alloc.pinned_states())
+    }
+
+    /// [`KvPool::resize_inner`] in align mode: state entries pinned and
+    /// unpinned too. On a shortfall the state the step no longer needs is
+    /// freed all the same (into the eviction order if cached): vLLM's
+    /// `allocate_slots` runs `remove_skipped_blocks` (`last_state_block_idx`)
+    /// before it checks the free blocks, and a preemption then frees the
+    /// rest after it.
+    #[inline(never)]
+    pub(super) fn resize_aligned(
+        &mut self,
+        alloc: &mut Alloc,
+        (from, to): (Tokens, Tokens),
+        checkpoints: bool,
+        evict: bool,
+        decode_step: bool,
+    ) -> Result<(), Shortfall> {
+        let result = self.resize_aligned_once(alloc, (from, to), checkpoints, evict, decode_step);
+        if result.is_err() && evict && from == alloc.to && self.state_blocks_held(alloc.from, alloc.to)[0].is_some() {
+            self.resize_aligned_once(alloc, (from, from), false, evict, false).expect("giving blocks back fits");
+        }
+        result
+    }
+
+    /// [`KvPool::resize_aligned`]'s move, all or nothing.
+    pub(super) fn resize_aligned_once(
+        &mut self,
+        alloc: &mut Alloc,
+        (from, to): (Tokens, Tokens),
+        checkpoints: bool,
+        evict: bool,
+        decode_step: bool,
+    ) -> Result<(), Shortfall> {
+        // Per group, what the new state holds and the change from the old.
+        let mut all = 0u64;
+        let mut deltas = [0i64; MAX_GROUPS];
+        let align = true;
+        // Cached state entries it pins: those the new state no longer holds
+        // are unpinned first, as vLLM frees them (`remove_skipped_blocks`)
+        // before it allocates.
+        let (mut dropped, mut old_pinned, mut kept) = ([0u64; 2], 0, 0);
+        if alloc.pinned != 0 {
+            let held = self.state_blocks_held(from, to);
+            for (d, &(k, i)) in dropped.iter_mut().zip(&self.pins(alloc)) {
+                if k != 0 && !held.contains(&Some(i)) {
+                    *d = k;
+                }
+            }
+            old_pinned = alloc.pinned_states();
+            kept = old_pinned - dropped.iter().filter(|&&k| k != 0).count() as u64;
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            let new = Self::group_blocks(g, align, from, to, checkpoints);
+            let old = Self::group_blocks(g, align, alloc.from, alloc.to, alloc.checkpoints);
+            all += new;
+            deltas[i] = new as i64 - old as i64;
+        }
+        if old_pinned != kept {
+            // Pinned entries count once, through their pins.
+            for (d, g) in deltas.iter_mut().zip(&self.groups) {
+                if g.kind() == CacheGroupKind::State && g.prefix_cacheable() {
+                    *d += (old_pinned - kept) as i64;
+                }
+            }
+        }
+        let need = all - u64::from(alloc.shared) * self.fa_groups - kept * self.state_groups;
+        if old_pinned == kept {
+            if need > alloc.private {
+                self.take(need - alloc.private, evict)?;
+            } else {
+                self.free += alloc.private - need;
+            }
+        } else {
+            for &k in dropped.iter().filter(|&&k| k != 0) {
+                self.unref(k);
+            }
+            if need > alloc.private
+                && let Err(e) = self.take(need - alloc.private, evict)
+            {
+                for &k in dropped.iter().filter(|&&k| k != 0) {
+                    self.ref_entry(k);
+                }
+                return Err(e);
+            }
+            if need <= alloc.private {
+                self.free += alloc.private - need;
+            }
+            let mut pins = self.pins(alloc);
+            for (slot, d) in pins.iter_mut().zip(dropped) {
+                if d != 0 {
+                    *slot = (0, 0);
+                }
+            }
+            self.set_pins(alloc, pins);
+        }
+        self.commit_resize(alloc, (from, to), checkpoints, need, deltas, decode_step, evict);
+        Ok(())
+    }
+
+    /// The key of the state cached after the first `n` full-attention
+    /// blocks of the prompt.
+    pub(super) fn state_key(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, n: u32) -> u64 {
+        plain_key(mix(self.key(prefix, prompt, owner, n - 1), STATE_ENTRY))
+    }
+
+    /// The cached state entry a hit of `n` blocks pins (0: none, or a hit on
+    /// the request's own content, whose state is allocated fresh).
+    #[inline]
+    pub(super) fn hit_entry(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, n: u32) -> u64 {
+        if self.state_groups == 0 || n == 0 {
+            return 0;
+        }
+        let k = self.state_key(prefix, prompt, owner, n);
+        if self.entries.contains_key(k, keys(self.lru.slots())) { k } else { 0 }
+    }
+
+    /// The state-group block index of the state after `t` tokens.
+    pub(super) fn state_index(&self, t: Tokens) -> u32 {
+        let b = self.align.expect("align mode");
+        u32::try_from(t.blocks_ceil(b).get().saturating_sub(1)).unwrap_or(u32::MAX)
+    }
+
+    /// Starts a new schedule call (`calls`): states cached in earlier ones
+    /// may be hit again (vLLM's `new_step_starts`).
+    pub(crate) fn new_step(&mut self, calls: u64) {
+        if self.states_call != calls {
+            self.states_call = calls;
+            self.states_this_step.clear();
+        }
+    }
+
+    /// In align mode, a state on a block boundary is cached: the one a step
+    /// that ends there writes (vLLM caches a state block once full, at
+    /// allocation; a non-final chunk ends there by `align::aligned_chunk`;
+    /// a decode step at every boundary it reaches), or a landed handoff's at
+    /// `computed` (on a decode rank vLLM caches the loaded state at T when T
+    /// is block-aligned); of content the prefix ids name or of the
+    /// request's own (its recompute after a preemption may hit it). It is
+    /// freed into the eviction order when the holding moves on (vLLM's
+    /// `remove_skipped_blocks`, `last_state_block_idx`). Another request's
+    /// copy of the same state is shared and this one's freed. Where pdsim
+    /// departs: vLLM keeps both state blocks, as it does full-attention
+    /// ones (`register_block`).
+    pub(crate) fn register_state(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
+        let Some(sb) = self.align else { return };
+        let fb = self.fa_block.unwrap_or(sb);
+        let to = computed;
+        if self.state_groups == 0 || to.is_zero() || !to.get().is_multiple_of(sb.get()) {
+            return;
+        }
+        if !self.state_blocks_held(alloc.from, alloc.to).contains(&Some(self.state_index(to))) {
+            return;
+        }
+        if !to.get().is_multiple_of(fb.get()) {
+            return;
+        }
+        let n = u32::try_from(to.get() / fb.get()).unwrap_or(u32::MAX);
+        let k = self.state_key(prefix, prompt, alloc.owner, n);
+        let idx = self.state_index(to);
+        let mut pins = self.pins(alloc);
+        if pins.iter().any(|&(key, _)| key == k) {
+            return;
+        }
+        let Some(slot) = pins.iter().position(|&(key, _)| key == 0) else { return };
+        let sg = self.state_groups;
+        match self.entries.entry(k, keys(self.lru.slots())) {
+            Err(vacant) => {
+                let slot = self.lru.alloc(k, Kind::State);
+                self.entries.fill(vacant, slot);
+                self.shared += sg;
+            }
+            Ok(i) => {
+                self.free += sg;
+                self.used_add(Kind::State, -1);
+                self.ref_slot(i);
+            }
+        }
+        self.private -= sg;
+        alloc.private -= sg;
+        pins[slot] = (k, idx);
+        self.set_pins(alloc, pins);
+        self.states_this_step.push(k);
+    }
+}
