@@ -44,7 +44,6 @@ pub use models::{arch, hardware, model, steptime, tp};
 pub use requests::{request, workload};
 pub use serving::router;
 pub use stats::{bench, records};
-pub use vllm::handoff as rules;
 
 /// A run's statistics: its summary, the instruments it is made of, and
 /// the exact timelines of its ranks and links.
@@ -54,4 +53,13 @@ pub mod metrics {
     pub use crate::stats::slo::{SloSpec, meets_slo};
     pub use crate::stats::summary::{Summary, SummaryBuilder, summarise};
     pub use crate::stats::timeline::{EntitySample, Metric, Sample, SampleLog, Timeline};
+}
+
+/// The grouped transfer rules of vLLM's NIXL connector: what each cache
+/// group holds and moves, the payload of one handoff and the source
+/// release at prefill completion.
+pub mod rules {
+    pub use crate::vllm::blocks::{STATE_BLOCKS, blocks_for_step, blocks_held, full_attention_blocks};
+    pub use crate::vllm::handoff::*;
+    pub use crate::vllm::window::{in_window_blocks, prefill_clip_blocks, skipped_blocks};
 }

@@ -5,4 +5,4 @@ mod keymap;
 mod lru;
 mod pool;
 
-pub(crate) use pool::{Alloc, KvPool, MAX_GROUPS, Whole};
+pub(crate) use pool::{Alloc, KvPool, MAX_GROUPS};

@@ -29,7 +29,6 @@
 //! fires. The work per step is proportional to the batch, never to the
 //! tokens in it.
 
-mod align;
 mod decoding;
 mod plan;
 pub mod policy;
@@ -47,11 +46,12 @@ pub use stats::StepStats;
 pub use step::{Replan, Step};
 
 use crate::base::units::Tokens;
-use crate::kv::{Alloc, KvPool, Whole};
+use crate::kv::{Alloc, KvPool};
 use crate::models::model::CacheGroup;
 use crate::models::steptime::StepTimeModel;
 use crate::requests::request::{ReqId, Request};
 use crate::stats::histogram::Histogram;
+use crate::vllm::admission;
 use plan::{Ahead, StepKv, StepLog};
 use seqs::{Seq, SeqKey, Seqs};
 use stats::Stats;
@@ -628,7 +628,7 @@ impl Core {
             .map(|&k| self.seqs.get(k))
             .filter(|s| s.member.is_none() && s.computed + s.step_tokens < s.goal(self.mode))
             .map(|s| {
-                let whole = Whole { from: s.computed, to: s.goal(self.mode), checkpoints: false, in_flight };
+                let whole = admission::whole_sequence(s.computed, s.goal(self.mode), false, in_flight);
                 self.pool.whole_blocks(whole).saturating_sub(self.pool.held_by(&s.alloc))
             })
             .sum()

@@ -3,11 +3,12 @@
 //! ahead are settled before an allocation needs them, allocations are all
 //! or nothing, members of the decoding set are counted, never visited).
 
-use super::seqs::SeqKey;
+use super::seqs::{Seq, SeqKey};
 use super::{Core, Mode};
 use crate::base::units::Tokens;
-use crate::kv::Whole;
 use crate::models::steptime::BatchShape;
+use crate::vllm::admission;
+use crate::vllm::mamba::{Chunk, aligned_chunk};
 
 /// The step cannot be formed with the decoding set in place (a sequence
 /// needs a preemption): the scheduler brings every member up to date and
@@ -100,7 +101,7 @@ impl<'a> Step<'a> {
 
     /// Of `k` tokens the running sequence at `i` could compute, those it may:
     /// in vLLM's Mamba "align" mode a prefill chunk is clipped to end where
-    /// states are cached (`align::aligned_chunk`, vLLM's
+    /// states are cached (`crate::vllm::mamba::aligned_chunk`, vLLM's
     /// `_mamba_block_aligned_split`); 0 means it computes nothing this
     /// step (vLLM skips it and goes on with the next). `k` otherwise.
     pub fn chunk(&self, i: usize, k: u64) -> u64 {
@@ -295,12 +296,8 @@ impl<'a> Step<'a> {
             let ckpt = checkpoints && mode == Mode::PrefillOnly && to == goal;
             // Whole-sequence admission: it waits unless everything it knows
             // (prompt, and output so far after a preemption) would fit.
-            let whole = Whole {
-                from,
-                to: goal,
-                checkpoints: checkpoints && mode == Mode::PrefillOnly,
-                in_flight: Tokens::new(core.limits.max_num_batched_tokens),
-            };
+            let in_flight = Tokens::new(core.limits.max_num_batched_tokens);
+            let whole = admission::whole_sequence(from, goal, checkpoints && mode == Mode::PrefillOnly, in_flight);
             let admitted = pool.whole_fits(&seq.req.prefix, seq.req.prompt, seq.req.id, hit, whole).and_then(|()| {
                 pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit, (from, to), ckpt)
             });
@@ -352,5 +349,21 @@ impl<'a> Step<'a> {
         let from = to.get() - k;
         let decoding = k == 1 && from >= seq.req.prompt.get();
         self.shape.add(k, from, decoding);
+    }
+}
+
+impl Core {
+    /// Of `k` tokens `seq` could compute from `start` on, those it may
+    /// (vLLM's Mamba align split, [`aligned_chunk`], in align mode, else all `k`).
+    pub(super) fn aligned(&self, seq: &Seq, start: Tokens, k: u64) -> u64 {
+        let Some(block) = self.pool.align() else { return k };
+        let known = seq.goal(self.mode);
+        let chunk = Chunk { start, tokens: k, known, prompt: seq.req.prompt.min(known), junction: seq.junction };
+        aligned_chunk(chunk, block, self.limits.max_num_batched_tokens)
+    }
+
+    /// [`Core::aligned`] for the sequence `key`.
+    pub(super) fn aligned_in(&self, key: SeqKey, start: Tokens, k: u64) -> u64 {
+        self.aligned(self.seqs.get(key), start, k)
     }
 }

@@ -1,5 +1,6 @@
-//! The grouped KV transfer rules of vLLM's NIXL connector, one small function
-//! per rule, plus the payload of one handoff and the source release at
+//! The grouped KV transfer rules of vLLM's NIXL connector: the backoff,
+//! what each group moves (from what it holds, [`super::blocks`] and
+//! [`super::window`]), the payload of one handoff and the source release at
 //! prefill completion.
 //!
 //! Every count here is per request and per TP rank. Notation: `cdiv(a, b) =
@@ -8,8 +9,8 @@
 //!
 //! The rules take validated models ([`crate::models::model`]) and do no allocation
 //! except where a result names every group ([`payload`], [`source_release`]),
-//! so a KV pool may call [`blocks_held`] and [`blocks_for_step`] on every
-//! scheduler step.
+//! so a KV pool may call [`blocks_held`] and [`blocks_for_step`]
+//! ([`super::blocks`]) on every scheduler step.
 //!
 //! ```
 //! use actors::model::{CacheGroupKind, CacheGroupSpec, ModelSpec, Role};
@@ -36,6 +37,8 @@
 //! assert!(matches!(p, Payload::Blocks(_)));
 //! ```
 
+use super::blocks::{STATE_BLOCKS, blocks_for_step, blocks_held, full_attention_blocks};
+use super::window::skipped_blocks;
 use crate::base::units::{Blocks, Bytes, Tokens};
 use crate::models::model::{CacheGroup, CacheGroupKind, GroupedModel, LinearModel, Model};
 
@@ -60,135 +63,6 @@ pub fn backoff_tokens(model: &Model) -> Tokens {
 pub fn transferred_tokens(model: &Model, prompt_tokens: Tokens) -> Tokens {
     let backoff = backoff_tokens(model);
     if prompt_tokens <= backoff { prompt_tokens } else { prompt_tokens - backoff }
-}
-
-/// Blocks a full-attention group holds, and moves, for T tokens:
-/// `cdiv(T, B)`, a partly filled last block included.
-///
-/// vLLM `v1/core/single_type_kv_cache_manager.py`, `FullAttentionManager`:
-/// every block of the computed tokens. T = 999, B = 2,176 → 1 block;
-/// T = 8,191 → 4 blocks.
-///
-/// # Panics
-/// If `b` is zero; validated groups never have one.
-pub const fn full_attention_blocks(t: Tokens, b: Tokens) -> Blocks {
-    t.blocks_ceil(b)
-}
-
-/// Blocks of T tokens that lie wholly before the window of the next token:
-/// `floor(max(0, T − W + 1) / B)`.
-///
-/// vLLM `v1/core/single_type_kv_cache_manager.py`,
-/// `SlidingWindowManager.get_num_skipped_tokens` gives `max(0, T − W + 1)`
-/// skipped tokens; `remove_skipped_blocks` replaces the whole blocks among
-/// them by the null block. T = 1,000, W = 33, B = 16 → floor(968 / 16) = 60.
-///
-/// # Panics
-/// If `b` is zero; validated groups never have one.
-pub const fn skipped_blocks(t: Tokens, w: Tokens, b: Tokens) -> Blocks {
-    // max(0, T − W + 1) without overflow: positive exactly when T ≥ W (W ≥ 1).
-    let skipped = if t.get() >= w.get() { t.get() - w.get() + 1 } else { 0 };
-    Tokens::new(skipped).blocks_floor(b)
-}
-
-/// Blocks a window group holds, and moves, for T tokens: the blocks inside
-/// the window of the next token,
-/// `in_window(T) = cdiv(T, B) − floor(max(0, T − W + 1) / B)`.
-///
-/// vLLM `v1/core/single_type_kv_cache_manager.py` (sliding window manager,
-/// after `remove_skipped_blocks`); the decode rank allocates and reads only
-/// these. W = 33, B = 16, T = 1,000 → 63 − 60 = 3 blocks; W = 32, B = 16,
-/// T = 1,024 → 64 − 62 = 2 blocks. Never more than
-/// [`prefill_clip_blocks`]`(W, B)`; for T ≥ W − 1 it is `cdiv(W − 1, B)` or
-/// one more, so it is not monotone in T.
-///
-/// # Panics
-/// If `b` is zero; validated groups never have one.
-pub const fn in_window_blocks(t: Tokens, w: Tokens, b: Tokens) -> Blocks {
-    let all = t.blocks_ceil(b);
-    Blocks::new(all.get() - skipped_blocks(t, w, b).get())
-}
-
-/// The prefill side's clip of a window group's block list:
-/// `cdiv(W, B) + 1` blocks.
-///
-/// vLLM's NIXL connector, `request_finished`, hands the decode rank only the
-/// last `cdiv(W, B) + 1` blocks of a window group (never dropping a real
-/// block); the decode worker then reads its `in_window` of them.
-/// W = 33, B = 16 → 3 + 1 = 4 blocks.
-///
-/// # Panics
-/// If `b` is zero; validated groups never have one.
-pub const fn prefill_clip_blocks(w: Tokens, b: Tokens) -> Blocks {
-    Blocks::new(w.blocks_ceil(b).get().saturating_add(1))
-}
-
-/// Blocks a state group moves: exactly 1.
-///
-/// vLLM's NIXL worker reads one block for a Mamba group (the running state at
-/// T); a tail ring also lives in one block. vLLM
-/// `v1/core/single_type_kv_cache_manager.py`, `MambaManager`.
-pub const STATE_BLOCKS: Blocks = Blocks::new(1);
-
-/// Blocks `group` holds once T tokens are computed and the skipped blocks are
-/// removed: full attention `cdiv(T, B)`; window [`in_window_blocks`]; state
-/// 1 (0 before the first token). No allocation; a KV pool may call it every
-/// step.
-///
-/// This is also what a decode rank holds for the group once a handoff of T
-/// tokens has landed. A Mamba group's previous-step block ("align" prefix
-/// caching) and speculative blocks are not counted.
-pub fn blocks_held(group: &CacheGroup, computed: Tokens) -> Blocks {
-    let b = group.block_size();
-    match (group.kind(), group.window()) {
-        (CacheGroupKind::FullAttention, _) => full_attention_blocks(computed, b),
-        (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => in_window_blocks(computed, w, b),
-        // A validated window group always has a window; hold every block if not.
-        (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, None) => full_attention_blocks(computed, b),
-        (CacheGroupKind::State, _) => {
-            if computed.is_zero() {
-                Blocks::ZERO
-            } else {
-                STATE_BLOCKS
-            }
-        }
-    }
-}
-
-/// Blocks `group` holds while a scheduler step computes tokens `from..to`:
-/// vLLM removes the blocks skipped at `from` before it allocates up to `to`
-/// (`v1/core/sched/scheduler.py` → `allocate_slots` →
-/// `remove_skipped_blocks(num_computed_tokens)`).
-///
-/// Full attention `cdiv(to, B)`; window `cdiv(to, B) − skipped(from)`;
-/// state 1, plus the group's `checkpoint_blocks` when `with_checkpoints`.
-/// Pass `with_checkpoints = true` for the step that reaches the end of the
-/// (backed-off) prompt on a prefill rank with prefix caching on (vLLM's
-/// "align" mode, the only one that takes them).
-///
-/// A 1,024-token prompt in one step (`from` 0), W = 32, B = 16: the window
-/// group holds all 64 blocks during the step; [`blocks_held`] after it is 2.
-/// A `from` past `to` is read as `to`.
-pub fn blocks_for_step(group: &CacheGroup, from: Tokens, to: Tokens, with_checkpoints: bool) -> Blocks {
-    let from = from.min(to);
-    let b = group.block_size();
-    match (group.kind(), group.window()) {
-        (CacheGroupKind::FullAttention, _) | (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, None) => {
-            full_attention_blocks(to, b)
-        }
-        (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
-            Blocks::new(to.blocks_ceil(b).get() - skipped_blocks(from, w, b).get())
-        }
-        (CacheGroupKind::State, _) => {
-            if to.is_zero() {
-                Blocks::ZERO
-            } else if with_checkpoints {
-                STATE_BLOCKS.saturating_add(group.checkpoint_blocks())
-            } else {
-                STATE_BLOCKS
-            }
-        }
-    }
 }
 
 /// Why a payload could not be computed.

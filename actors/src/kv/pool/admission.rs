@@ -3,23 +3,8 @@
 
 use super::*;
 use crate::base::units::Tokens;
-use crate::models::model::CacheGroupKind;
 use crate::requests::workload::PrefixIds;
-
-/// A sequence as admission checks it: from its hit (`from`) to everything it
-/// knows (`to`), with checkpoint blocks if its prefill takes them, with
-/// steps of at most `in_flight` tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Whole {
-    /// Tokens the hit covers.
-    pub from: Tokens,
-    /// Tokens it knows (prompt, and output so far).
-    pub to: Tokens,
-    /// Whether its prefill's last step takes checkpoint blocks.
-    pub checkpoints: bool,
-    /// The most tokens one step computes (`max_num_batched_tokens`).
-    pub in_flight: Tokens,
-}
+use crate::vllm::admission::{Whole, group_blocks_counted};
 
 impl KvPool {
     /// Whether a sequence new to the pool, pinning `hit` cached blocks, could
@@ -61,24 +46,10 @@ impl KvPool {
     }
 
     /// Blocks a sequence holds for its whole known sequence (`from..to`),
-    /// a window group counted at most at its admission cap (see
-    /// [`KvPool::whole_fits`]); hit blocks included.
+    /// as admission counts them ([`group_blocks_counted`]); hit blocks
+    /// included.
     pub(crate) fn whole_blocks(&self, whole: Whole) -> u64 {
-        let Whole { from, to: whole, checkpoints, in_flight } = whole;
         let align = self.align.is_some();
-        self.groups
-            .iter()
-            .map(|g| {
-                let blocks = Self::group_blocks(g, align, from, whole, checkpoints);
-                match (g.kind(), g.window()) {
-                    (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
-                        let b = g.block_size().get();
-                        let cap = (w.get() - 1 + in_flight.get()).div_ceil(b) + 1;
-                        blocks.min(cap)
-                    }
-                    _ => blocks,
-                }
-            })
-            .sum()
+        self.groups.iter().map(|g| group_blocks_counted(g, align, whole)).sum()
     }
 }

@@ -5,7 +5,7 @@
 use super::*;
 use crate::base::units::Tokens;
 use crate::models::model::{CacheGroup, CacheGroupKind};
-use crate::vllm::handoff as rules;
+use crate::vllm::{blocks, mamba};
 
 impl KvPool {
     /// The blocks moving `alloc` to the decode step `from..to` takes
@@ -73,20 +73,7 @@ impl KvPool {
     /// B = 8: the step 8..13 holds 2, the steps 13..16 and 0..8 hold 1.
     #[inline]
     pub(super) fn group_blocks(g: &CacheGroup, align: bool, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
-        let held = rules::blocks_for_step(g, from, to, checkpoints).get();
-        if align && g.kind() == CacheGroupKind::State && g.prefix_cacheable() && Self::moves_block(g, from, to) {
-            held + 1
-        } else {
-            held
-        }
-    }
-
-    /// Whether the step `from..to` ends in another block of `g` than the
-    /// one holding the state it starts from (none at 0).
-    #[inline]
-    pub(super) fn moves_block(g: &CacheGroup, from: Tokens, to: Tokens) -> bool {
-        let b = g.block_size();
-        !from.is_zero() && from < to && from.blocks_ceil(b) != to.blocks_ceil(b)
+        blocks::blocks_for_step_in(g, align, from, to, checkpoints)
     }
 
     /// Total private blocks for a state with `shared` cached leading blocks.
@@ -137,7 +124,7 @@ impl KvPool {
                 (CacheGroupKind::State, _) if align && g.prefix_cacheable() => {
                     // Up to the step that ends on the boundary, which caches
                     // the state it writes (`register_state`).
-                    if Self::moves_block(g, to.saturating_sub(Tokens::new(1)), to) || t == end_of_block {
+                    if mamba::moves_block(g, to.saturating_sub(Tokens::new(1)), to) || t == end_of_block {
                         t
                     } else {
                         end_of_block - 1

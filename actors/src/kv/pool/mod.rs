@@ -80,7 +80,6 @@ mod resize;
 mod state;
 mod window;
 
-pub(crate) use admission::Whole;
 use ahead::Evicted;
 pub(crate) use alloc::Alloc;
 use prefix::HitMemo;
@@ -232,10 +231,7 @@ impl KvPool {
         let caching = prefix_caching && fa_groups > 0 && fa.iter().all(|g| g.prefix_cacheable());
         let lcm = block_size_lcm(&groups).get();
         let hit_align = fa_block.map_or(1, |b| u32::try_from(lcm / b.get()).unwrap_or(u32::MAX));
-        let align = groups
-            .iter()
-            .find(|g| prefix_caching && g.kind() == CacheGroupKind::State && g.prefix_cacheable())
-            .map(|g| g.block_size());
+        let align = crate::vllm::mamba::align_block(&groups, prefix_caching);
         let state_groups = if align.is_some() {
             groups.iter().filter(|g| g.kind() == CacheGroupKind::State && g.prefix_cacheable()).count() as u64
         } else {

@@ -7,6 +7,7 @@ use crate::base::keys::plain_key;
 use crate::base::units::{Blocks, Tokens};
 use crate::models::model::CacheGroupKind;
 use crate::requests::workload::{PrefixIds, mix};
+use crate::vllm::prefix;
 
 /// Salts the keys of a request's own content (see `KvPool::key`).
 pub(super) const OWN_CONTENT: u64 = 0x6f77_6e5f_636f_6e74;
@@ -85,7 +86,7 @@ impl KvPool {
         // the last cached state before the last token.
         let n = if self.fa_groups == 0 && self.state_groups > 0 {
             let b = self.cache_block();
-            u32::try_from(goal.saturating_sub(Tokens::new(1)).blocks_floor(b).get()).unwrap_or(u32::MAX)
+            u32::try_from(prefix::hit_limit(goal).blocks_floor(b).get()).unwrap_or(u32::MAX)
         } else {
             self.fa_hit(prefix, prompt, owner, goal)
         };
@@ -109,7 +110,7 @@ impl KvPool {
         if !self.caching {
             return 0;
         }
-        let limit = goal.saturating_sub(Tokens::new(1));
+        let limit = prefix::hit_limit(goal);
         let max = limit.blocks_floor(self.fa_block.expect("caching needs a full-attention group")).get();
         let first =
             if max > 0 { self.entries.get(self.key(prefix, prompt, owner, 0), keys(self.lru.slots())) } else { None };

@@ -4,7 +4,7 @@
 use super::*;
 use crate::base::units::Tokens;
 use crate::models::model::CacheGroupKind;
-use crate::vllm::handoff as rules;
+use crate::vllm::{blocks, handoff, mamba};
 
 impl KvPool {
     /// Moves `alloc` to the step `from..to` (with or without checkpoint
@@ -79,8 +79,8 @@ impl KvPool {
         let mut all = 0u64;
         let mut deltas = [0i64; MAX_GROUPS];
         for (i, g) in self.groups.iter().enumerate() {
-            let new = rules::blocks_for_step(g, from, to, checkpoints).get();
-            let old = rules::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
+            let new = blocks::blocks_for_step(g, from, to, checkpoints).get();
+            let old = blocks::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
             all += new;
             deltas[i] = new as i64 - old as i64;
         }
@@ -212,7 +212,7 @@ impl KvPool {
             self.unref(k);
         }
         for (i, g) in self.groups.iter().enumerate() {
-            let r = rules::group_release(g, alloc.from, alloc.to, alloc.checkpoints);
+            let r = handoff::group_release(g, alloc.from, alloc.to, alloc.checkpoints);
             // In align mode the state it started the last step from goes too
             // (vLLM's `remove_skipped_blocks` when a connector-held request
             // finishes).
@@ -220,7 +220,7 @@ impl KvPool {
                 align
                     && g.kind() == CacheGroupKind::State
                     && g.prefix_cacheable()
-                    && Self::moves_block(g, alloc.from, alloc.to)
+                    && mamba::moves_block(g, alloc.from, alloc.to)
                     && prev_entry.is_none(),
             );
             let free = r.free().get() + previous;

@@ -6,7 +6,8 @@ use crate::base::keys::plain_key;
 use crate::base::units::Tokens;
 use crate::models::model::{CacheGroup, CacheGroupKind};
 use crate::requests::workload::{PrefixIds, mix};
-use crate::vllm::handoff as rules;
+use crate::vllm::admission::Whole;
+use crate::vllm::{blocks, prefix, window};
 
 /// Salts the keys of cached window blocks from their position's key.
 pub(super) const WINDOW_ENTRY: u64 = 0x7769_6e64_6f77_5f6b;
@@ -35,7 +36,7 @@ pub(super) struct Win {
 impl Win {
     /// Window blocks skipped (freed) by a step starting at `from`.
     pub(super) fn skipped(self, from: Tokens) -> u32 {
-        u32::try_from(rules::skipped_blocks(from, self.window, self.block).get()).unwrap_or(u32::MAX)
+        u32::try_from(window::skipped_blocks(from, self.window, self.block).get()).unwrap_or(u32::MAX)
     }
 }
 
@@ -69,8 +70,8 @@ impl KvPool {
             return None;
         }
         let groups = groups.iter().filter(|g| g.kind() == CacheGroupKind::SlidingWindow).count() as u64;
-        let held = u32::try_from(window.get().saturating_sub(1).div_ceil(block.get())).unwrap_or(u32::MAX);
-        Some(Win { block, window, groups, need: held.max(1), held })
+        let held = window::window_blocks_at_boundary(window, block);
+        Some(Win { block, window, groups, need: window::hit_run_blocks(window, block), held })
     }
 
     /// Window blocks pinned by a hit of `n` blocks (0 without a window cache).
@@ -268,7 +269,7 @@ impl KvPool {
         let n = if self.fa_groups > 0 {
             self.win_blocks(self.fa_hit(prefix, prompt, owner, goal))
         } else {
-            u32::try_from(goal.saturating_sub(Tokens::new(1)).blocks_floor(w.block).get()).unwrap_or(u32::MAX)
+            u32::try_from(prefix::hit_limit(goal).blocks_floor(w.block).get()).unwrap_or(u32::MAX)
         };
         let mut run = 0u32;
         let mut hit = None;
@@ -317,7 +318,7 @@ impl KvPool {
         self.pin_hit_entries(alloc, prefix, prompt, fa, lo..nw);
         let mut need = 0;
         for (i, g) in self.groups.iter().enumerate() {
-            let held = rules::blocks_for_step(g, from, to, false).get();
+            let held = blocks::blocks_for_step(g, from, to, false).get();
             let pinned = match g.kind() {
                 CacheGroupKind::FullAttention => u64::from(fa),
                 CacheGroupKind::SlidingWindow => u64::from(nw - lo),
@@ -352,7 +353,7 @@ impl KvPool {
             .map(|g| {
                 let blocks = whole.to.blocks_ceil(g.block_size()).get();
                 if g.kind() == CacheGroupKind::SlidingWindow {
-                    let cap = (w.window.get() - 1 + whole.in_flight.get()).div_ceil(w.block.get()) + 1;
+                    let cap = window::admission_cap_blocks(w.window, w.block, whole.in_flight);
                     blocks.min(cap).saturating_sub(nw)
                 } else {
                     blocks.saturating_sub(hit)

@@ -2,7 +2,9 @@
 //! sets for a Mamba hybrid with prefix caching on): a state group's block
 //! `p` holds the state after exactly `(p + 1) × B` tokens, and states are
 //! written only at the end of a step, so a prefill chunk that is not the
-//! prompt's last must end on a block boundary.
+//! prompt's last must end on a block boundary ([`aligned_chunk`]), and a
+//! step that moves into a new block holds the block of the state it
+//! starts from as well as the one it writes ([`holds_previous_state`]).
 //!
 //! [`aligned_chunk`] is `Scheduler._mamba_block_aligned_split`
 //! (`v1/core/sched/scheduler.py:546-660`) for the configurations pdsim
@@ -16,24 +18,42 @@
 //! `prefill_checkpoint_alignment`) is not modelled; pdsim's checkpoint
 //! blocks only add blocks to that step.
 
-use super::Core;
-use super::seqs::{Seq, SeqKey};
 use crate::base::units::Tokens;
+use crate::models::model::{CacheGroup, CacheGroupKind};
 
-impl Core {
-    /// Of `k` tokens `seq` could compute from `start` on, those it may
-    /// ([`aligned_chunk`] in align mode, else all `k`).
-    pub(super) fn aligned(&self, seq: &Seq, start: Tokens, k: u64) -> u64 {
-        let Some(block) = self.pool.align() else { return k };
-        let known = seq.goal(self.mode);
-        let chunk = Chunk { start, tokens: k, known, prompt: seq.req.prompt.min(known), junction: seq.junction };
-        aligned_chunk(chunk, block, self.limits.max_num_batched_tokens)
-    }
+/// The state groups' block size when a pool of `groups` is in align mode:
+/// prefix caching on and a prefix-cacheable state group (a Mamba state:
+/// vLLM's config sets `mamba_cache_mode = "align"` for a hybrid with prefix
+/// caching, `config/vllm.py`). `None` otherwise.
+pub(crate) fn align_block(groups: &[CacheGroup], prefix_caching: bool) -> Option<Tokens> {
+    groups
+        .iter()
+        .find(|g| prefix_caching && g.kind() == CacheGroupKind::State && g.prefix_cacheable())
+        .map(|g| g.block_size())
+}
 
-    /// [`Core::aligned`] for the sequence `key`.
-    pub(super) fn aligned_in(&self, key: SeqKey, start: Tokens, k: u64) -> u64 {
-        self.aligned(self.seqs.get(key), start, k)
-    }
+/// Whether, in align mode, `group` holds the block of the state the step
+/// `from..to` starts from besides the one it writes: a prefix-cacheable
+/// state group whose step ends in another block than the one holding its
+/// starting state (none at 0).
+///
+/// vLLM's `MambaManager` (`v1/core/single_type_kv_cache_manager.py:1428`):
+/// `allocate_new_blocks` puts the new state at `cdiv(to, B) − 1` and keeps
+/// the previous one as `last_state_block_idx` (line 1456), which
+/// `remove_skipped_blocks` frees before the next step's allocation (lines
+/// 1629-1660). B = 8: the step 8..13 holds 2 blocks, the steps 13..16 and
+/// 0..8 hold 1.
+#[inline]
+pub(crate) fn holds_previous_state(group: &CacheGroup, from: Tokens, to: Tokens) -> bool {
+    group.kind() == CacheGroupKind::State && group.prefix_cacheable() && moves_block(group, from, to)
+}
+
+/// Whether the step `from..to` ends in another block of `group` than the
+/// one holding the state it starts from (none at 0).
+#[inline]
+pub(crate) fn moves_block(group: &CacheGroup, from: Tokens, to: Tokens) -> bool {
+    let b = group.block_size();
+    !from.is_zero() && from < to && from.blocks_ceil(b) != to.blocks_ceil(b)
 }
 
 /// One sequence's chunk as the split sees it.
