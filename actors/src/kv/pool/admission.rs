@@ -35,7 +35,7 @@ impl KvPool {
         hit: u32,
         whole: Whole,
     ) -> Result<(), Shortfall> {
-        let need = match self.win {
+        let need = match self.win() {
             Some(w) => self.whole_blocks_after_window_hit(w, hit, whole),
             None => self.whole_blocks(whole).saturating_sub(u64::from(hit) * self.fa_groups),
         };
@@ -49,7 +49,7 @@ impl KvPool {
     /// as admission counts them ([`group_blocks_counted`]); hit blocks
     /// included.
     pub(crate) fn whole_blocks(&self, whole: Whole) -> u64 {
-        let align = self.align.is_some();
+        let align = self.align().is_some();
         self.groups.iter().map(|g| group_blocks_counted(g, align, whole)).sum()
     }
 }

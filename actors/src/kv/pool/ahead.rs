@@ -30,6 +30,56 @@ impl Evicted {
     }
 }
 
+/// The evictions made for decode steps taken ahead of their time, in the
+/// order they were made (so in step order).
+///
+/// Invariant: it is empty whenever anything but the run that made its
+/// evictions touches the pool (every other entry of the pool asserts it in
+/// debug builds): they are the evictions stepping one event at a time
+/// would make only while nothing else changes the eviction order. A run's
+/// end commits them ([`KvPool::commit_evictions`]); a cut undoes those of
+/// the steps it drops ([`KvPool::undo_evictions_after`]) and commits the
+/// rest.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Journal {
+    made: Vec<Evicted>,
+}
+
+impl Journal {
+    /// Whether no eviction made ahead stands.
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.made.is_empty()
+    }
+
+    /// Records an eviction made for a step taken ahead.
+    #[inline]
+    pub(super) fn record(&mut self, ev: Evicted) {
+        debug_assert!(self.made.last().is_none_or(|last| last.step() <= ev.step()), "evictions in step order");
+        self.made.push(ev);
+    }
+
+    /// Records the evictions of named entries of `kind`, keys `keys` (each
+    /// the first copy of its key), made for step `step`.
+    #[inline]
+    pub(super) fn record_named(&mut self, step: u64, kind: Kind, keys: &[u64]) {
+        self.made.extend(keys.iter().map(|&key| Evicted::Named { step, key, kind, copy: None }));
+    }
+
+    /// The last eviction made for a step after `step`, taken out.
+    fn pop_after(&mut self, step: u64) -> Option<Evicted> {
+        if self.made.last()?.step() <= step {
+            return None;
+        }
+        self.made.pop()
+    }
+
+    /// Forgets every eviction: they stand as made.
+    fn commit(&mut self) {
+        self.made.clear();
+    }
+}
+
 impl KvPool {
     /// [`KvPool::resize`] of a decode step `n` taken ahead of its time (a
     /// run of decode steps planned as one event): cached blocks it evicts
@@ -46,10 +96,7 @@ impl KvPool {
         to: Tokens,
         n: u64,
     ) -> Result<(), Shortfall> {
-        self.ahead_step = Some(n);
-        let result = self.resize_inner(alloc, from, to, false, true);
-        self.ahead_step = None;
-        result
+        self.resize_inner(alloc, Span::new(from, to), Take::Ahead(n))
     }
 
     /// Whether evictions made ahead of their steps are still recorded.
@@ -62,11 +109,7 @@ impl KvPool {
     /// must be free again: the caller gave back the holdings that took
     /// them); those of `step` and before stay made.
     pub(crate) fn undo_evictions_after(&mut self, step: u64) {
-        while let Some(&ev) = self.evicted_ahead.last() {
-            if ev.step() <= step {
-                break;
-            }
-            self.evicted_ahead.pop();
+        while let Some(ev) = self.evicted_ahead.pop_after(step) {
             let (back, blocks) = match ev {
                 Evicted::Named { key, kind, .. } => (Back::Named { key, kind }, self.entry_blocks(kind)),
                 Evicted::Nameless { blocks, .. } => (Back::Nameless { blocks }, blocks),
@@ -89,11 +132,11 @@ impl KvPool {
             self.free -= blocks;
             self.cached_free += blocks;
         }
-        self.evicted_ahead.clear();
+        self.evicted_ahead.commit();
     }
 
     /// The evictions made ahead are now those of steps that ran.
     pub(crate) fn commit_evictions(&mut self) {
-        self.evicted_ahead.clear();
+        self.evicted_ahead.commit();
     }
 }

@@ -13,7 +13,7 @@ impl KvPool {
     #[inline]
     pub(crate) fn change_in_blocks(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> i64 {
         let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
-        let wkept = if self.win.is_some() { self.win_step(alloc, from).0 } else { 0 };
+        let wkept = if self.win().is_some() { self.win_step(alloc, from).0 } else { 0 };
         (self.private_need(from, to, false, alloc.shared) - kept - wkept) as i64 - alloc.private as i64
     }
 
@@ -21,7 +21,7 @@ impl KvPool {
     /// if it gives blocks back); no side effects.
     pub(crate) fn extra_needed(&self, alloc: &Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
         let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
-        let (wkept, cached) = if self.win.is_some() { self.win_step(alloc, from) } else { (0, 0) };
+        let (wkept, cached) = if self.win().is_some() { self.win_step(alloc, from) } else { (0, 0) };
         (self.private_need(from, to, checkpoints, alloc.shared) - kept - wkept).saturating_sub(alloc.private - cached)
     }
 
@@ -36,7 +36,7 @@ impl KvPool {
     /// Blocks every group holds together for an allocation state.
     #[inline]
     pub(super) fn all_blocks(&self, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
-        if let Some(b) = self.uniform_fa {
+        if let Some(b) = self.uniform() {
             // (Full attention takes no checkpoint blocks.)
             return b.blocks_ceil(to).get() * self.fa_groups;
         }
@@ -47,7 +47,7 @@ impl KvPool {
     /// that hold alike, times its groups.
     #[inline(never)]
     pub(super) fn all_blocks_by_group(&self, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
-        let align = self.align.is_some();
+        let align = self.align().is_some();
         self.classes.iter().map(|(g, n)| n * Self::group_blocks(g, align, from, to, checkpoints)).sum()
     }
 
@@ -55,7 +55,7 @@ impl KvPool {
     /// check one against the other.
     #[cfg(test)]
     pub(crate) fn all_blocks_both_ways(&self, from: Tokens, to: Tokens, checkpoints: bool) -> (u64, u64) {
-        let align = self.align.is_some();
+        let align = self.align().is_some();
         let each = self.groups.iter().map(|g| Self::group_blocks(g, align, from, to, checkpoints)).sum();
         (self.all_blocks(from, to, checkpoints), each)
     }
@@ -105,7 +105,7 @@ impl KvPool {
     /// 1`): stable through the end of the block, or only that step.
     #[inline]
     pub(super) fn stable_to(&self, to: Tokens) -> Tokens {
-        if let Some(b) = self.uniform_fa {
+        if let Some(b) = self.uniform() {
             return b.round_up(to);
         }
         self.stable_to_by_group(to)
@@ -116,7 +116,7 @@ impl KvPool {
     pub(super) fn stable_to_by_group(&self, to: Tokens) -> Tokens {
         let t = to.get();
         let mut stable = u64::MAX;
-        let align = self.align.is_some();
+        let align = self.align().is_some();
         for g in &self.groups {
             let b = g.block_size().get();
             let end_of_block = t.div_ceil(b) * b;

@@ -2,24 +2,25 @@
 //! ones first, then evicting cached ones from the LRU order's head),
 //! freeing them, and pinning and unpinning cached entries.
 
+use super::ahead::Evicted;
 use super::*;
 
 impl KvPool {
     #[inline]
-    pub(super) fn take(&mut self, n: u64, evict: bool) -> Result<(), Shortfall> {
+    pub(super) fn take(&mut self, n: u64, how: Take) -> Result<(), Shortfall> {
         if n <= self.free {
             self.free -= n;
             return Ok(());
         }
-        self.take_evicting(n, evict)
+        self.take_evicting(n, how)
     }
 
     /// A holding of `held` private blocks moving to `need`: takes the
     /// growth ([`KvPool::take`]) or frees the rest.
     #[inline]
-    pub(super) fn take_or_free(&mut self, held: u64, need: u64, evict: bool) -> Result<(), Shortfall> {
+    pub(super) fn take_or_free(&mut self, held: u64, need: u64, how: Take) -> Result<(), Shortfall> {
         if need > held {
-            self.take(need - held, evict)
+            self.take(need - held, how)
         } else {
             self.free += held - need;
             Ok(())
@@ -29,8 +30,8 @@ impl KvPool {
     /// [`KvPool::take`] short of plain free blocks: evicts from the head
     /// of the eviction order, if `evict` and there are enough.
     #[inline(never)]
-    pub(super) fn take_evicting(&mut self, n: u64, evict: bool) -> Result<(), Shortfall> {
-        let available = if evict { self.free + self.cached_free } else { self.free };
+    pub(super) fn take_evicting(&mut self, n: u64, how: Take) -> Result<(), Shortfall> {
+        let available = if how.evicts() { self.free + self.cached_free } else { self.free };
         if n > available {
             return Err(Shortfall { needed: n, available });
         }
@@ -61,8 +62,8 @@ impl KvPool {
                 // Every key has one copy: the run leaves the key map at once.
                 let removed = self.entries.remove_run(&gone, keys(self.lru.slots()));
                 debug_assert_eq!(removed, gone.len(), "an evicted entry is mapped");
-                if let Some(step) = self.ahead_step {
-                    self.evicted_ahead.extend(gone.iter().map(|&key| Evicted::Named { step, key, kind, copy: None }));
+                if let Some(step) = how.ahead() {
+                    self.evicted_ahead.record_named(step, kind, &gone);
                 }
             } else {
                 for (j, (&i, &key)) in run.iter().zip(&gone).enumerate() {
@@ -70,8 +71,8 @@ impl KvPool {
                         self.entries.prefetch(ahead);
                     }
                     let copy = self.forget_copy(key, i);
-                    if let Some(step) = self.ahead_step {
-                        self.evicted_ahead.push(Evicted::Named { step, key, kind, copy });
+                    if let Some(step) = how.ahead() {
+                        self.evicted_ahead.record(Evicted::Named { step, key, kind, copy });
                     }
                 }
             }
@@ -79,7 +80,7 @@ impl KvPool {
             self.cached_free -= blocks;
             self.free += blocks;
             self.evicted_blocks += blocks;
-            self.absorb_front();
+            self.absorb_front(how.ahead());
         }
         self.evict_scratch = (run, gone);
         self.free -= n;
@@ -120,20 +121,20 @@ impl KvPool {
     /// before them are next to be reused and nothing can hit them, so they
     /// are plain free blocks (which lets the decoding set take them ahead).
     #[inline(always)]
-    pub(super) fn absorb_front(&mut self) {
+    pub(super) fn absorb_front(&mut self, ahead: Option<u64>) {
         if self.lru.head_nameless() {
-            self.absorb_front_runs();
+            self.absorb_front_runs(ahead);
         }
     }
 
     /// [`KvPool::absorb_front`]'s work, kept out of line.
     #[inline(never)]
-    pub(super) fn absorb_front_runs(&mut self) {
+    pub(super) fn absorb_front_runs(&mut self, ahead: Option<u64>) {
         while self.lru.head_nameless() {
             let i = self.lru.pop_front().expect("a head");
             let blocks = self.lru.get(i).nameless();
-            if let Some(step) = self.ahead_step {
-                self.evicted_ahead.push(Evicted::Nameless { step, blocks });
+            if let Some(step) = ahead {
+                self.evicted_ahead.record(Evicted::Nameless { step, blocks });
             }
             self.cached_free -= blocks;
             self.nameless -= blocks;
@@ -166,7 +167,7 @@ impl KvPool {
     pub(super) fn ref_slot(&mut self, i: u32) {
         if let Some(was_head) = self.lru.pin(i) {
             if was_head {
-                self.absorb_front();
+                self.absorb_front(None);
             }
             let kind = self.lru.get(i).kind();
             let blocks = self.entry_blocks(kind);
@@ -186,7 +187,7 @@ impl KvPool {
         // head it are the same, in the same order.)
         let (taken, head) = self.lru.pin_run(slots);
         if head {
-            self.absorb_front();
+            self.absorb_front(None);
         }
         if taken > 0 {
             let blocks = taken * self.entry_blocks(kind);

@@ -80,7 +80,7 @@ mod resize;
 mod state;
 mod window;
 
-use ahead::Evicted;
+use ahead::Journal;
 pub(crate) use alloc::Alloc;
 use prefix::HitMemo;
 use window::Win;
@@ -108,6 +108,80 @@ pub(crate) struct Shortfall {
     pub available: u64,
 }
 
+/// Where a resize may take the blocks it needs from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Take {
+    /// Plain free blocks, then cached ones evicted from the LRU order's
+    /// head; the peak is noted.
+    Evicting,
+    /// Plain free blocks only: never evicts, never notes the peak (blocks
+    /// taken ahead of the step that needs them, which must be undone
+    /// exactly if the step does not run).
+    PlainOnly,
+    /// As `Evicting`, for decode step `n` taken ahead of its time: every
+    /// eviction is journaled ([`Journal`]) so that it can be undone, and
+    /// the peak is left alone.
+    Ahead(u64),
+}
+
+impl Take {
+    /// Whether cached blocks may be evicted.
+    #[inline]
+    fn evicts(self) -> bool {
+        !matches!(self, Take::PlainOnly)
+    }
+    /// The step evictions are journaled for, if they are.
+    #[inline]
+    fn ahead(self) -> Option<u64> {
+        match self {
+            Take::Ahead(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// The step a holding moves to: tokens computed before and after it, and
+/// whether it takes the groups' checkpoint blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    from: Tokens,
+    to: Tokens,
+    checkpoints: bool,
+}
+
+impl Span {
+    /// A step computing `from..to`, without checkpoint blocks.
+    #[inline]
+    fn new(from: Tokens, to: Tokens) -> Span {
+        Span { from, to, checkpoints: false }
+    }
+    /// Whether it is a decode step: one token, no checkpoint blocks.
+    #[inline]
+    fn is_decode_step(self) -> bool {
+        self.from + Tokens::new(1) == self.to && !self.checkpoints
+    }
+}
+
+/// How a pool's groups hold blocks, which decides how a holding is
+/// counted and resized: the four cases are exclusive (a window cache needs
+/// every state group to opt out of prefix caching; align mode needs one
+/// that does not).
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    /// Every group full attention of one block size: a holding of `t`
+    /// tokens is `cdiv(t, B)` blocks in each group, which the hot paths
+    /// compute without visiting the groups (by a shift, for a power of two).
+    UniformFull(BlockSize),
+    /// Sliding-window groups whose full blocks are cached ([`Win`]).
+    Windowed(Win),
+    /// vLLM's Mamba align mode (a prefix-cacheable state group with prefix
+    /// caching on): the state groups' block size, at whose boundaries
+    /// prefill chunks end (`crate::vllm::mamba::aligned_chunk`).
+    Aligned(Tokens),
+    /// Any other mix: counted group by group.
+    ByGroup,
+}
+
 /// What a cached entry stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
@@ -133,11 +207,8 @@ pub(crate) struct KvPool {
     fa_groups: u64,
     /// Block size of the full-attention groups (prefix-cache granularity).
     fa_block: Option<Tokens>,
-    /// The block size, when every group is full attention of that one
-    /// size: a holding of `t` tokens is then `cdiv(t, B)` blocks in each
-    /// group, which the hot paths compute without visiting the groups
-    /// (and by a shift, for a power of two).
-    uniform_fa: Option<BlockSize>,
+    /// How the groups hold blocks ([`Layout`]).
+    layout: Layout,
     /// Hits are a multiple of this many full-attention blocks: the least
     /// common multiple of every group's block size, in them.
     hit_align: u32,
@@ -186,10 +257,6 @@ pub(crate) struct KvPool {
     /// Set while some blocks are held ahead of the step that needs them, so
     /// that they never count towards the peak.
     suspend_peak: bool,
-    /// vLLM's Mamba "align" mode (a prefix-cacheable state group with
-    /// prefix caching on): the state groups' block size, at whose
-    /// boundaries prefill chunks end (`align::aligned_chunk`).
-    align: Option<Tokens>,
     /// Aligned state groups (prefix-cacheable state groups in align mode);
     /// a cached state entry is one block in each.
     state_groups: u64,
@@ -201,8 +268,6 @@ pub(crate) struct KvPool {
     /// The state entries each holding that pins any does (key, block
     /// index; key 0: none), by owner.
     state_pins: FxHashMap<u64, [(u64, u32); 2]>,
-    /// The window cache, if the model's groups allow it ([`Win`]).
-    win: Option<Win>,
     /// By owner: the slots of the window entries a holding pins, in block
     /// order (`Alloc::wfirst ..`).
     win_slots: FxHashMap<u64, Vec<u32>>,
@@ -214,12 +279,9 @@ pub(crate) struct KvPool {
     classes: Vec<(CacheGroup, u64)>,
     /// See [`KvPool::frees_plain_midway`].
     frees_plain_midway: bool,
-    /// The evictions made for decode steps taken ahead of their time, in
-    /// order ([`KvPool::resize_ahead`]); empty whenever anything but the
-    /// run that made them touches the pool.
-    evicted_ahead: Vec<Evicted>,
-    /// The step the eviction being made is for, while `resize_ahead` runs.
-    ahead_step: Option<u64>,
+    /// The evictions made for decode steps taken ahead of their time
+    /// ([`KvPool::resize_ahead`]).
+    evicted_ahead: Journal,
 }
 
 impl KvPool {
@@ -238,27 +300,31 @@ impl KvPool {
             0
         };
         let win = Self::window_cache(&groups, prefix_caching, caching, fa_block);
+        let uniform = fa_block
+            .filter(|&b| groups.iter().all(|g| g.kind() == CacheGroupKind::FullAttention && g.block_size() == b))
+            .map(BlockSize::new);
+        let layout = match (uniform, win, align) {
+            (Some(b), ..) => Layout::UniformFull(b),
+            (None, Some(w), _) => Layout::Windowed(w),
+            (None, None, Some(b)) => Layout::Aligned(b),
+            (None, None, None) => Layout::ByGroup,
+        };
         KvPool {
-            win,
+            layout,
             win_slots: FxHashMap::default(),
-            evicted_ahead: Vec::new(),
-            ahead_step: None,
+            evicted_ahead: Journal::default(),
             spans: Self::spans_of(&groups),
             classes: Self::holding_classes(&groups),
             frees_plain_midway: win.is_none()
                 && groups
                     .iter()
                     .any(|g| matches!(g.kind(), CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution)),
-            align,
             state_groups,
             states_this_step: Vec::new(),
             states_call: 0,
             state_pins: FxHashMap::default(),
             hit_align,
             group_used: vec![0; groups.len()],
-            uniform_fa: fa_block
-                .filter(|&b| groups.iter().all(|g| g.kind() == CacheGroupKind::FullAttention && g.block_size() == b))
-                .map(BlockSize::new),
             groups,
             fa_groups,
             fa_block,
@@ -286,8 +352,8 @@ impl KvPool {
 
     /// The prefix cache's block size: the full-attention groups', or with
     /// none, the window groups'.
-    pub(super) fn cache_block(&self) -> Tokens {
-        self.fa_block.or(self.win.map(|w| w.block)).or(self.align).expect("caching needs a cacheable group")
+    fn cache_block(&self) -> Tokens {
+        self.fa_block.or(self.win().map(|w| w.block)).or(self.align()).expect("caching needs a cacheable group")
     }
 
     /// The budget.
@@ -314,11 +380,11 @@ impl KvPool {
     }
 
     /// Blocks one cached entry stands for.
-    pub(super) fn entry_blocks(&self, kind: Kind) -> u64 {
+    fn entry_blocks(&self, kind: Kind) -> u64 {
         match kind {
             Kind::Full => self.fa_groups,
             Kind::State => self.state_groups,
-            Kind::Window => self.win.map_or(0, |w| w.groups),
+            Kind::Window => self.win().map_or(0, |w| w.groups),
         }
     }
 
@@ -351,8 +417,30 @@ impl KvPool {
     }
 
     /// In vLLM's Mamba "align" mode, the state groups' block size.
+    #[inline]
     pub(crate) fn align(&self) -> Option<Tokens> {
-        self.align
+        match self.layout {
+            Layout::Aligned(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The window cache, if the pool keeps one.
+    #[inline]
+    fn win(&self) -> Option<Win> {
+        match self.layout {
+            Layout::Windowed(w) => Some(w),
+            _ => None,
+        }
+    }
+
+    /// The block size, if every group is full attention of that one size.
+    #[inline]
+    fn uniform(&self) -> Option<BlockSize> {
+        match self.layout {
+            Layout::UniformFull(b) => Some(b),
+            _ => None,
+        }
     }
 
     /// Plain free blocks (cached-but-unpinned ones not counted).
@@ -363,20 +451,20 @@ impl KvPool {
     /// The block size, if every group is full attention of that one size.
     #[inline]
     pub(crate) fn uniform_fa(&self) -> Option<Tokens> {
-        self.uniform_fa.map(BlockSize::tokens)
+        self.uniform().map(BlockSize::tokens)
     }
 
     /// Whether the pool keeps a window cache ([`Win`]).
     #[inline]
     pub(crate) fn window_cached(&self) -> bool {
-        self.win.is_some()
+        self.win().is_some()
     }
 
     /// The groups folded into classes that hold alike for any allocation
     /// state: the same of all that [`KvPool::group_blocks`] reads (kind,
     /// block size, window, checkpoint blocks, prefix caching), in the order
     /// of their first groups.
-    pub(super) fn holding_classes(groups: &[CacheGroup]) -> Vec<(CacheGroup, u64)> {
+    fn holding_classes(groups: &[CacheGroup]) -> Vec<(CacheGroup, u64)> {
         let holds =
             |g: &CacheGroup| (g.kind(), g.block_size(), g.window(), g.checkpoint_blocks(), g.prefix_cacheable());
         let mut classes: Vec<(CacheGroup, u64)> = Vec::new();
@@ -423,7 +511,7 @@ impl KvPool {
     /// of `kind` spans: the full-attention groups, the aligned state groups
     /// or the cached window groups.
     #[inline]
-    pub(super) fn used_add(&mut self, kind: Kind, delta: i64) {
+    fn used_add(&mut self, kind: Kind, delta: i64) {
         let mut spans = self.spans[kind as usize];
         while spans != 0 {
             let i = spans.trailing_zeros() as usize;
@@ -434,7 +522,7 @@ impl KvPool {
 
     /// The groups an entry of each [`Kind`] spans, as bit masks (bit `i`:
     /// group `i`), for [`KvPool::used_add`].
-    pub(super) fn spans_of(groups: &[CacheGroup]) -> [u16; 3] {
+    fn spans_of(groups: &[CacheGroup]) -> [u16; 3] {
         let mask = |spans: &dyn Fn(&CacheGroup) -> bool| {
             groups.iter().enumerate().filter(|(_, g)| spans(g)).fold(0u16, |m, (i, _)| m | 1 << i)
         };

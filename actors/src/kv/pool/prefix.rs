@@ -56,7 +56,7 @@ impl KvPool {
     /// recompute hits them.
     pub(crate) fn cached_prefix(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
-        if self.state_groups == 0 && self.win.is_none() {
+        if self.state_groups == 0 && self.win().is_none() {
             return self.fa_hit(prefix, prompt, owner, goal);
         }
         self.lookup(prefix, prompt, owner, goal).0
@@ -79,7 +79,7 @@ impl KvPool {
     #[inline]
     pub(crate) fn lookup(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> (u32, Tokens) {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
-        if let Some(w) = self.win {
+        if let Some(w) = self.win() {
             return (self.window_hit(w, prefix, prompt, owner, goal), Tokens::ZERO);
         }
         // With no full-attention group, vLLM's Mamba manager hits alone:
@@ -163,8 +163,8 @@ impl KvPool {
     /// The tokens `blocks` cached full-attention blocks cover.
     pub(crate) fn hit_tokens(&self, blocks: u32) -> Tokens {
         self.fa_block
-            .or(self.win.map(|w| w.block))
-            .or(self.align)
+            .or(self.win().map(|w| w.block))
+            .or(self.align())
             .map_or(Tokens::ZERO, |b| Blocks::new(u64::from(blocks)).tokens(b))
     }
 
@@ -192,7 +192,7 @@ impl KvPool {
         if !(sk != 0 && self.states_this_step.contains(&sk)) {
             // It fits even if every block of the hit were evictable (they
             // are among the cached free ones): no need to look at them.
-            let wins = if self.win.is_some() { self.win_blocks(n) - self.win_lo(n, from) } else { 0 };
+            let wins = if self.win().is_some() { self.win_blocks(n) - self.win_lo(n, from) } else { 0 };
             let most = u64::from(n) * self.fa_groups + u64::from(wins) * self.wg() + sb;
             if need <= in_pool.saturating_sub(keep + most.min(self.cached_free)) {
                 return Ok(());
@@ -210,7 +210,7 @@ impl KvPool {
                 }
             }
         }
-        if self.win.is_some() {
+        if self.win().is_some() {
             for i in self.win_lo(n, from)..self.win_blocks(n) {
                 if evictable(self.win_key(prefix, prompt, owner, i)) {
                     touched += self.wg();
@@ -285,7 +285,7 @@ impl KvPool {
         }
         let t = self.hit_tokens(n);
         let need = self.hit_private(n) - if sk != 0 { self.state_groups } else { 0 };
-        if let Err(e) = self.take(need, true) {
+        if let Err(e) = self.take(need, Take::Evicting) {
             self.unpin(fa, alloc.owner);
             let mut pinned = Alloc { wpinned: wpins, ..*alloc };
             self.unpin_window(&mut pinned);
@@ -294,7 +294,7 @@ impl KvPool {
             }
             return Err(e);
         }
-        let align = self.align.is_some();
+        let align = self.align().is_some();
         for (i, g) in self.groups.iter().enumerate() {
             if g.kind() != CacheGroupKind::FullAttention {
                 let pinned = match g.kind() {
@@ -414,7 +414,7 @@ impl KvPool {
             let needed = self.all_blocks(from, to, checkpoints);
             return Err(Shortfall { needed, available: short.available });
         }
-        if self.win.is_some() && from > self.hit_tokens(hit) {
+        if self.win().is_some() && from > self.hit_tokens(hit) {
             self.pin_into(alloc, prefix, prompt, hit, (from, to));
             return Ok(());
         }
@@ -440,7 +440,7 @@ impl KvPool {
         if prefix.ids.is_empty() {
             return;
         }
-        if let Some(w) = self.win {
+        if let Some(w) = self.win() {
             self.register_window(w, alloc, prefix, prompt, computed);
         }
         if !self.caching {
@@ -515,7 +515,7 @@ impl KvPool {
     /// included). Other requests never hit them, so pdsim registers them
     /// only here.
     pub(crate) fn register_own(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
-        if let Some(w) = self.win {
+        if let Some(w) = self.win() {
             self.register_own_window(w, alloc, prefix, prompt, computed);
         }
         if !self.caching {

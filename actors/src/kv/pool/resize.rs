@@ -20,7 +20,7 @@ impl KvPool {
         checkpoints: bool,
     ) -> Result<(), Shortfall> {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
-        self.resize_inner(alloc, from, to, checkpoints, true)
+        self.resize_inner(alloc, Span { from, to, checkpoints }, Take::Evicting)
     }
 
     /// [`KvPool::resize`] from plain free blocks only: never evicts a cached
@@ -29,53 +29,39 @@ impl KvPool {
     /// takes ahead a step that frees blocks into the eviction order).
     #[inline]
     pub(crate) fn resize_from_free(&mut self, alloc: &mut Alloc, from: Tokens, to: Tokens) -> Result<(), Shortfall> {
-        self.resize_inner(alloc, from, to, false, false)
+        self.resize_inner(alloc, Span::new(from, to), Take::PlainOnly)
     }
 
     #[inline(always)]
-    pub(super) fn resize_inner(
-        &mut self,
-        alloc: &mut Alloc,
-        from: Tokens,
-        to: Tokens,
-        checkpoints: bool,
-        evict: bool,
-    ) -> Result<(), Shortfall> {
-        let decode_step = from + Tokens::new(1) == to && !checkpoints;
-        if decode_step && to >= alloc.to && to <= alloc.stable_to {
+    pub(super) fn resize_inner(&mut self, alloc: &mut Alloc, span: Span, how: Take) -> Result<(), Shortfall> {
+        let (from, to) = (span.from, span.to);
+        if span.is_decode_step() && to >= alloc.to && to <= alloc.stable_to {
             // The next decode step holds what this one holds (most steps).
             (alloc.from, alloc.to) = (from, to);
             return Ok(());
         }
-        if let Some(b) = self.uniform_fa {
-            // cdiv(t, B) blocks in every group (no window pins): the hot
-            // path of full-attention models, inline.
-            let (new, old) = (b.blocks_ceil(to).get(), b.blocks_ceil(alloc.to).get());
-            let need = (new - u64::from(alloc.shared)) * self.fa_groups;
-            self.take_or_free(alloc.private, need, evict)?;
-            let d = std::iter::repeat(new as i64 - old as i64);
-            self.commit_resize(alloc, (from, to), checkpoints, need, d, decode_step, evict);
-            Ok(())
-        } else if let Some(w) = self.win {
-            self.resize_win(w, alloc, (from, to), checkpoints, evict, decode_step)
-        } else if self.align.is_none() {
-            self.resize_plain(alloc, (from, to), checkpoints, evict, decode_step)
-        } else {
-            self.resize_aligned(alloc, (from, to), checkpoints, evict, decode_step)
+        match self.layout {
+            Layout::UniformFull(b) => {
+                // cdiv(t, B) blocks in every group (no window pins): the hot
+                // path of full-attention models, inline.
+                let (new, old) = (b.blocks_ceil(to).get(), b.blocks_ceil(alloc.to).get());
+                let need = (new - u64::from(alloc.shared)) * self.fa_groups;
+                self.take_or_free(alloc.private, need, how)?;
+                let d = std::iter::repeat(new as i64 - old as i64);
+                self.commit_resize(alloc, span, need, d, how);
+                Ok(())
+            }
+            Layout::Windowed(w) => self.resize_win(w, alloc, span, how),
+            Layout::Aligned(_) => self.resize_aligned(alloc, span, how),
+            Layout::ByGroup => self.resize_plain(alloc, span, how),
         }
     }
 
     /// [`KvPool::resize_inner`] outside align mode (no state entries): the
     /// hot path of every other model, kept apart.
     #[inline(never)]
-    pub(super) fn resize_plain(
-        &mut self,
-        alloc: &mut Alloc,
-        (from, to): (Tokens, Tokens),
-        checkpoints: bool,
-        evict: bool,
-        decode_step: bool,
-    ) -> Result<(), Shortfall> {
+    pub(super) fn resize_plain(&mut self, alloc: &mut Alloc, span: Span, how: Take) -> Result<(), Shortfall> {
+        let Span { from, to, checkpoints } = span;
         let mut all = 0u64;
         let mut deltas = [0i64; MAX_GROUPS];
         for (i, g) in self.groups.iter().enumerate() {
@@ -85,8 +71,8 @@ impl KvPool {
             deltas[i] = new as i64 - old as i64;
         }
         let need = all - u64::from(alloc.shared) * self.fa_groups - u64::from(alloc.wpinned) * self.wg();
-        self.take_or_free(alloc.private, need, evict)?;
-        self.commit_resize(alloc, (from, to), checkpoints, need, deltas, decode_step, evict);
+        self.take_or_free(alloc.private, need, how)?;
+        self.commit_resize(alloc, span, need, deltas, how);
         Ok(())
     }
 
@@ -97,20 +83,18 @@ impl KvPool {
     pub(super) fn commit_resize(
         &mut self,
         alloc: &mut Alloc,
-        (from, to): (Tokens, Tokens),
-        checkpoints: bool,
+        span: Span,
         need: u64,
         deltas: impl IntoIterator<Item = i64>,
-        decode_step: bool,
-        evict: bool,
+        how: Take,
     ) {
         for (used, d) in self.group_used.iter_mut().zip(deltas) {
             *used = used.checked_add_signed(d).expect("a group's count stays >= 0");
         }
         self.private = self.private + need - alloc.private;
-        (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (from, to, checkpoints, need);
-        alloc.stable_to = if decode_step { self.stable_to(to) } else { Tokens::ZERO };
-        if evict && self.ahead_step.is_none() {
+        (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (span.from, span.to, span.checkpoints, need);
+        alloc.stable_to = if span.is_decode_step() { self.stable_to(span.to) } else { Tokens::ZERO };
+        if how == Take::Evicting {
             self.note_peak();
         }
     }
@@ -139,7 +123,7 @@ impl KvPool {
         };
         // With the window cache, the window groups' full blocks of its own
         // too (the ones it pins are unpinned).
-        let win_nameless = self.win.map_or(0, |w| {
+        let win_nameless = self.win().map_or(0, |w| {
             let held_end = alloc.to.blocks_ceil(w.block).get();
             let full = computed.blocks_floor(w.block).get().min(held_end);
             let start =
@@ -149,14 +133,14 @@ impl KvPool {
         debug_assert!(nameless + win_nameless <= alloc.private);
         self.free += alloc.private - nameless - win_nameless;
         self.private -= alloc.private;
-        let align = self.align.is_some();
+        let align = self.align().is_some();
         let pinned = alloc.pinned_states();
         for (i, g) in self.groups.iter().enumerate() {
             let held = Self::group_blocks(g, align, alloc.from, alloc.to, alloc.checkpoints);
             let shared = match g.kind() {
                 CacheGroupKind::FullAttention => u64::from(alloc.shared),
                 CacheGroupKind::State if align && g.prefix_cacheable() => pinned,
-                CacheGroupKind::SlidingWindow if self.win.is_some() => u64::from(alloc.wpinned),
+                CacheGroupKind::SlidingWindow if self.win().is_some() => u64::from(alloc.wpinned),
                 _ => 0,
             };
             self.group_used[i] -= held - shared;
@@ -165,7 +149,7 @@ impl KvPool {
         // group: its own blocks, then the shared ones.
         self.free_nameless(nameless);
         self.unpin(alloc.shared, alloc.owner);
-        if self.win.is_some() {
+        if self.win().is_some() {
             self.free_nameless(win_nameless);
             self.unpin_window(alloc);
         }
@@ -194,13 +178,13 @@ impl KvPool {
         // With the window cache, the window blocks below the window go into
         // the eviction order (all full, so hashed), its own as a nameless
         // run: a finished prefill never computes them again.
-        if let Some(w) = self.win
+        if let Some(w) = self.win()
             && self.skips_cached(alloc, alloc.to)
         {
             self.skip_window(w, alloc, alloc.to, true);
         }
         let mut freed = 0u64;
-        let align = self.align.is_some();
+        let align = self.align().is_some();
         // A cached state it started the last step from is unpinned instead.
         let [prev, _] = self.state_blocks_held(alloc.from, alloc.to);
         let mut pins = self.pins(alloc);

@@ -31,7 +31,7 @@ impl KvPool {
     /// The state-group block indices the step `from..to` holds in align
     /// mode: the one it writes, and the one it starts from if that differs.
     pub(super) fn state_blocks_held(&self, from: Tokens, to: Tokens) -> [Option<u32>; 2] {
-        let Some(b) = self.align else { return [None, None] };
+        let Some(b) = self.align() else { return [None, None] };
         let idx = |t: Tokens| u32::try_from(t.blocks_ceil(b).get().saturating_sub(1)).unwrap_or(u32::MAX);
         let cur = (!to.is_zero()).then(|| idx(to));
         let prev = (!from.is_zero() && from < to && from.blocks_ceil(b) != to.blocks_ceil(b)).then(|| idx(from));
@@ -52,7 +52,7 @@ impl KvPool {
     /// pins (into the eviction order, so not ahead of time either).
     #[inline]
     pub(crate) fn caches_state(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> bool {
-        let Some(sb) = self.align else { return false };
+        let Some(sb) = self.align() else { return false };
         to.get().is_multiple_of(sb.get())
             || (alloc.pinned != 0 && self.states_kept(alloc, from, to) < alloc.pinned_states())
     }
@@ -64,30 +64,22 @@ impl KvPool {
     /// before it checks the free blocks, and a preemption then frees the
     /// rest after it.
     #[inline(never)]
-    pub(super) fn resize_aligned(
-        &mut self,
-        alloc: &mut Alloc,
-        (from, to): (Tokens, Tokens),
-        checkpoints: bool,
-        evict: bool,
-        decode_step: bool,
-    ) -> Result<(), Shortfall> {
-        let result = self.resize_aligned_once(alloc, (from, to), checkpoints, evict, decode_step);
-        if result.is_err() && evict && from == alloc.to && self.state_blocks_held(alloc.from, alloc.to)[0].is_some() {
-            self.resize_aligned_once(alloc, (from, from), false, evict, false).expect("giving blocks back fits");
+    pub(super) fn resize_aligned(&mut self, alloc: &mut Alloc, span: Span, how: Take) -> Result<(), Shortfall> {
+        let from = span.from;
+        let result = self.resize_aligned_once(alloc, span, how);
+        if result.is_err()
+            && how.evicts()
+            && from == alloc.to
+            && self.state_blocks_held(alloc.from, alloc.to)[0].is_some()
+        {
+            self.resize_aligned_once(alloc, Span::new(from, from), how).expect("giving blocks back fits");
         }
         result
     }
 
     /// [`KvPool::resize_aligned`]'s move, all or nothing.
-    pub(super) fn resize_aligned_once(
-        &mut self,
-        alloc: &mut Alloc,
-        (from, to): (Tokens, Tokens),
-        checkpoints: bool,
-        evict: bool,
-        decode_step: bool,
-    ) -> Result<(), Shortfall> {
+    pub(super) fn resize_aligned_once(&mut self, alloc: &mut Alloc, span: Span, how: Take) -> Result<(), Shortfall> {
+        let Span { from, to, checkpoints } = span;
         // Per group, what the new state holds and the change from the old.
         let mut all = 0u64;
         let mut deltas = [0i64; MAX_GROUPS];
@@ -123,7 +115,7 @@ impl KvPool {
         let need = all - u64::from(alloc.shared) * self.fa_groups - kept * self.state_groups;
         if old_pinned == kept {
             if need > alloc.private {
-                self.take(need - alloc.private, evict)?;
+                self.take(need - alloc.private, how)?;
             } else {
                 self.free += alloc.private - need;
             }
@@ -132,7 +124,7 @@ impl KvPool {
                 self.unref(k);
             }
             if need > alloc.private
-                && let Err(e) = self.take(need - alloc.private, evict)
+                && let Err(e) = self.take(need - alloc.private, how)
             {
                 for &k in dropped.iter().filter(|&&k| k != 0) {
                     self.ref_entry(k);
@@ -150,7 +142,7 @@ impl KvPool {
             }
             self.set_pins(alloc, pins);
         }
-        self.commit_resize(alloc, (from, to), checkpoints, need, deltas, decode_step, evict);
+        self.commit_resize(alloc, span, need, deltas, how);
         Ok(())
     }
 
@@ -173,7 +165,7 @@ impl KvPool {
 
     /// The state-group block index of the state after `t` tokens.
     pub(super) fn state_index(&self, t: Tokens) -> u32 {
-        let b = self.align.expect("align mode");
+        let b = self.align().expect("align mode");
         u32::try_from(t.blocks_ceil(b).get().saturating_sub(1)).unwrap_or(u32::MAX)
     }
 
@@ -199,7 +191,7 @@ impl KvPool {
     /// departs: vLLM keeps both state blocks, as it does full-attention
     /// ones (`register_block`).
     pub(crate) fn register_state(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
-        let Some(sb) = self.align else { return };
+        let Some(sb) = self.align() else { return };
         let fb = self.fa_block.unwrap_or(sb);
         let to = computed;
         if self.state_groups == 0 || to.is_zero() || !to.get().is_multiple_of(sb.get()) {

@@ -77,14 +77,14 @@ impl KvPool {
     /// Window blocks pinned by a hit of `n` blocks (0 without a window cache).
     #[inline]
     pub(super) fn win_pins(&self, n: u32) -> u32 {
-        self.win.map_or(0, |w| self.win_blocks(n).min(w.held))
+        self.win().map_or(0, |w| self.win_blocks(n).min(w.held))
     }
 
     /// The window blocks a hit of `n` cache blocks covers (a hit is a
     /// multiple of the window's block size).
     #[inline]
     pub(super) fn win_blocks(&self, n: u32) -> u32 {
-        match (self.win, self.fa_block) {
+        match (self.win(), self.fa_block) {
             (Some(w), Some(b)) => u32::try_from(u64::from(n) * b.get() / w.block.get()).unwrap_or(u32::MAX),
             _ => n,
         }
@@ -93,14 +93,14 @@ impl KvPool {
     /// Window blocks per window entry (0 without a window cache).
     #[inline]
     pub(super) fn wg(&self) -> u64 {
-        self.win.map_or(0, |w| w.groups)
+        self.win().map_or(0, |w| w.groups)
     }
 
     /// With the window cache, whether moving `alloc` to a step from `from`
     /// frees window blocks (into the eviction order, so not ahead of time).
     #[inline]
     pub(crate) fn skips_cached(&self, alloc: &Alloc, from: Tokens) -> bool {
-        self.win.is_some_and(|w| w.skipped(from) > w.skipped(alloc.from) && !alloc.to.is_zero())
+        self.win().is_some_and(|w| w.skipped(from) > w.skipped(alloc.from) && !alloc.to.is_zero())
     }
 
     /// Blocks of `alloc`'s own that a step from `from` frees into the
@@ -108,7 +108,7 @@ impl KvPool {
     /// window cache): they leave it but do not become plain free blocks.
     #[inline]
     pub(crate) fn cached_by_step(&self, alloc: &Alloc, from: Tokens) -> u64 {
-        if self.win.is_some() { self.win_step(alloc, from).1 } else { 0 }
+        if self.win().is_some() { self.win_step(alloc, from).1 } else { 0 }
     }
 
     /// With the window cache, for `alloc` moving to a step from `from`: the
@@ -116,7 +116,7 @@ impl KvPool {
     /// blocks the step frees into the eviction order.
     #[inline(never)]
     pub(super) fn win_step(&self, alloc: &Alloc, from: Tokens) -> (u64, u64) {
-        let Some(w) = self.win else { return (0, 0) };
+        let Some(w) = self.win() else { return (0, 0) };
         let (old, new) = (w.skipped(alloc.from), w.skipped(from));
         if new <= old || alloc.to.is_zero() {
             return (u64::from(alloc.wpinned) * w.groups, 0);
@@ -137,7 +137,7 @@ impl KvPool {
     #[inline]
     pub(super) fn win_lo(&self, hit: u32, from: Tokens) -> u32 {
         let n = self.win_blocks(hit);
-        match self.win {
+        match self.win() {
             Some(w) => (n - n.min(w.held)).max(w.skipped(from)).min(n),
             None => n,
         }
@@ -149,15 +149,8 @@ impl KvPool {
     /// `remove_skipped_blocks` before it checks the free blocks); then the
     /// growth is all or nothing.
     #[inline(never)]
-    pub(super) fn resize_win(
-        &mut self,
-        w: Win,
-        alloc: &mut Alloc,
-        (from, to): (Tokens, Tokens),
-        checkpoints: bool,
-        evict: bool,
-        decode_step: bool,
-    ) -> Result<(), Shortfall> {
+    pub(super) fn resize_win(&mut self, w: Win, alloc: &mut Alloc, span: Span, how: Take) -> Result<(), Shortfall> {
+        let from = span.from;
         if self.skips_cached(alloc, from) {
             debug_assert!(from <= alloc.to.max(alloc.stable_to), "a step starts inside what its holding covers");
             self.skip_window(w, alloc, from, false);
@@ -167,7 +160,7 @@ impl KvPool {
             "window blocks freed into the cache are not taken back"
         );
         // Then as any other model (its pins are kept).
-        self.resize_plain(alloc, (from, to), checkpoints, evict, decode_step)
+        self.resize_plain(alloc, span, how)
     }
 
     /// Frees `alloc`'s window blocks below the window of a step from
@@ -291,7 +284,7 @@ impl KvPool {
 
     /// The key of window block `block` of a request.
     pub(super) fn win_key(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, block: u32) -> u64 {
-        let b = self.win.expect("a window cache").block;
+        let b = self.win().expect("a window cache").block;
         plain_key(mix(
             Self::key_at(prefix, prompt, owner, Tokens::new((u64::from(block) + 1) * b.get()), b),
             WINDOW_ENTRY,
@@ -327,7 +320,7 @@ impl KvPool {
             self.group_used[i] += held - pinned;
             need += held - pinned;
         }
-        self.take(need, true).expect("checked: the step fits");
+        self.take(need, Take::Evicting).expect("checked: the step fits");
         self.private += need;
         let decode_step = from + Tokens::new(1) == to;
         *alloc =
