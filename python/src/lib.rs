@@ -284,7 +284,7 @@ fn run(
 }
 
 /// The load and simulation alone, timed in Rust: what `pdsim.run` wraps,
-/// for `python/bench_overhead.py`. Returns the wall-clock seconds.
+/// for `benches/python_overhead.py`. Returns the wall-clock seconds.
 #[pyfunction]
 #[pyo3(signature = (path, seed, requests))]
 fn _library_call_seconds(py: Python<'_>, path: String, seed: Option<u64>, requests: Option<u64>) -> PyResult<f64> {

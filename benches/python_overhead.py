@@ -2,7 +2,7 @@
 pdsim costs. Not a test (it times things): run it by hand on a quiet
 machine, from the repository's root, with the package installed.
 
-    python python/bench_overhead.py [SCENARIO] [REQUESTS] [REPEATS]
+    python benches/python_overhead.py [SCENARIO] [REQUESTS] [REPEATS]
 
 The library call is the scenario's load and simulation in Rust (the
 runner's default: every record and timeline row kept, as pdsim.run keeps
