@@ -223,8 +223,8 @@ impl Sweep {
     pub fn load_str(text: &str, file: &str, dir: &Path) -> Result<Sweep, SweepError> {
         let text = text.strip_prefix(crate::files::BOM).unwrap_or(text);
         let file = file.to_owned();
-        let doc = Doc { file: &file, text: &text };
-        let table = DeTable::parse(&text).map_err(|e| doc.err(e.span().as_ref(), None, e.message()))?;
+        let doc = Doc { file: &file, text };
+        let table = DeTable::parse(text).map_err(|e| doc.err(e.span().as_ref(), None, e.message()))?;
         let mut scenario_rel: Option<(String, Range<usize>)> = None;
         let mut seeds: Option<(Vec<u64>, Range<usize>)> = None;
         let mut requests = None;
