@@ -17,6 +17,10 @@
 //! - [`calibrate`]: measured steps from CSV files, the step-time models
 //!   fitted to them and their error point by point; the batch of a step of
 //!   given counts (`pdsim steptime`, `pdsim calibrate`).
+//! - [`transfer`], [`steptime`], [`validate`]: `pdsim transfer`,
+//!   `pdsim steptime` and `pdsim validate` as functions.
+//! - [`columns`]: `requests.csv` and `timeline.csv` as typed columns, for
+//!   data frames.
 //! - [`files`]: bounded reads of input files (regular files only, size caps,
 //!   byte-order marks dropped).
 //!
@@ -29,6 +33,7 @@
 
 pub mod calibrate;
 pub mod check;
+pub mod columns;
 pub mod files;
 pub mod heap;
 pub mod html;
@@ -36,6 +41,9 @@ pub mod presets;
 pub mod report;
 pub mod runner;
 pub mod scenario;
+pub mod steptime;
 pub mod sweep;
 pub mod trace;
+pub mod transfer;
+pub mod validate;
 pub mod workload;

@@ -356,6 +356,28 @@ pub fn load(path: impl AsRef<Path>) -> Result<Scenario, ScenarioError> {
     load_from(&Disk, &path, &label, true)
 }
 
+/// Loads, resolves and checks a scenario given as TOML text, named `label`
+/// in errors and reports; the paths it names (includes, traces) are
+/// relative to the folder `dir`. Errors name the label, the line of the
+/// text and the field, as [`load`]'s name the file.
+///
+/// ```
+/// use std::path::Path;
+/// let text = "name = \"x\"\nseed = \"one\"\n";
+/// let e = pdsim::scenario::load_str(text, "<text>", Path::new(".")).unwrap_err();
+/// assert_eq!((e.file(), e.line(), e.field()), ("<text>", Some(2), Some("seed")));
+/// ```
+///
+/// # Errors
+/// As [`load`].
+pub fn load_str(text: &str, label: &str, dir: &Path) -> Result<Scenario, ScenarioError> {
+    // A name no file has: the text's own place among the files, so that an
+    // include of any real file is read from the disk.
+    let root = normalize(&dir.join("\u{0}scenario text"));
+    let text = text.strip_prefix(files::BOM).unwrap_or(text).to_owned();
+    load_from(&Text { root: root.clone(), text }, &root, label, true)
+}
+
 /// The scenario `pdsim` runs with no arguments: `scenarios/default.toml`,
 /// embedded in the binary with the files it includes.
 ///
@@ -393,6 +415,21 @@ impl Files for Disk {
     }
     fn identity(&self, path: &Path) -> PathBuf {
         std::fs::canonicalize(path).unwrap_or_else(|_| normalize(path))
+    }
+}
+
+/// A scenario's text held in memory, including files from the disk.
+struct Text {
+    root: PathBuf,
+    text: String,
+}
+
+impl Files for Text {
+    fn read(&self, path: &Path) -> Result<String, String> {
+        if normalize(path) == self.root { Ok(self.text.clone()) } else { Disk.read(path) }
+    }
+    fn identity(&self, path: &Path) -> PathBuf {
+        if normalize(path) == self.root { self.root.clone() } else { Disk.identity(path) }
     }
 }
 

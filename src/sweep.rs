@@ -36,6 +36,9 @@ use serde::Deserialize;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
+use actors::bench::{Bench, Value};
+
+use crate::report::Report;
 use crate::scenario::{self, Scenario, ScenarioError};
 
 /// The keys a sweep file may have.
@@ -209,8 +212,19 @@ impl Sweep {
         let file = path.display().to_string();
         let text = crate::files::read_text(path, crate::files::MAX_TEXT_BYTES)
             .map_err(|e| SweepError(format!("{file}: cannot read the sweep file: {e}")))?;
-        let doc = Doc { file: &file, text: &text };
-        let table = DeTable::parse(&text).map_err(|e| doc.err(e.span().as_ref(), None, e.message()))?;
+        Sweep::load_str(&text, &file, path.parent().unwrap_or(Path::new("")))
+    }
+
+    /// [`Sweep::load`] of a sweep given as TOML text, named `file` in
+    /// errors; its `scenario` is relative to the folder `dir`.
+    ///
+    /// # Errors
+    /// As [`Sweep::load`].
+    pub fn load_str(text: &str, file: &str, dir: &Path) -> Result<Sweep, SweepError> {
+        let text = text.strip_prefix(crate::files::BOM).unwrap_or(text);
+        let file = file.to_owned();
+        let doc = Doc { file: &file, text };
+        let table = DeTable::parse(text).map_err(|e| doc.err(e.span().as_ref(), None, e.message()))?;
         let mut scenario_rel: Option<(String, Range<usize>)> = None;
         let mut seeds: Option<(Vec<u64>, Range<usize>)> = None;
         let mut requests = None;
@@ -353,7 +367,6 @@ impl Sweep {
         let Some((rel, rel_span)) = scenario_rel else {
             return Err(doc.err(None, Some("scenario"), "missing key (the base scenario file, relative to this file)"));
         };
-        let dir = path.parent().unwrap_or(Path::new(""));
         let scenario_path = dir.join(&rel);
         let base = scenario::load(&scenario_path)
             .map_err(|e| doc.err(Some(&rel_span), Some("scenario"), format!("base scenario: {e}")))?;
@@ -410,6 +423,17 @@ impl Sweep {
     /// `sweep.csv`.
     pub fn axes(&self) -> &[Axis] {
         &self.axes
+    }
+
+    /// The axis columns of `sweep.csv`'s header, each followed by a comma.
+    pub fn axes_header(&self) -> String {
+        self.axes.iter().map(|a| crate::report::csv_field(&a.path) + ",").collect()
+    }
+
+    /// `sweep.csv`'s header (no newline): `point`, the axes, `seed`, then
+    /// [`metric_header`]'s columns for these percentiles.
+    pub fn header(&self, percentiles: &[f64]) -> String {
+        format!("point,{}seed,{}", self.axes_header(), metric_header(percentiles))
     }
 
     /// The grid's dimensions, in file order (the first varies slowest),
@@ -486,6 +510,161 @@ impl Sweep {
     pub fn points(&self) -> Result<Vec<Point>, SweepError> {
         (0..self.len()).map(|i| self.point(i)).collect()
     }
+}
+
+/// The first metric columns of `sweep.csv`, after `point`, the axes and
+/// `seed`; the `bench` ones follow ([`metric_header`]).
+pub const METRIC_COLUMNS: &[&str] = &[
+    "requests",
+    "completed",
+    "failed",
+    "request_throughput",
+    "output_token_throughput",
+    "goodput",
+    "slo_attainment",
+    "ttft_mean_ms",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_mean_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "itl_p99_ms",
+    "e2e_mean_ms",
+    "e2e_p99_ms",
+    "transfer_wait_mean_ms",
+    "transfer_time_mean_ms",
+    "preemptions",
+    "transfer_bytes",
+    "prefill_hit_tokens",
+    "decode_hit_tokens",
+    "prefill_busy_share",
+    "decode_busy_share",
+    "aggregated_busy_share",
+    "link_busy_share",
+    "prefill_peak_kv_used_fraction",
+    "decode_peak_kv_used_fraction",
+    "aggregated_peak_kv_used_fraction",
+    "digest",
+];
+
+/// The roles of the `<role>_busy_share` and `<role>_peak_kv_used_fraction`
+/// columns, in column order.
+const ROLES: [&str; 3] = ["prefill", "decode", "aggregated"];
+
+/// Rates, fractions and milliseconds with six decimals (the statistics
+/// come from nanoseconds, so more digits would be rounding noise).
+pub fn f6(x: f64) -> String {
+    format!("{x:.6}")
+}
+
+/// Whether a `bench` field is a column of its own (`completed`, `failed`
+/// and `request_throughput` are already [`METRIC_COLUMNS`], with the same
+/// values).
+fn own_column(name: &str) -> bool {
+    !METRIC_COLUMNS.contains(&name)
+}
+
+/// A point's axis cells in `sweep.csv`, each followed by a comma.
+pub fn axis_cells(values: &[toml::Value]) -> String {
+    values.iter().map(|v| crate::report::csv_field(&value_text(v)) + ",").collect()
+}
+
+/// A point's `sweep.csv` row (no newline): its index, its axis cells
+/// ([`axis_cells`]), its seed and its metric cells ([`metrics_cells`]).
+pub fn row(index: usize, axis_cells: &str, seed: u64, metrics: &str) -> String {
+    format!("{index},{axis_cells}{seed},{metrics}")
+}
+
+/// Every metric column: [`METRIC_COLUMNS`], then the `bench` fields under
+/// their report.json names, for these percentiles.
+pub fn metric_header(percentiles: &[f64]) -> String {
+    let mut cols: Vec<String> = METRIC_COLUMNS.iter().map(|c| (*c).to_owned()).collect();
+    cols.extend(Bench::keys(percentiles).into_iter().filter(|k| own_column(k)));
+    cols.join(",")
+}
+
+/// The cells of [`metric_header`]'s columns (no newline), taken from the
+/// run's report (so that every cell is the number report.json holds, to
+/// six decimals).
+pub fn metrics_cells(rep: &Report<'_>) -> String {
+    let mut cells = first_cells(rep);
+    for (k, v) in rep.bench.entries() {
+        if own_column(&k) {
+            cells.push(',');
+            match v {
+                Value::Int(i) => cells.push_str(&i.to_string()),
+                Value::Float(x) => cells.push_str(&f6(x)),
+                Value::Null => {}
+            }
+        }
+    }
+    cells
+}
+
+fn first_cells(rep: &Report<'_>) -> String {
+    let s = rep.summary;
+    let mut cells = vec![
+        s.requests.to_string(),
+        s.completed.to_string(),
+        s.failed.to_string(),
+        f6(s.request_throughput),
+        f6(s.output_token_throughput),
+        f6(s.goodput),
+        f6(s.slo_attainment),
+        f6(s.ttft_ms.mean),
+        f6(s.ttft_ms.median),
+        f6(s.ttft_ms.p99),
+        f6(s.tpot_ms.mean),
+        f6(s.tpot_ms.median),
+        f6(s.tpot_ms.p99),
+        f6(s.itl_ms.p99),
+        f6(s.e2e_ms.mean),
+        f6(s.e2e_ms.p99),
+        f6(s.transfer_wait_ms.mean),
+        f6(s.transfer_time_ms.mean),
+        s.preemptions.to_string(),
+        s.transfer_bytes.to_string(),
+        s.prefill_hit_tokens.to_string(),
+        s.decode_hit_tokens.to_string(),
+    ];
+    // A role the deployment does not have leaves its cells empty.
+    let busy = |role: &str| rep.overload.busy_share.get(role).map_or_else(String::new, |b| f6(*b));
+    cells.extend(ROLES.iter().chain(&["link"]).map(|r| busy(r)));
+    cells.extend(ROLES.iter().map(|&role| {
+        rep.ranks
+            .iter()
+            .filter(|r| r.role.as_str() == role)
+            .map(|r| r.peak_used_fraction)
+            .reduce(f64::max)
+            .map_or_else(String::new, f6)
+    }));
+    cells.push(rep.digest.clone());
+    cells.join(",")
+}
+
+/// What a sweep point's row is made from: the run of `scenario` with
+/// `seed`, serving `requests` when given, with no record or timeline
+/// sample kept (neither changes another number, so a point holds only
+/// what is in flight), and the `bench` statistics at `percentiles`.
+/// `stop`, once set, ends the run at its next progress slice
+/// ([`crate::runner::Run::interrupted`]).
+///
+/// # Errors
+/// As [`crate::runner::simulate`].
+pub fn run_point(
+    scenario: &Scenario,
+    seed: u64,
+    requests: Option<u64>,
+    percentiles: &[f64],
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<crate::runner::Run, crate::runner::RunError> {
+    let keep = crate::runner::Keep {
+        timelines: false,
+        record_sink: Some(Box::new(|_| {})),
+        sample_sink: None,
+        percentiles: percentiles.to_vec(),
+    };
+    crate::runner::simulate_with(scenario, seed, requests, |_| {}, stop, keep)
 }
 
 /// `K/N` of `--shard`: this is shard `k` (1-based) of `n`.

@@ -384,9 +384,9 @@ pub fn human_summary(scenario: &Scenario, label: &str, run: &Run, dir: &Path, fi
 }
 
 /// One row of `replicas.csv` (no newline): the replica and its seed, then
-/// the same metric columns as a sweep row ([`super::sweep::metric_header`]).
+/// the same metric columns as a sweep row ([`pdsim::sweep::metric_header`]).
 fn replica_row(k: u64, scenario: &Scenario, label: &str, run: &Run) -> String {
-    format!("{k},{},{}", run.seed, super::sweep::metrics_cells(&report::report(scenario, label, run)))
+    format!("{k},{},{}", run.seed, pdsim::sweep::metrics_cells(&report::report(scenario, label, run)))
 }
 
 fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u64) -> Result<(), CmdError> {
@@ -404,7 +404,7 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
         .ok_or_else(|| CmdError::BadInput(format!("--seed {seed} --replicas {count}: the seeds pass 2^64 - 1")))?;
     let csv_path = dir.join("replicas.csv");
     let mut csv = CsvFile::create(&csv_path)?;
-    csv.line(&format!("replica,seed,{}", super::sweep::metric_header(&args.percentiles.0)))?;
+    csv.line(&format!("replica,seed,{}", pdsim::sweep::metric_header(&args.percentiles.0)))?;
     let (mut lines, mut rows) = (Vec::new(), Vec::new());
     let mut progress = ProgressGate::new(args.quiet, Some(count), "replicas");
     let result = ordered_parallel(
@@ -458,7 +458,7 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
     );
     progress.finish();
     result?;
-    let header = super::sweep::metric_header(&args.percentiles.0);
+    let header = pdsim::sweep::metric_header(&args.percentiles.0);
     let mut summary = SummaryCsv::create(&dir.join("replicas_summary.csv"), "", "replicas", &header)?;
     let cells: Vec<Vec<&str>> = rows.iter().map(|r| r.split(',').skip(2).collect()).collect();
     summary.group("", &cells)?;

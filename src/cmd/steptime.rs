@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use actors::model::Role;
-use actors::sim::Deployment;
-use pdsim::calibrate::{StepCounts, price_us};
+use pdsim::calibrate::StepCounts;
 use pdsim::scenario;
+use pdsim::steptime::{StepPrice, StepTimeError, price};
 
 use super::{CmdError, emit};
 
@@ -66,31 +66,9 @@ pub struct Args {
     pub json: bool,
 }
 
-/// The role `--role` names, or the only one `d` has.
-pub fn pick_role(d: &actors::config::DeploymentSpec, asked: Option<RoleArg>) -> Result<Role, CmdError> {
-    let present: Vec<Role> =
-        [(Role::Prefill, &d.prefill), (Role::Decode, &d.decode), (Role::Aggregated, &d.aggregated)]
-            .into_iter()
-            .filter_map(|(r, s)| s.as_ref().map(|_| r))
-            .collect();
-    let names = present.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(" and ");
-    match asked.map(Role::from) {
-        Some(r) if present.contains(&r) => Ok(r),
-        Some(r) => Err(CmdError::BadInput(format!("--role {r}: the scenario has no {r} ranks (it has {names})"))),
-        None => match present.as_slice() {
-            [only] => Ok(*only),
-            _ => Err(CmdError::BadInput(format!("--role: the scenario has {names} ranks; name one with --role"))),
-        },
-    }
-}
-
 /// Loads the scenario, builds the role's model as a run does, prices the step.
 pub fn run(args: &Args) -> Result<(), CmdError> {
     let scenario = scenario::load(&args.scenario)?;
-    let role = pick_role(scenario.deployment(), args.role)?;
-    let dep = Deployment::build(scenario.model_spec(), scenario.deployment())
-        .map_err(|e| CmdError::BadInput(format!("{}: {e}", scenario.source())))?;
-    let model = dep.step_time_for(role).ok_or_else(|| CmdError::Internal(format!("no {role} role after checks")))?;
     let counts = StepCounts {
         prefill_tokens: args.prefill_tokens,
         prefill_seqs: args.prefill_seqs,
@@ -98,10 +76,16 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         decode_seqs: args.decode_seqs,
         context_tokens: args.context_tokens,
     };
-    let shape =
-        counts.shape().map_err(|e| CmdError::BadInput(format!("--{}: {}", e.count.replace('_', "-"), e.problem)))?;
-    let step_us = price_us(model.as_ref(), &shape);
-    let terms = model.terms(&shape);
+    let StepPrice { step_us, terms, .. } =
+        price(&scenario, args.role.map(Role::from), &counts).map_err(|e| match e {
+            StepTimeError::Arg(a) if a.arg == "role" => match args.role {
+                Some(r) => CmdError::BadInput(format!("--role {}: {}", Role::from(r), a.problem)),
+                None => CmdError::BadInput(format!("--role: {} with --role", a.problem)),
+            },
+            StepTimeError::Arg(a) => CmdError::BadInput(format!("{}: {}", a.flag(), a.problem)),
+            StepTimeError::Scenario(m) => CmdError::BadInput(m),
+            StepTimeError::Internal(m) => CmdError::Internal(m),
+        })?;
     if args.json {
         let terms: serde_json::Map<String, serde_json::Value> =
             terms.iter().map(|&(name, us)| (name.to_owned(), serde_json::json!(us))).collect();

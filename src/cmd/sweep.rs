@@ -8,10 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use actors::bench::{Bench, Value};
-use pdsim::report::{self, Report, csv_field};
-use pdsim::runner::{self, default_jobs, ordered_parallel};
-use pdsim::sweep::{Shard, Sweep, value_text};
+use pdsim::report;
+use pdsim::runner::{default_jobs, ordered_parallel};
+use pdsim::sweep::{Shard, Sweep, axis_cells, f6, metric_header, metrics_cells, row, run_point};
 
 use super::{
     CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, list_error, remove_if_present,
@@ -78,45 +77,6 @@ pub fn point_dir(dir: &Path, index: usize) -> PathBuf {
 /// The folder of the points' reports, in the sweep's folder.
 const POINTS_DIR: &str = "points";
 
-/// The first metric columns of `sweep.csv`, after `point`, the axes and
-/// `seed`; the `bench` ones follow ([`metric_header`]).
-pub const METRIC_COLUMNS: &[&str] = &[
-    "requests",
-    "completed",
-    "failed",
-    "request_throughput",
-    "output_token_throughput",
-    "goodput",
-    "slo_attainment",
-    "ttft_mean_ms",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "tpot_mean_ms",
-    "tpot_p50_ms",
-    "tpot_p99_ms",
-    "itl_p99_ms",
-    "e2e_mean_ms",
-    "e2e_p99_ms",
-    "transfer_wait_mean_ms",
-    "transfer_time_mean_ms",
-    "preemptions",
-    "transfer_bytes",
-    "prefill_hit_tokens",
-    "decode_hit_tokens",
-    "prefill_busy_share",
-    "decode_busy_share",
-    "aggregated_busy_share",
-    "link_busy_share",
-    "prefill_peak_kv_used_fraction",
-    "decode_peak_kv_used_fraction",
-    "aggregated_peak_kv_used_fraction",
-    "digest",
-];
-
-/// The roles of the `<role>_busy_share` and `<role>_peak_kv_used_fraction`
-/// columns, in column order.
-const ROLES: [&str; 3] = ["prefill", "decode", "aggregated"];
-
 /// N of a shard's file name (`sweep.shard-K-of-N.csv`, as [`file_name`]
 /// makes it), or `None` for any other name.
 fn shard_count(name: &str) -> Option<usize> {
@@ -135,86 +95,6 @@ pub fn file_name(shard: Option<Shard>) -> String {
             format!("sweep.shard-{k:0width$}-of-{n}.csv")
         }
     }
-}
-
-/// Rates, fractions and milliseconds with six decimals (the statistics
-/// come from nanoseconds, so more digits would be rounding noise).
-fn f6(x: f64) -> String {
-    format!("{x:.6}")
-}
-
-/// Whether a `bench` field is a column of its own (`completed`, `failed`
-/// and `request_throughput` are already [`METRIC_COLUMNS`], with the same
-/// values).
-fn own_column(name: &str) -> bool {
-    !METRIC_COLUMNS.contains(&name)
-}
-
-/// Every metric column: [`METRIC_COLUMNS`], then the `bench` fields under
-/// their report.json names, for these percentiles.
-pub fn metric_header(percentiles: &[f64]) -> String {
-    let mut cols: Vec<String> = METRIC_COLUMNS.iter().map(|c| (*c).to_owned()).collect();
-    cols.extend(Bench::keys(percentiles).into_iter().filter(|k| own_column(k)));
-    cols.join(",")
-}
-
-/// The cells of [`metric_header`]'s columns (no newline), taken from the
-/// run's report (so that every cell is the number report.json holds, to
-/// six decimals).
-pub(crate) fn metrics_cells(rep: &Report<'_>) -> String {
-    let mut cells = first_cells(rep);
-    for (k, v) in rep.bench.entries() {
-        if own_column(&k) {
-            cells.push(',');
-            match v {
-                Value::Int(i) => cells.push_str(&i.to_string()),
-                Value::Float(x) => cells.push_str(&f6(x)),
-                Value::Null => {}
-            }
-        }
-    }
-    cells
-}
-
-fn first_cells(rep: &Report<'_>) -> String {
-    let s = rep.summary;
-    let mut cells = vec![
-        s.requests.to_string(),
-        s.completed.to_string(),
-        s.failed.to_string(),
-        f6(s.request_throughput),
-        f6(s.output_token_throughput),
-        f6(s.goodput),
-        f6(s.slo_attainment),
-        f6(s.ttft_ms.mean),
-        f6(s.ttft_ms.median),
-        f6(s.ttft_ms.p99),
-        f6(s.tpot_ms.mean),
-        f6(s.tpot_ms.median),
-        f6(s.tpot_ms.p99),
-        f6(s.itl_ms.p99),
-        f6(s.e2e_ms.mean),
-        f6(s.e2e_ms.p99),
-        f6(s.transfer_wait_ms.mean),
-        f6(s.transfer_time_ms.mean),
-        s.preemptions.to_string(),
-        s.transfer_bytes.to_string(),
-        s.prefill_hit_tokens.to_string(),
-        s.decode_hit_tokens.to_string(),
-    ];
-    // A role the deployment does not have leaves its cells empty.
-    let busy = |role: &str| rep.overload.busy_share.get(role).map_or_else(String::new, |b| f6(*b));
-    cells.extend(ROLES.iter().chain(&["link"]).map(|r| busy(r)));
-    cells.extend(ROLES.iter().map(|&role| {
-        rep.ranks
-            .iter()
-            .filter(|r| r.role.as_str() == role)
-            .map(|r| r.peak_used_fraction)
-            .reduce(f64::max)
-            .map_or_else(String::new, f6)
-    }));
-    cells.push(rep.digest.clone());
-    cells.join(",")
 }
 
 /// Student's t at 0.975 for `df` degrees of freedom: 1 to 30 as tabled,
@@ -331,10 +211,10 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     let path = dir.join(file_name(args.shard));
     let mut csv = CsvFile::create(&path)?;
     // The axis columns, each followed by a comma.
-    let axes_header: String = sweep.axes().iter().map(|a| csv_field(&a.path) + ",").collect();
+    let axes_header = sweep.axes_header();
     let metrics_header = metric_header(&args.percentiles.0);
     if args.shard.is_none_or(|s| s.k == 1) {
-        csv.line(&format!("point,{axes_header}seed,{metrics_header}"))?;
+        csv.line(&sweep.header(&args.percentiles.0))?;
     }
     // With several seeds, each grid point's statistics over its seeds (a
     // shard may hold only some seeds of a grid point: none there).
@@ -396,16 +276,8 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
                 return Err(interrupted(written()));
             }
             // A point's row and report need only the summary and the rank
-            // and link reports: no record or timeline sample is kept
-            // (neither changes another number), so a point holds only what
-            // is in flight.
-            let keep = runner::Keep {
-                timelines: false,
-                record_sink: Some(Box::new(|_| {})),
-                sample_sink: None,
-                percentiles: args.percentiles.0.clone(),
-            };
-            let run = runner::simulate_with(&p.scenario, p.seed, requests, |_| {}, &INTERRUPTED, keep)?;
+            // and link reports.
+            let run = run_point(&p.scenario, p.seed, requests, &args.percentiles.0, &INTERRUPTED)?;
             if run.interrupted {
                 return Err(interrupted(written()));
             }
@@ -417,10 +289,10 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
                     run.output.violations.join("; ")
                 )));
             }
-            let axes: String = p.values.iter().map(|v| csv_field(&value_text(v)) + ",").collect();
+            let axes = axis_cells(&p.values);
             let rep = report::report(&p.scenario, &label, &run);
             let metrics = metrics_cells(&rep);
-            let row = format!("{},{axes}{},{metrics}", p.index, p.seed);
+            let row = row(p.index, &axes, p.seed, &metrics);
             let report = if args.reports {
                 let mut bytes = Vec::new();
                 report::write_report(&mut bytes, &rep)

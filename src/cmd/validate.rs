@@ -2,11 +2,8 @@
 
 use std::path::PathBuf;
 
-use actors::model::Role;
-use actors::sim::Deployment;
-use actors::validate::DEFAULT_GPU_MEMORY_UTILIZATION;
-use actors::workload::RequestSource;
 use pdsim::scenario;
+use pdsim::validate::ValidateError;
 
 use super::{CmdError, emit};
 
@@ -28,50 +25,12 @@ pub struct Args {
 /// comment lines that say what was checked, or JSON.
 pub fn run(args: &Args) -> Result<(), CmdError> {
     let scenario = scenario::load(&args.scenario)?;
+    let checked = pdsim::validate::check(&scenario).map_err(|e| match e {
+        ValidateError::BadInput(m) => CmdError::BadInput(m),
+        ValidateError::Internal(m) => CmdError::Internal(m),
+    })?;
     let mut notes = vec![format!("# pdsim validate: {} is valid", scenario.source())];
-    let dep = Deployment::build(scenario.model_spec(), scenario.deployment())
-        .map_err(|e| CmdError::Internal(format!("a loaded scenario failed to build: {e}")))?;
-    for (role, spec) in [
-        (Role::Prefill, &scenario.deployment().prefill),
-        (Role::Decode, &scenario.deployment().decode),
-        (Role::Aggregated, &scenario.deployment().aggregated),
-    ] {
-        if let (Some(spec), Some(n)) = (spec, dep.num_blocks(role))
-            && spec.num_blocks.is_none()
-        {
-            let util = spec.gpu_memory_utilization.unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION);
-            notes.push(format!(
-                "# {role}: num_blocks = {n}, what {util} of the GPU's memory leaves after the weights, \
-                 activations and reserve"
-            ));
-        }
-    }
-    scenario
-        .workload()
-        .check_arrival_span(None, "")
-        .map_err(|e| CmdError::BadInput(format!("{}: {e}", scenario.source())))?;
-    if let Some(trace) = &scenario.workload().trace {
-        // `Some(u64::MAX)` in place of the file's `requests`: the trace's
-        // `limit` is the only cap, as for any `run --requests`.
-        let mut source = scenario.workload().source(scenario.seed(), Some(u64::MAX))?;
-        while source.next_request()?.is_some() {}
-        let s = source.stats();
-        let scope = match trace.limit {
-            Some(l) if s.requests >= l => format!("up to its limit of {l} requests"),
-            _ => "to its end".to_owned(),
-        };
-        notes.push(format!(
-            "# trace {}: {} requests from {} rows ({} malformed rows skipped, {} failed requests skipped), checked {scope}",
-            trace.path.display(),
-            s.requests,
-            s.rows_read,
-            s.skipped_malformed,
-            s.skipped_failed
-        ));
-        if let Some(n) = scenario.workload().requests.filter(|&n| n < s.requests) {
-            notes.push(format!("# a run replays the first {n} (workload.requests; --requests replaces it)"));
-        }
-    }
+    notes.extend(checked.iter().map(|n| format!("# {n}")));
     if args.json {
         let text = serde_json::to_string_pretty(&scenario)
             .map_err(|e| CmdError::Internal(format!("cannot serialize the scenario: {e}")))?;

@@ -12,6 +12,7 @@ mod cli_steptime;
 mod cli_sweep;
 mod cli_transfer;
 mod cli_validate;
+mod columns;
 mod common;
 mod pinned;
 mod presets;
