@@ -19,17 +19,10 @@ pub const REQUESTS: u64 = 10_000;
 
 fn role(num_blocks: u64, fixed_us: f64, per_token_us: f64) -> RoleSpec {
     RoleSpec {
-        count: 1,
         tp: Some(4),
         num_blocks: Some(num_blocks),
-        gpu_memory_utilization: None,
-        max_num_batched_tokens: 8192,
-        max_num_seqs: 256,
-        block_size_tokens: None,
-        max_model_len: None,
-        prefix_caching: true,
-        vllm_version: None,
         step_time: StepTimeSpec::Linear { fixed_us, per_token_us, per_seq_us: 0.0, per_context_token_us: 0.001 },
+        ..RoleSpec::default()
     }
 }
 

@@ -13,6 +13,8 @@
 //! seed give the same run on every machine. See [`Simulation`] for the
 //! ordering guarantees.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod engine;
 pub mod error;
 mod queue;

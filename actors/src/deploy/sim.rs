@@ -367,7 +367,7 @@ pub struct RunInput {
 
 /// A rank's actor, by role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RankId {
+pub(crate) enum RankId {
     /// A [`PrefillRank`].
     Prefill(ActorId),
     /// A [`DecodeRank`].
@@ -378,7 +378,8 @@ pub enum RankId {
 
 impl RankId {
     /// The actor.
-    pub fn id(self) -> ActorId {
+    #[cfg(test)]
+    pub(crate) fn id(self) -> ActorId {
         match self {
             RankId::Prefill(a) | RankId::Decode(a) | RankId::Aggregated(a) => a,
         }
@@ -392,11 +393,11 @@ pub struct Built<'d> {
     /// The engine with every actor added and the first arrival scheduled.
     pub(crate) sim: Simulation<Msg>,
     /// The router.
-    pub router: ActorId,
+    pub(crate) router: ActorId,
     /// Every rank, prefill (or aggregated) ranks first, in index order.
-    pub ranks: Vec<RankId>,
+    pub(crate) ranks: Vec<RankId>,
     /// Every link, with its name.
-    pub links: Vec<(String, ActorId)>,
+    pub(crate) links: Vec<(String, ActorId)>,
     until: Option<SimTime>,
     /// Every timeline's samples as they are taken (none when timelines are
     /// not kept).

@@ -22,19 +22,7 @@ fn linear_step(fixed_us: f64, per_token_us: f64, per_context_token_us: f64) -> S
 }
 
 fn role(count: u32, num_blocks: u64, step_time: StepTimeSpec) -> RoleSpec {
-    RoleSpec {
-        count,
-        tp: Some(4),
-        num_blocks: Some(num_blocks),
-        gpu_memory_utilization: None,
-        max_num_batched_tokens: 8192,
-        max_num_seqs: 256,
-        block_size_tokens: None,
-        max_model_len: None,
-        prefix_caching: true,
-        vllm_version: None,
-        step_time,
-    }
+    RoleSpec { count, tp: Some(4), num_blocks: Some(num_blocks), step_time, ..RoleSpec::default() }
 }
 
 fn pd(prefill: RoleSpec, decode: RoleSpec, bandwidth_gb_s: f64) -> DeploymentSpec {

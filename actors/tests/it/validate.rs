@@ -11,22 +11,15 @@ use super::model_fixtures::{fa, glm_spec, linear_spec, spec};
 
 fn role() -> RoleSpec {
     RoleSpec {
-        count: 1,
         tp: Some(1),
         num_blocks: Some(100),
-        gpu_memory_utilization: None,
-        max_num_batched_tokens: 8192,
-        max_num_seqs: 256,
-        block_size_tokens: None,
-        max_model_len: None,
-        prefix_caching: true,
-        vllm_version: None,
         step_time: StepTimeSpec::Linear {
             fixed_us: 1_000.0,
             per_token_us: 0.0,
             per_seq_us: 0.0,
             per_context_token_us: 0.0,
         },
+        ..RoleSpec::default()
     }
 }
 

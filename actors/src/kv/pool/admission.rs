@@ -1,7 +1,7 @@
 //! Admission's count: whether a sequence's whole known sequence fits
 //! (vLLM's whole-sequence admission, `crate::vllm::admission`).
 
-use super::*;
+use super::{KvPool, Shortfall};
 use crate::base::units::Tokens;
 use crate::requests::workload::PrefixIds;
 use crate::vllm::admission::{Whole, group_blocks_counted};

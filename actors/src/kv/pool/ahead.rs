@@ -4,7 +4,7 @@
 //! exactly. The journal is empty whenever anything but the run that made
 //! it touches the pool.
 
-use super::*;
+use super::{Alloc, Kind, KvPool, Shortfall, Span, Take, keys};
 use crate::base::units::Tokens;
 use crate::kv::lru::Back;
 

@@ -2,7 +2,7 @@
 //! (vLLM's rules, `crate::vllm::blocks`), summed over the groups that hold
 //! alike, and how far a decoding holding goes before its blocks change.
 
-use super::*;
+use super::{Alloc, KvPool};
 use crate::base::units::Tokens;
 use crate::models::model::{CacheGroup, CacheGroupKind};
 use crate::vllm::{blocks, mamba};

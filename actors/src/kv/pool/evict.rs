@@ -3,7 +3,7 @@
 //! freeing them, and pinning and unpinning cached entries.
 
 use super::ahead::Evicted;
-use super::*;
+use super::{Kind, KvPool, PREFETCH_AHEAD, Shortfall, Take, keys};
 
 impl KvPool {
     #[inline]

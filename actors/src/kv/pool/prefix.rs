@@ -2,7 +2,7 @@
 //! pinning a hit and allocating the rest all or nothing, and registering
 //! blocks as they fill.
 
-use super::*;
+use super::{Alloc, Kind, KvPool, Shortfall, Take, keys};
 use crate::base::keys::plain_key;
 use crate::base::units::{Blocks, Tokens};
 use crate::models::model::CacheGroupKind;

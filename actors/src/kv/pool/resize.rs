@@ -1,7 +1,7 @@
 //! Moving a holding from step to step (`resize`), and giving it back
 //! (`release`, and a prefill's source release).
 
-use super::*;
+use super::{Alloc, KvPool, Layout, MAX_GROUPS, Shortfall, Span, Take};
 use crate::base::units::Tokens;
 use crate::models::model::CacheGroupKind;
 use crate::vllm::{blocks, handoff, mamba};

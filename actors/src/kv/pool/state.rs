@@ -2,7 +2,7 @@
 //! which holdings pin, and the state block a step holds besides the one it
 //! writes (`crate::vllm::mamba`).
 
-use super::*;
+use super::{Alloc, Kind, KvPool, MAX_GROUPS, Shortfall, Span, Take, keys};
 use crate::base::keys::plain_key;
 use crate::base::units::Tokens;
 use crate::models::model::CacheGroupKind;

@@ -1,7 +1,7 @@
 //! The window cache: a sliding-window group's full blocks cached as vLLM
 //! caches them ([`Win`]).
 
-use super::*;
+use super::{Alloc, Kind, KvPool, Shortfall, Span, Take, keys};
 use crate::base::keys::plain_key;
 use crate::base::units::Tokens;
 use crate::models::model::{CacheGroup, CacheGroupKind};
