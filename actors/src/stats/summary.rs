@@ -73,7 +73,7 @@ pub struct Summary {
 
 /// Summarises finished requests; `itl` is the merged inter-token histogram,
 /// `peak_tokens` the most output tokens in one 1 s window
-/// ([`TokenWindows::peak`]).
+/// ([`TokenWindows::peak`](crate::stats::bench::TokenWindows::peak)).
 pub fn summarise(records: &[Request], itl: &Histogram, peak_tokens: u64, slo: &SloSpec) -> Summary {
     let mut b = SummaryBuilder::new(slo.clone());
     for r in records {
@@ -183,7 +183,7 @@ impl SummaryBuilder {
     }
 
     /// The summary; `itl` is the merged inter-token histogram, `peak_tokens`
-    /// the most output tokens in one 1 s window ([`TokenWindows::peak`]).
+    /// the most output tokens in one 1 s window ([`TokenWindows::peak`](crate::stats::bench::TokenWindows::peak)).
     pub fn finish(mut self, itl: &Histogram, peak_tokens: u64) -> Summary {
         let mut s = std::mem::take(&mut self.s);
         s.itl_ms = itl.stat();

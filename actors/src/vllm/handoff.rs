@@ -271,7 +271,7 @@ pub fn decode_hit_tokens(model: &Model, prompt_tokens: Tokens, decode_cached_tok
 ///
 /// Grouped model, T = [`transferred_tokens`]:
 /// - full attention: `cdiv(T, B) − h / B` blocks;
-/// - window: the [`in_window_blocks`] of T that the hit does not hold
+/// - window: the [`in_window_blocks`](super::window::in_window_blocks) of T that the hit does not hold
 ///   (vLLM's decode side allocates only uncached in-window blocks, and its
 ///   worker reads the last `n_local` of the remote blocks per non-Mamba
 ///   group): `cdiv(T, B) − max(skipped(T), h / B)`;

@@ -85,7 +85,7 @@ pub struct DecodeGrid {
 
 impl StepTimeSpec {
     /// Its checks; paths are relative to `step_time`. What passes,
-    /// [`build`] builds.
+    /// [`build`](super::build) builds.
     pub fn check(&self) -> Result<(), FieldError> {
         match self {
             StepTimeSpec::Linear { fixed_us, per_token_us, per_seq_us, per_context_token_us } => {
