@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seeded random cases for the conformance suite.
 
-  gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|window-only|mamba-only|sizes]
+  gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|window-only|mamba-only|sizes] [--async]
 
 (window: full attention + a sliding window; mamba: full attention + a
 Mamba state + a tail ring; mixed: either, drawn per case; window-only: a
@@ -13,6 +13,8 @@ budgets, max_num_seqs, pool sizes (small enough to preempt), prefix
 sharing, prompt and output lengths and arrival steps, all drawn from one
 seeded stream, so the same seed gives the same cases on every machine.
 A case always fits: every request's prompt and output fit the pool alone.
+--async marks every case `"async_scheduling": true` (vLLM's asynchronous
+engine loop; the draws are the same as without it).
 """
 import json
 import os
@@ -86,8 +88,11 @@ def main():
     rng = random.Random(seed)
     os.makedirs(out, exist_ok=True)
     for k in range(count):
+        c = case(rng, groups)
+        if "--async" in sys.argv:
+            c["async_scheduling"] = True
         with open(os.path.join(out, f"gen-{seed}-{k}.json"), "w") as f:
-            json.dump(case(rng, groups), f)
+            json.dump(c, f)
             f.write("\n")
 
 

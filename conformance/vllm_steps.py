@@ -21,6 +21,15 @@ come from vLLM's resolve_kv_cache_block_sizes, as in EngineCore. Without
 A request arriving at step s is added before the s-th schedule() call (the
 first call is step 0). Every scheduled request that reaches the end of its
 known tokens samples one token (never EOS); it finishes at max_tokens.
+
+"async_scheduling": true (optional) runs vLLM's AsyncScheduler the way
+EngineCore.step_with_batch_queue drives it (`v1/engine/core.py:708-822`)
+with a batch queue of two (`config/vllm.py:588` max_concurrent_batches):
+a batch is scheduled while the one before it executes, with output
+placeholders for the tokens that batch will sample, and a batch's outputs
+are applied (update_from_output) only when the queue is full or nothing is
+left to schedule. One line per batch, written when its outputs are applied
+(`step` is its schedule call; `finished_after` what its outputs finished).
 """
 import json
 import math
@@ -40,6 +49,7 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     init_none_hash,
     resolve_kv_cache_block_sizes,
 )
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     CircularBufferSpec,
@@ -56,6 +66,14 @@ from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def is_async(cfg):
+    return bool(cfg.get("async_scheduling", False))
+
+
+def scheduler_class(cfg):
+    return AsyncScheduler if is_async(cfg) else Scheduler
+
+
 def build(cfg, kv_transfer_config=None):
     """Returns (scheduler, hash_block_size). `kv_transfer_config`: a KV
     connector's (the decode side of P/D, vllm_pd_steps.py); full attention
@@ -65,7 +83,7 @@ def build(cfg, kv_transfer_config=None):
         return build_hybrid(cfg)
     sc = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
                          max_model_len=cfg.get("max_model_len", 8192), enable_chunked_prefill=True,
-                         async_scheduling=False, is_encoder_decoder=False)
+                         async_scheduling=is_async(cfg), is_encoder_decoder=False)
     mc = ModelConfig(model=os.path.join(HERE, "tiny-llama"), skip_tokenizer_init=True, dtype="float16",
                      max_model_len=cfg.get("max_model_len", 8192))
     cc = CacheConfig(block_size=cfg["block_size"], enable_prefix_caching=cfg["prefix_caching"])
@@ -75,8 +93,9 @@ def build(cfg, kv_transfer_config=None):
                         kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
                             block_size=cfg["block_size"], num_kv_heads=1, head_size=1, dtype=torch.float32))])
     cc.num_gpu_blocks = cfg["num_blocks"]
-    return Scheduler(vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
-                     block_size=cfg["block_size"], log_stats=True), cfg["block_size"]
+    return scheduler_class(cfg)(vllm_config=vc, kv_cache_config=kvc,
+                                structured_output_manager=StructuredOutputManager(vc),
+                                block_size=cfg["block_size"], log_stats=True), cfg["block_size"]
 
 
 def hybrid_specs(groups, caching, max_model_len):
@@ -117,7 +136,7 @@ def build_hybrid(cfg):
     mamba = [s.block_size for s in specs if isinstance(s, MambaSpec)]
     sc = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
                          max_model_len=max_model_len, enable_chunked_prefill=True,
-                         async_scheduling=False, is_encoder_decoder=False)
+                         async_scheduling=is_async(cfg), is_encoder_decoder=False)
     mc = ModelConfig(model=os.path.join(HERE, "tiny-llama"), skip_tokenizer_init=True, dtype="float16",
                      max_model_len=max_model_len)
     # What MambaModelConfig.verify_and_update_config does for a Mamba model:
@@ -132,8 +151,9 @@ def build_hybrid(cfg):
                                          for i, s in enumerate(specs)])
     cc.num_gpu_blocks = cfg["num_blocks"]
     sched_bs, hash_bs = resolve_kv_cache_block_sizes(kvc, vc)
-    sched = Scheduler(vllm_config=vc, kv_cache_config=kvc, structured_output_manager=StructuredOutputManager(vc),
-                      block_size=sched_bs, hash_block_size=hash_bs, log_stats=True)
+    sched = scheduler_class(cfg)(vllm_config=vc, kv_cache_config=kvc,
+                                 structured_output_manager=StructuredOutputManager(vc),
+                                 block_size=sched_bs, hash_block_size=hash_bs, log_stats=True)
     return sched, hash_bs
 
 
@@ -146,47 +166,92 @@ def tokens_of(r):
     return toks + uniq
 
 
+def add_arrivals(sched, hasher, pending, added, step):
+    while pending and pending[0]["arrival_step"] <= step:
+        r = pending.pop(0)
+        sp = SamplingParams(max_tokens=r["output"], ignore_eos=True)
+        sched.add_request(Request(request_id=str(r["id"]), prompt_token_ids=tokens_of(r), sampling_params=sp,
+                                  pooling_params=None, block_hasher=hasher, arrival_time=float(step)))
+        added.add(int(r["id"]))
+
+
+def sampled_of(sched, out):
+    """The scheduled requests in order, and the token each samples (none for
+    a prefill chunk), read right after schedule()."""
+    req_ids = list(out.num_scheduled_tokens)
+    # A request samples unless its chunk ends inside its known tokens
+    # (`Scheduler._update_after_schedule` sets `is_prefill_chunk`).
+    sampled = [[] if sched.requests[rid].is_prefill_chunk else [5] for rid in req_ids]
+    return req_ids, sampled
+
+
+def log_line(sched, step, out, req_ids, now_done):
+    preempted = sorted(int(x) for x in getattr(out, "preempted_req_ids", None) or [])
+    print(json.dumps(dict(step=step, batch={int(k): v for k, v in sorted(out.num_scheduled_tokens.items(),
+                                                                         key=lambda kv: int(kv[0]))},
+                          order=[int(k) for k in req_ids], preempted=preempted,
+                          finished_after=sorted(now_done),
+                          waiting=len(sched.waiting), running=len(sched.running))), flush=True)
+
+
 def main():
     cfg = json.load(open(sys.argv[1]))
     init_none_hash(sha256)
     sched, hash_bs = build(cfg)
     hasher = get_request_block_hasher(hash_bs, sha256)
     pending = sorted(cfg["requests"], key=lambda r: (r["arrival_step"], r["id"]))
+    if is_async(cfg):
+        return main_async(sched, hasher, pending)
     step = 0
     done = set()
     added = set()
     while pending or sched.get_num_unfinished_requests():
-        while pending and pending[0]["arrival_step"] <= step:
-            r = pending.pop(0)
-            sp = SamplingParams(max_tokens=r["output"], ignore_eos=True)
-            sched.add_request(Request(request_id=str(r["id"]), prompt_token_ids=tokens_of(r), sampling_params=sp,
-                                      pooling_params=None, block_hasher=hasher, arrival_time=float(step)))
-            added.add(int(r["id"]))
+        add_arrivals(sched, hasher, pending, added, step)
         out = sched.schedule()
-        sched_tokens = dict(out.num_scheduled_tokens)
-        req_ids = list(sched_tokens)
-        sampled = []
-        for rid in req_ids:
-            req = sched.requests[rid]
-            # num_computed_tokens is already advanced past this step's tokens
-            sampled.append([5] if req.num_computed_tokens >= req.num_tokens else [])
+        req_ids, sampled = sampled_of(sched, out)
         mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                 sampled_token_ids=sampled)
-        preempted = sorted(int(x) for x in getattr(out, "preempted_req_ids", None) or [])
         sched.update_from_output(out, mro)
-        finished = sorted(int(x) for x in out.finished_req_ids) if hasattr(out, "finished_req_ids") else []
         now_done = added - {int(x) for x in sched.requests} - done
-        hits = {}
-        print(json.dumps(dict(step=step, batch={int(k): v for k, v in sorted(sched_tokens.items(),
-                                                                             key=lambda kv: int(kv[0]))},
-                              order=[int(k) for k in req_ids], preempted=preempted,
-                              finished_after=sorted(now_done),
-                              waiting=len(sched.waiting), running=len(sched.running))), flush=True)
+        log_line(sched, step, out, req_ids, now_done)
         done |= now_done
         step += 1
         if step > 100_000:
             raise SystemExit("no progress")
 
+
+def main_async(sched, hasher, pending):
+    """EngineCore.step_with_batch_queue with a queue of two batches: new
+    arrivals before each schedule() call; a batch's outputs applied when the
+    queue is full or nothing else can be scheduled."""
+    queue = []  # (step, out, req_ids, sampled), oldest first
+    step = 0
+    done = set()
+    added = set()
+    while pending or sched.get_num_unfinished_requests() or queue:
+        add_arrivals(sched, hasher, pending, added, step)
+        if sched.has_requests():
+            out = sched.schedule()
+            req_ids, sampled = sampled_of(sched, out)
+            queue.append((step, out, req_ids, sampled))
+            step += 1
+            executed = out.total_num_scheduled_tokens > 0
+            if len(queue) < 2 and (executed or sched.has_requests()):
+                continue
+        if not queue:
+            # Nothing scheduled and nothing in flight: the next arrival's
+            # step is the next schedule call.
+            step = max(step, pending[0]["arrival_step"]) if pending else step
+            continue
+        s, out, req_ids, sampled = queue.pop(0)
+        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                sampled_token_ids=sampled)
+        sched.update_from_output(out, mro)
+        now_done = added - {int(x) for x in sched.requests} - done
+        log_line(sched, s, out, req_ids, now_done)
+        done |= now_done
+        if step > 100_000:
+            raise SystemExit("no progress")
 
 if __name__ == "__main__":
     main()

@@ -18,17 +18,17 @@ use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 11] = [
-    ("default.toml", 0xca4c_6c38_228c_19e2, 0x21f6_8370_4d3c_25a9, 0x273e_3717_d2d8_b675),
-    ("glm-5.3-flash-1p1d.toml", 0x2163_00da_485b_4fb1, 0x9eb0_1f13_dc88_0c51, 0xea7c_2ca2_2a96_5f94),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0x3ad9_ea1a_16b4_1b59, 0xecd9_3446_cecb_6199, 0x4e84_5171_de44_030c),
-    ("glm-5.3-flash-2p2d.toml", 0x9ed1_0ad0_7355_47ae, 0x79dc_4927_d920_7515, 0x0678_3253_eb25_2af3),
-    ("glm-5.3-flash-p4d8.toml", 0xde76_3772_1bd4_e50a, 0x2bd3_a37a_9687_41e0, 0xdfb2_781e_5337_95f7),
-    ("gpt-oss-1p1d.toml", 0x6943_01a9_4193_8693, 0x5c74_d7c6_8f01_617a, 0xa6ab_27dd_2b64_1e30),
-    ("llama-3.1-8b-1p1d.toml", 0xd8db_c749_3bc6_e46d, 0x1d29_5e94_fcc3_1516, 0xe3c6_8609_2f1c_2cdf),
-    ("llama-3.1-8b-aggregated.toml", 0xb2e4_463f_8ca1_608c, 0x82da_4816_8d2f_a3fa, 0x9f76_0390_7cbc_bc39),
-    ("llama-3.1-8b-h200-tp1.toml", 0x8fee_a5e2_c3cf_0ec8, 0xe143_0827_41a4_55e9, 0xf377_9f63_5be2_2611),
-    ("llama-3.1-8b-h200-tp4.toml", 0xfd47_ba9d_9836_a2d4, 0xdf38_2258_9bbf_62db, 0xc738_fb79_3b09_abf8),
-    ("mamba2-hybrid-1p1d.toml", 0xee1b_2967_c553_9d9a, 0x14bd_7564_db8f_e8fb, 0x4261_a6ef_6c75_66d2),
+    ("default.toml", 0x9f07_ed24_4ed8_5f8b, 0x2a44_4dde_5f43_18ae, 0xa5b2_7144_5061_e135),
+    ("glm-5.3-flash-1p1d.toml", 0xdc64_6cb6_fc35_b9bc, 0x27fb_32cf_bc28_e65e, 0xd3c4_e9d0_2d6c_b723),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0xa883_cb64_6a91_b7ab, 0x6ade_2bf3_1aaa_634a, 0x6991_90c7_3960_bc9a),
+    ("glm-5.3-flash-2p2d.toml", 0x19c7_c989_8751_bc35, 0xc8da_b327_5b84_ec15, 0x1858_bb7b_0c13_e93d),
+    ("glm-5.3-flash-p4d8.toml", 0x1ad6_d878_7f23_15e8, 0x0447_7490_f616_ff7b, 0x88f7_f7d8_126a_3cef),
+    ("gpt-oss-1p1d.toml", 0x9503_4c32_3263_7cb9, 0x3537_0d1e_ee4c_5fba, 0x8acf_7c8a_c8d3_19df),
+    ("llama-3.1-8b-1p1d.toml", 0x2554_370b_511c_5912, 0x5a94_6d0a_7f58_d1c2, 0x7e7f_4de3_a5e4_ab50),
+    ("llama-3.1-8b-aggregated.toml", 0x598c_cb26_e4b2_c6f5, 0xf26d_05fe_01c5_b4eb, 0x41de_8432_a1a1_e058),
+    ("llama-3.1-8b-h200-tp1.toml", 0x6ea2_6d1a_d201_462d, 0xe40b_ea8e_6791_1715, 0x7046_cafa_7fb8_9802),
+    ("llama-3.1-8b-h200-tp4.toml", 0xc892_54af_3678_1041, 0x87b4_389a_a67e_888a, 0x041a_f28b_9c97_1604),
+    ("mamba2-hybrid-1p1d.toml", 0xe294_07d8_4faf_fc81, 0x0897_dd2c_39fb_3ecc, 0x543f_8c65_4783_6859),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -143,7 +143,7 @@ fn streamed_timelines_give_the_pinned_timeline() {
 #[test]
 fn a_shipped_scenarios_page_gives_its_pinned_bytes() {
     use crate::common::{outcome, pdsim_in, scratch_dir};
-    const PINNED_PAGE: u64 = 0x9d9e_2f6f_23fa_2dcc;
+    const PINNED_PAGE: u64 = 0x1ef9_996c_66fc_855c;
     let dir = scratch_dir("pinned-page");
     // From the package root, by a relative path: the page names the
     // scenario as the command line did, and a clone may live anywhere.

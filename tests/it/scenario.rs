@@ -195,9 +195,17 @@ fn a_recompute_that_cannot_finish_does_not_starve_the_queue_behind_it() {
 /// ran out while the tiny pool was busy failed with that reason.
 #[test]
 fn the_decode_livelocks_end() {
-    for (file, n) in [("livelock-long-outputs.toml", 19), ("livelock-tiny-pool.toml", 2_990)] {
+    // Both engine loops: the asynchronous one holds a finished request's
+    // blocks one schedule call longer, which in a 40-block pool lets fewer
+    // through (409 of the tiny pool's requests complete, against 910).
+    let runs = [("livelock-long-outputs.toml", 19), ("livelock-tiny-pool.toml", 2_990)];
+    for ((file, n), sync) in runs.into_iter().flat_map(|r| [(r, true), (r, false)]) {
         let s = scenario::load(fixture(file)).unwrap();
-        let dep = actors::sim::Deployment::build(s.model_spec(), s.deployment()).unwrap();
+        let mut spec = s.deployment().clone();
+        for role in [&mut spec.prefill, &mut spec.decode].into_iter().flatten() {
+            role.async_scheduling = Some(!sync);
+        }
+        let dep = actors::sim::Deployment::build(s.model_spec(), &spec).unwrap();
         let workload = s.workload();
         // A cap far past either run's end (about 3,300 and 260 simulated
         // seconds), so that a loop fails here instead of hanging.
@@ -222,7 +230,8 @@ fn the_decode_livelocks_end() {
         } else {
             let expired = "source hold expired after 500ms without a release from the decode rank";
             assert_eq!(out.summary.failure_reasons.keys().collect::<Vec<_>>(), [expired]);
-            assert!(out.summary.completed > 500, "the decode rank keeps serving: {}", out.summary.completed);
+            let least = if sync { 500 } else { 300 };
+            assert!(out.summary.completed > least, "the decode rank keeps serving: {}", out.summary.completed);
         }
     }
 }

@@ -106,6 +106,13 @@ pub struct RoleSpec {
     /// vLLM version of this role (overrides the deployment's).
     #[serde(default)]
     pub vllm_version: Option<String>,
+    /// vLLM's `--async-scheduling`: a step is scheduled while the one before
+    /// it executes, so a request that arrives during a step is first
+    /// scheduled two steps later, and a finished request frees its blocks
+    /// one schedule call later (`actors/src/vllm/engine.rs`). Absent: the
+    /// version's default (on, in every version pdsim knows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub async_scheduling: Option<bool>,
     /// The forward-pass time of one step.
     pub step_time: StepTimeSpec,
 }
@@ -131,6 +138,7 @@ impl Default for RoleSpec {
             max_model_len: None,
             prefix_caching: yes(),
             vllm_version: None,
+            async_scheduling: None,
             step_time: StepTimeSpec::Roofline(Default::default()),
         }
     }

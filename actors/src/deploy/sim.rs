@@ -27,6 +27,7 @@ use crate::stats::histogram::Histogram;
 use crate::stats::records::{Digest, RecordStream, Totals};
 use crate::stats::summary::Summary;
 use crate::stats::timeline::{EntitySample, Sample, SampleLog, Sampling, Timeline, log_rows};
+use crate::vllm::engine::EngineLoop;
 
 pub use crate::deploy::validate::ConfigError;
 
@@ -272,6 +273,12 @@ impl Deployment {
         let mut b = Scheduler::new(mode, limits, checkpoints, pool, model, policy);
         b.set_check_invariants(self.spec.check_invariants);
         b.set_lazy_decoding(self.lazy_decoding);
+        let engine = if s.async_scheduling.unwrap_or(plan.rules.async_scheduling()) {
+            EngineLoop::Async
+        } else {
+            EngineLoop::Sync
+        };
+        b.set_engine_loop(engine, true);
         b
     }
 }

@@ -47,6 +47,7 @@ use crate::models::steptime::{BatchShape, StepTimeModel};
 use crate::requests::request::{ReqId, Request};
 use crate::requests::workload::{PrefixIds, mix};
 use crate::scheduler::{Finished, Limits, Mode, Reservation, Scheduler, VllmPolicy};
+use crate::vllm::engine::EngineLoop;
 
 /// A case.
 #[derive(Clone, Debug, Deserialize)]
@@ -75,6 +76,12 @@ pub struct Case {
     /// `"aggregated"` (default) or `"decode"`.
     #[serde(default)]
     pub role: Option<String>,
+    /// vLLM's `async_scheduling` (default false here: the case format's
+    /// first cases were synchronous): the asynchronous engine loop, with
+    /// schedule calls and their outputs interleaved as
+    /// `EngineCore.step_with_batch_queue` interleaves them.
+    #[serde(default)]
+    pub async_scheduling: bool,
 }
 
 /// A request of a case.
@@ -197,6 +204,10 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
     let mut sched = Scheduler::new(Mode::Generate, limits, false, pool, Box::new(OneMs), Box::new(VllmPolicy));
     sched.set_lazy_decoding(false);
     sched.set_check_invariants(true);
+    if case.async_scheduling {
+        // The case numbers the schedule calls itself: nothing is held back.
+        sched.set_engine_loop(EngineLoop::Async, false);
+    }
 
     let mut pending: Vec<(usize, &CaseRequest)> = case.requests.iter().enumerate().collect();
     let mut seen = BTreeMap::new();
@@ -222,6 +233,9 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
     let mut reserved = Vec::new();
     pending.sort_by_key(|&(_, r)| (std::cmp::Reverse(r.arrival_step), std::cmp::Reverse(r.id)));
 
+    if case.async_scheduling {
+        return run_async(&mut sched, &mut pending, decode);
+    }
     let mut lines = Vec::new();
     let (mut now, mut step, mut in_flight) = (SimTime::ZERO, 0u64, 0usize);
     let mut done = Vec::new();
@@ -230,7 +244,7 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
             return Err(FieldError::new("requests", format!("the case has not ended after {MAX_STEPS} steps")));
         }
         for (req, reservation) in landing.remove(&step).unwrap_or_default() {
-            sched.enqueue_landed(req, reservation);
+            sched.enqueue_landed(req, reservation, now);
         }
         while let Some(&(_, r)) = pending.last()
             && r.arrival_step <= step
@@ -240,9 +254,9 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
                 let mut req = request(r, now);
                 // A full-attention handoff: the prefill computed every prompt token.
                 req.transferred_tokens = req.prompt;
-                sched.enqueue_remote(req);
+                sched.enqueue_remote(req, now);
             } else {
-                sched.enqueue(request(r, now), Tokens::ZERO);
+                sched.enqueue(request(r, now), Tokens::ZERO, now);
             }
             in_flight += 1;
         }
@@ -283,6 +297,99 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
         step += 1;
     }
     Ok(lines)
+}
+
+/// [`run_case`] with the asynchronous engine loop: vLLM's
+/// `EngineCore.step_with_batch_queue` with a queue of two batches, emulated
+/// call for call. Each iteration takes the requests of the next schedule
+/// call in; then, if anything is unfinished or a finished request is still
+/// to be reported, it is a schedule call: the step planned by the call
+/// before it is finished (its outputs, as the placeholders count them) and
+/// the call plans its step, after which the sequences that finished in the
+/// step before leave (vLLM applies that step's outputs after this call).
+/// A call's line is written once the outputs of its step are applied (its
+/// `finished_after`), as vLLM writes it; with nothing to do the engine
+/// waits for the next request.
+fn run_async(
+    sched: &mut Scheduler,
+    pending: &mut Vec<(usize, &CaseRequest)>,
+    decode: bool,
+) -> Result<Vec<StepLine>, FieldError> {
+    if decode {
+        return Err(FieldError::new("async_scheduling", "is not modelled on the decode side of P/D yet"));
+    }
+    let mut lines: Vec<StepLine> = Vec::new();
+    let (mut now, mut step, mut in_flight) = (SimTime::ZERO, 0u64, 0usize);
+    let (mut planned, mut unreported, mut open) = (None::<SimDuration>, false, None::<usize>);
+    let mut done = Vec::new();
+    loop {
+        if step >= MAX_STEPS {
+            return Err(FieldError::new("requests", format!("the case has not ended after {MAX_STEPS} steps")));
+        }
+        while let Some(&(_, r)) = pending.last()
+            && r.arrival_step <= step
+        {
+            pending.pop();
+            sched.enqueue(request(r, now), Tokens::ZERO, now);
+            in_flight += 1;
+        }
+        if in_flight == 0 && !unreported {
+            // Nothing to schedule: the queue drains, then the engine waits.
+            match pending.last() {
+                Some(&(_, r)) => {
+                    step = step.max(r.arrival_step);
+                    continue;
+                }
+                None => break,
+            }
+        }
+        // The step the last call planned: its outputs, counted ahead.
+        if let Some(dt) = planned.take() {
+            now += dt;
+            sched.finish_step(now, &mut done);
+            debug_assert!(done.is_empty(), "the asynchronous loop's finished sequences leave after the next call");
+        }
+        let mut line =
+            StepLine { step, batch: Vec::new(), preempted: Vec::new(), finished_after: Vec::new(), reserved: None };
+        planned = sched.start_one_step(now, SimTime::MAX, |r| &mut r.t.prefill_started);
+        if planned.is_some() {
+            line.batch.extend(sched.scheduled());
+        } else {
+            now += SimDuration::from_millis(1);
+        }
+        sched.take_preempted(&mut line.preempted);
+        line.preempted.sort_unstable();
+        // This call reports what finished before it; what finished in the
+        // step before it leaves now, in the line of the call that planned it.
+        unreported = false;
+        sched.take_released(&mut done);
+        let left: Vec<ReqId> = done.drain(..).map(|f| finished_id(&f)).collect();
+        if !left.is_empty() {
+            let at = open.expect("a finished sequence was planned by an earlier call");
+            lines[at].finished_after.extend(&left);
+            lines[at].finished_after.sort_unstable();
+            in_flight -= left.len();
+            unreported = true;
+        }
+        // A request that can never fit, even alone, ends (vLLM would wait
+        // for ever).
+        while let Some((r, _)) = sched.take_stuck() {
+            line.finished_after.push(r.id);
+            in_flight -= 1;
+        }
+        line.finished_after.sort_unstable();
+        open = Some(lines.len());
+        lines.push(line);
+        step += 1;
+    }
+    Ok(lines)
+}
+
+/// The id of a finished sequence's request.
+fn finished_id(f: &Finished) -> ReqId {
+    match f {
+        Finished::Completed(r) | Finished::Prefilled { req: r, .. } => r.id,
+    }
 }
 
 fn positive(field: &str, v: u64) -> Result<u64, FieldError> {

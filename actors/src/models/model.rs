@@ -411,6 +411,10 @@ pub struct VllmVersion {
     /// of a lease ahead, reaped every step. A source lapses only once its
     /// decode rank has gone silent.
     pub source_lease: SimDuration,
+    /// Whether the engine core runs the asynchronous scheduler by default
+    /// (`--async-scheduling` unset): a batch scheduled while the one before
+    /// it executes (`crate::vllm::engine`).
+    pub async_scheduling: bool,
     /// Where in the release the row's facts were read.
     pub source: &'static str,
 }
@@ -421,24 +425,30 @@ pub struct VllmVersion {
 /// a 30 s lease (read in the released wheels, `nixl/base_scheduler.py`
 /// `kv_lease_duration` default 30, heartbeats every `lease // 6`,
 /// `base_worker.py` extension to `now + lease * 2 // 3`). 0.32.0 to 0.33.0
-/// changes nothing in hybrid payloads, holding or backoff.
+/// changes nothing in hybrid payloads, holding or backoff. Each runs the
+/// asynchronous scheduler unless an option it does not support is set
+/// (0.33.0: `config/vllm.py:1685-1719`; the same default since 0.27,
+/// `config/vllm.py:1095-1143` there).
 pub static VLLM_VERSIONS: &[VllmVersion] = &[
     VllmVersion {
         version: "0.31.0",
         grouped_handoff: true,
         source_lease: DEFAULT_SOURCE_LEASE,
+        async_scheduling: true,
         source: "vllm 0.31.0 wheel: kv_connector/v1/nixl/base_scheduler.py (kv_lease_duration = 30)",
     },
     VllmVersion {
         version: "0.32.0",
         grouped_handoff: true,
         source_lease: DEFAULT_SOURCE_LEASE,
+        async_scheduling: true,
         source: "vllm 0.32.0 wheel: kv_connector/v1/nixl/base_scheduler.py (kv_lease_duration = 30)",
     },
     VllmVersion {
         version: "0.33.0",
         grouped_handoff: true,
         source_lease: DEFAULT_SOURCE_LEASE,
+        async_scheduling: true,
         source: "vllm 0.33.0 wheel: kv_connector/v1/nixl/base_scheduler.py:81-88 (kv_lease_duration = 30)",
     },
 ];
@@ -827,6 +837,13 @@ impl RankRules {
     /// [`DEFAULT_SOURCE_LEASE`].
     pub fn source_lease(&self) -> SimDuration {
         self.version.map_or(DEFAULT_SOURCE_LEASE, |v| v.source_lease)
+    }
+
+    /// Whether the rank's engine runs the asynchronous scheduler by
+    /// default: the version's, or, for a rank that names no version pdsim
+    /// knows, vLLM 0.33's (yes).
+    pub fn async_scheduling(&self) -> bool {
+        self.version.is_none_or(|v| v.async_scheduling)
     }
 }
 

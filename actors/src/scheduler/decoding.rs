@@ -21,6 +21,7 @@ use sim_core::SimDuration;
 use super::Core;
 use super::seqs::SeqKey;
 use crate::base::units::Tokens;
+use crate::vllm::engine::EngineLoop;
 
 /// A member of the decoding set: the step count when it joined, and its
 /// computed and generated tokens then.
@@ -295,6 +296,10 @@ impl Core {
         if d > 0 {
             seq.last_token = Some(last);
             seq.req.t.last_token = Some(last);
+            // Its last step computed the token its step before sampled,
+            // unless that step was its first in the set and it joined before
+            // its first token (`first_gap` two steps past its join).
+            seq.placeholder = self.engine == EngineLoop::Async && (d >= 2 || m.first_gap == m.join + 1);
             // The longest gap among steps first_gap..=step.
             let gaps = &self.dec.gaps;
             let i = gaps.partition_point(|&(n, _)| n < m.first_gap);

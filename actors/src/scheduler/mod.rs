@@ -39,6 +39,8 @@ pub mod step;
 #[cfg(test)]
 mod tests;
 
+use std::collections::VecDeque;
+
 use sim_core::{SimDuration, SimTime};
 
 pub use policy::{BatchPolicy, VllmPolicy};
@@ -52,6 +54,7 @@ use crate::models::steptime::StepTimeModel;
 use crate::requests::request::{ReqId, Request};
 use crate::stats::histogram::Histogram;
 use crate::vllm::admission;
+use crate::vllm::engine::{self, EngineLoop, Finishing};
 use plan::{Ahead, StepKv, StepLog};
 use seqs::{Seq, SeqKey, Seqs};
 use stats::Stats;
@@ -185,6 +188,23 @@ struct Core {
     done: Vec<Seq>,
     /// Requests preempted by the last plan (kept for the step log).
     preempted: Vec<ReqId>,
+    /// How the rank's engine loop drives the scheduler.
+    engine: EngineLoop,
+    /// Hold new work back as the asynchronous loop does
+    /// ([`engine::visible_at_plan`]); off where the caller numbers the
+    /// schedule calls itself (`pdsim steps`).
+    hold_inputs: bool,
+    /// Running sequences whose last token came out (`Seq::finished`) and
+    /// that leave only after the next schedule call (the asynchronous
+    /// loop, [`Finishing::AfterNextSchedule`]).
+    finishing: usize,
+    /// Sequences that left after the last schedule calls, their blocks
+    /// freed (or held as a source), for the rank
+    /// ([`Scheduler::take_released`]).
+    released: Vec<Finished>,
+    /// New work held back: (the step it arrived in, the sequence, whether it
+    /// holds its blocks already).
+    inbox: VecDeque<(u64, Seq, bool)>,
 }
 
 impl Scheduler {
@@ -242,6 +262,11 @@ impl Scheduler {
             reservations_waited: 0,
             done: Vec::new(),
             preempted: Vec::new(),
+            engine: EngineLoop::Sync,
+            hold_inputs: false,
+            finishing: 0,
+            released: Vec::new(),
+            inbox: VecDeque::new(),
         };
         Scheduler { policy, core }
     }
@@ -250,6 +275,16 @@ impl Scheduler {
     /// it is a bug in pdsim).
     pub(crate) fn set_check_invariants(&mut self, on: bool) {
         self.core.check_invariants = on;
+    }
+
+    /// Drives the scheduler as `engine` says (vLLM's synchronous
+    /// `Scheduler` by default here; the rank sets its version's). With
+    /// `hold_inputs`, new work is held back as the asynchronous loop holds
+    /// it (from the plan after the one that follows the step it arrived in);
+    /// without, every enqueued sequence may be scheduled by the next plan.
+    pub(crate) fn set_engine_loop(&mut self, engine: EngineLoop, hold_inputs: bool) {
+        self.core.engine = engine;
+        self.core.hold_inputs = hold_inputs && engine.holds_inputs();
     }
 
     /// Uses the decoding set (on by default). Off, every step handles every
@@ -266,9 +301,9 @@ impl Scheduler {
 
     /// Queues a new request: a prefill-only rank computes `prefill_target`
     /// tokens of it (T), a generating one its prompt and output.
-    pub(crate) fn enqueue(&mut self, req: Box<Request>, prefill_target: Tokens) {
+    pub(crate) fn enqueue(&mut self, req: Box<Request>, prefill_target: Tokens, now: SimTime) {
         let alloc = Alloc::owned_by(req.id);
-        self.core.seqs.enqueue(Seq::new(req, alloc, Tokens::ZERO, prefill_target, false));
+        self.core.take_in(Seq::new(req, alloc, Tokens::ZERO, prefill_target, false), false, now);
     }
 
     /// The fewest blocks `req` must hold at once here, and the pool's
@@ -303,16 +338,27 @@ impl Scheduler {
     ) -> Option<SimDuration> {
         self.core.ahead.freed_before = false;
         loop {
+            let released = self.core.released.len();
             if let Some(dt) = self.start_one_step(now, horizon, started) {
                 return Some(dt);
+            }
+            let core = &mut self.core;
+            if core.stepping {
+                return None;
+            }
+            // The asynchronous loop's empty schedule call takes no time: the
+            // sequences that finished leave, the work held back is taken in,
+            // and the engine schedules again at once.
+            if core.engine == EngineLoop::Async && (core.released.len() > released || !core.inbox.is_empty()) {
+                core.take_inbox(u64::MAX);
+                continue;
             }
             // A schedule call that only preempted is an empty step, which
             // takes no time: schedule again (what it preempted waits now;
             // a sequence that can never fit is given up, so this ends). The
             // blocks it freed may let a waiter in after the next step, as
             // stepping one by one would retry it then: that step runs alone.
-            let core = &mut self.core;
-            if core.stepping || core.preempted.is_empty() || core.seqs.waiting.is_empty() {
+            if core.preempted.is_empty() || core.seqs.waiting.is_empty() {
                 return None;
             }
             core.ahead.freed_before = true;
@@ -327,12 +373,34 @@ impl Scheduler {
         horizon: SimTime,
         started: fn(&mut Request) -> &mut Option<SimTime>,
     ) -> Option<SimDuration> {
-        let dt = self.core.plan_step(self.policy.as_mut(), now, horizon)?;
-        let core = &mut self.core;
-        for &key in core.batch.iter().chain(&core.dec.fresh) {
-            started(&mut core.seqs.get_mut(key).req).get_or_insert(now);
+        if !self.core.stepping {
+            let ended = self.core.log.step;
+            self.core.take_inbox(ended);
         }
-        Some(dt)
+        let dt = self.core.plan_step(self.policy.as_mut(), now, horizon);
+        let core = &mut self.core;
+        if dt.is_some() {
+            for &key in core.batch.iter().chain(&core.dec.fresh) {
+                started(&mut core.seqs.get_mut(key).req).get_or_insert(now);
+            }
+        }
+        // The sequences that finished in the step before this plan leave now.
+        if core.finishing > 0 {
+            core.finishing = 0;
+            core.seqs.take_finished(&mut core.done);
+            for seq in core.done.drain(..) {
+                core.released.push(core_finished(&mut core.pool, core.mode, seq));
+            }
+        }
+        dt
+    }
+
+    /// Moves the sequences that left after the last schedule calls (the
+    /// asynchronous loop's finished ones, [`Finishing::AfterNextSchedule`])
+    /// to `done`, their blocks freed (or, for a prefill, held as the
+    /// source), in the order they left.
+    pub(crate) fn take_released(&mut self, done: &mut Vec<Finished>) {
+        done.append(&mut self.core.released);
     }
 
     /// Moves the ids of the requests the last plan preempted to `out`.
@@ -409,12 +477,12 @@ impl Scheduler {
     /// admission. A reserved load takes no tokens and no running slot; it
     /// leaves the scheduler ([`Scheduler::take_reserved`]) until its KV
     /// lands ([`Scheduler::enqueue_landed`]).
-    pub(crate) fn enqueue_remote(&mut self, req: Box<Request>) {
+    pub(crate) fn enqueue_remote(&mut self, req: Box<Request>, now: SimTime) {
         let alloc = Alloc::owned_by(req.id);
         let mut seq = Seq::new(req, alloc, Tokens::ZERO, Tokens::ZERO, false);
         seq.remote = true;
         seq.first_call = self.core.calls + 1;
-        self.core.seqs.enqueue(seq);
+        self.core.take_in(seq, false, now);
     }
 
     /// Moves the remote loads the last schedule calls reserved to `out`, in
@@ -437,7 +505,7 @@ impl Scheduler {
 
     /// Remote loads waiting for their reservation.
     pub(crate) fn remote_waiting(&self) -> usize {
-        self.core.seqs.remote_waiting()
+        self.core.seqs.remote_waiting() + self.core.inbox.iter().filter(|(_, s, _)| s.remote).count()
     }
 
     /// Remote loads that were not reserved at the first schedule call that
@@ -464,13 +532,13 @@ impl Scheduler {
     /// landed handoffs in the order they were reserved (vLLM keeps a load
     /// in its `kv_holding_waiting` queue from its reservation on, skipped
     /// while it loads, and drains that queue before `waiting`).
-    pub(crate) fn enqueue_landed(&mut self, req: Box<Request>, reservation: Reservation) {
+    pub(crate) fn enqueue_landed(&mut self, req: Box<Request>, reservation: Reservation, now: SimTime) {
         let Reservation { mut alloc, no } = reservation;
         self.core.pool.register(&mut alloc, &req.prefix, req.prompt, req.transferred_tokens);
         let computed = req.prompt.saturating_sub(Tokens::new(1));
         let mut seq = Seq::new(req, alloc, computed, Tokens::ZERO, true);
         seq.reservation = no;
-        self.core.seqs.enqueue_holding(seq);
+        self.core.take_in(seq, true, now);
     }
 
     /// The pool's counts and the queue lengths, as stepping one event at a
@@ -497,7 +565,9 @@ impl Scheduler {
             free: core.pool.free().wrapping_sub(kv.pending(2, groups)),
             cached_free: core.pool.cached_free().wrapping_sub(kv.pending(3, groups)),
             group_used: &core.group_now,
-            waiting: core.seqs.waiting.len() - core.seqs.remote_waiting(),
+            // (Work held back counts as waiting: the rank holds it.)
+            waiting: core.seqs.waiting.len() - core.seqs.remote_waiting()
+                + core.inbox.iter().filter(|(_, s, _)| !s.remote).count(),
             running: core.seqs.running.len(),
         }
     }
@@ -549,7 +619,23 @@ impl Scheduler {
         // A step cut off by a crash made its evictions.
         core.pool.commit_evictions();
         core.batch.clear();
+        core.finishing = 0;
         let mut out = Vec::new();
+        for (_, mut seq, _) in core.inbox.drain(..) {
+            core.pool.release(&mut seq.alloc, seq.computed);
+            out.push(seq.req);
+        }
+        for f in core.released.drain(..) {
+            match f {
+                Finished::Completed(req) => out.push(req),
+                Finished::Prefilled { req, source } => {
+                    let Source { mut alloc } = source;
+                    let computed = alloc.tokens();
+                    core.pool.release(&mut alloc, computed);
+                    out.push(req);
+                }
+            }
+        }
         for mut seq in core.seqs.drain() {
             core.pool.release(&mut seq.alloc, seq.computed);
             out.push(seq.req);
@@ -601,10 +687,11 @@ impl Scheduler {
 /// keeps its in-window blocks, a state group its running block; the rest,
 /// checkpoint blocks included, is freed).
 fn core_finished(pool: &mut KvPool, mode: Mode, seq: Seq) -> Finished {
+    let hashable = seq.hashable();
     let Seq { mut req, mut alloc, computed, .. } = seq;
     match mode {
         Mode::Generate => {
-            pool.release(&mut alloc, computed);
+            pool.release(&mut alloc, hashable);
             Finished::Completed(req)
         }
         Mode::PrefillOnly => {
@@ -621,7 +708,7 @@ impl Core {
     /// not reached after the step being planned (vLLM's
     /// `_inflight_prefill_reserved_blocks`). O(running).
     fn inflight_prefill_blocks(&self) -> u64 {
-        let in_flight = Tokens::new(self.limits.max_num_batched_tokens);
+        let in_flight = Tokens::new(self.engine.in_flight_tokens(self.limits.max_num_batched_tokens));
         self.seqs
             .running
             .iter()
@@ -678,6 +765,9 @@ impl Core {
             if seq.computed < seq.goal(mode) {
                 continue;
             }
+            // The asynchronous loop scheduled this step with the token the
+            // step before it sampled as a placeholder.
+            seq.placeholder = self.engine == EngineLoop::Async && seq.last_token == Some(self.step_started);
             let finished = match mode {
                 Mode::PrefillOnly => true,
                 Mode::Generate => {
@@ -714,8 +804,45 @@ impl Core {
             any_done = true;
         }
         if any_done {
-            self.seqs.take_finished(&mut self.done);
+            match self.engine.finishing() {
+                Finishing::AtOnce => self.seqs.take_finished(&mut self.done),
+                Finishing::AfterNextSchedule => {
+                    let seqs = &self.seqs;
+                    self.finishing = seqs.running.iter().filter(|&&k| seqs.get(k).finished).count();
+                }
+            }
         }
         self.log.forget_before_last();
+    }
+
+    /// New work: into the waiting queue, or, with the asynchronous loop,
+    /// held back if it arrived while a step was in flight or as one ended
+    /// (`now` is the end of the last step), until the plan that may take it
+    /// ([`engine::visible_at_plan`]).
+    fn take_in(&mut self, seq: Seq, holding: bool, now: SimTime) {
+        if self.hold_inputs && (self.stepping || (self.log.step > 0 && self.log.last_end() == now)) {
+            let arrived_in = if self.stepping { self.log.step + self.log.planned as u64 } else { self.log.step };
+            self.inbox.push_back((arrived_in, seq, holding));
+            return;
+        }
+        if holding {
+            self.seqs.enqueue_holding(seq);
+        } else {
+            self.seqs.enqueue(seq);
+        }
+    }
+
+    /// Queues the held work a plan after step `ended` may take, in the
+    /// order it came.
+    fn take_inbox(&mut self, ended: u64) {
+        // (It came in step order, so what a plan may take is a prefix.)
+        while self.inbox.front().is_some_and(|&(arrived_in, ..)| engine::visible_at_plan(arrived_in, ended)) {
+            let (_, seq, holding) = self.inbox.pop_front().expect("a front");
+            if holding {
+                self.seqs.enqueue_holding(seq);
+            } else {
+                self.seqs.enqueue(seq);
+            }
+        }
     }
 }

@@ -359,6 +359,11 @@ impl Core {
             if self.ahead.freed_next || self.ahead.freed_before {
                 most = 1; // see take_blocks, and Scheduler::start_step
             }
+            if self.finishing > 0 || !self.inbox.is_empty() {
+                // The asynchronous loop: sequences that finished leave after
+                // this plan, and work held back may be taken at the next.
+                most = 1;
+            }
             self.run.most = most;
             self.run.exact = self.ahead.members.is_empty();
             let chunk = most.min(self.run.last.max(MIN_CHUNK));

@@ -60,6 +60,12 @@ pub(crate) struct Seq {
     pub(super) junction: Tokens,
     /// Its admission's number: running sequences are in this order.
     pub(super) admitted: u64,
+    /// The KV its last step computed includes the token the step before it
+    /// sampled, which the asynchronous loop scheduled as a placeholder: vLLM
+    /// caches a block only once its tokens are known (`allocate_slots`
+    /// caches through `min(computed, request.num_tokens)`), so the block of
+    /// that token is not cached ([`Seq::hashable`]).
+    pub(super) placeholder: bool,
 }
 
 impl Seq {
@@ -87,7 +93,16 @@ impl Seq {
             finished: false,
             junction: Tokens::ZERO,
             admitted: 0,
+            placeholder: false,
         }
+    }
+
+    /// Tokens of its KV whose blocks vLLM has cached (hashed) by now: all it
+    /// computed, but the last token if it was a placeholder when its step
+    /// was scheduled ([`Seq::placeholder`]). What a preemption or a finish
+    /// leaves in the prefix cache.
+    pub(super) fn hashable(&self) -> Tokens {
+        self.computed.saturating_sub(Tokens::new(u64::from(self.placeholder)))
     }
 
     /// Tokens it must have computed before its next output (or hand-off).

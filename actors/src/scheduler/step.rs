@@ -4,7 +4,7 @@
 //! or nothing, members of the decoding set are counted, never visited).
 
 use super::seqs::{Seq, SeqKey};
-use super::{Core, Mode};
+use super::{Core, Finished, Mode};
 use crate::base::units::Tokens;
 use crate::models::steptime::BatchShape;
 use crate::vllm::admission;
@@ -83,13 +83,19 @@ impl<'a> Step<'a> {
     }
 
     /// The first running index from `from` on whose sequence is not in the
-    /// decoding set; O(1) when every running sequence is.
+    /// decoding set and has tokens to compute (with the asynchronous
+    /// engine loop, a sequence whose last token is in flight runs until it
+    /// comes out but computes nothing: vLLM's `scheduler.py:800-812`); O(1)
+    /// when every running sequence is a member.
     pub fn next_to_compute(&self, from: usize) -> Option<usize> {
         let seqs = &self.core.seqs;
         if seqs.running.len() as u64 == self.core.dec.count {
             return None;
         }
-        (from..seqs.running.len()).find(|&i| seqs.get(seqs.running[i]).member.is_none())
+        (from..seqs.running.len()).find(|&i| {
+            let seq = seqs.get(seqs.running[i]);
+            seq.member.is_none() && !seq.finished
+        })
     }
 
     /// Tokens the running sequence at `i` has to compute before its next
@@ -147,15 +153,32 @@ impl<'a> Step<'a> {
         let core = &mut *self.core;
         let key = core.seqs.running.pop().expect("running is not empty");
         let seq = core.seqs.get_mut(key);
-        // Its full blocks stay cached for its recompute, generated ones too.
-        core.pool.register_own(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, seq.computed);
-        core.pool.release(&mut seq.alloc, seq.computed);
+        // Its full blocks stay cached for its recompute, generated ones too
+        // (those whose tokens vLLM knows, `Seq::hashable`).
+        let hashable = seq.hashable();
+        core.pool.register_own(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hashable);
+        core.pool.release(&mut seq.alloc, hashable);
         seq.computed = Tokens::ZERO;
         seq.looked_up = false;
         seq.req.preemptions += 1;
         core.preempted.push(seq.req.id);
         core.stats.preempted();
-        core.seqs.requeue_preempted(key);
+        if seq.finished && core.mode == Mode::Generate {
+            // Its last token is in flight (the asynchronous loop): vLLM
+            // delivers it and the request finishes (`_preempt_request`
+            // keeps in-flight output, `update_from_output` stops it), its
+            // blocks already free. (A prefill's would hand off freed
+            // blocks: pdsim recomputes it instead, below.)
+            core.finishing -= 1;
+            let seq = core.seqs.remove(key);
+            core.released.push(Finished::Completed(seq.req));
+        } else {
+            if seq.finished {
+                seq.finished = false;
+                core.finishing -= 1;
+            }
+            core.seqs.requeue_preempted(key);
+        }
         self.preempted += 1;
         Ok(core.seqs.running.len())
     }
@@ -296,7 +319,7 @@ impl<'a> Step<'a> {
             let ckpt = checkpoints && mode == Mode::PrefillOnly && to == goal;
             // Whole-sequence admission: it waits unless everything it knows
             // (prompt, and output so far after a preemption) would fit.
-            let in_flight = Tokens::new(core.limits.max_num_batched_tokens);
+            let in_flight = Tokens::new(core.engine.in_flight_tokens(core.limits.max_num_batched_tokens));
             let whole = admission::whole_sequence(from, goal, checkpoints && mode == Mode::PrefillOnly, in_flight);
             let admitted = pool.whole_fits(&seq.req.prefix, seq.req.prompt, seq.req.id, hit, whole).and_then(|()| {
                 pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit, (from, to), ckpt)

@@ -89,9 +89,9 @@ fn finish(s: &mut Scheduler) -> Vec<u64> {
 fn running_sequences_go_first_then_admission_in_queue_order_within_the_token_budget() {
     let mut s = sched(Mode::Generate, 100, 8, 1_000);
     s.set_lazy_decoding(false);
-    s.enqueue(req(0, 60, 2), Tokens::ZERO);
-    s.enqueue(req(1, 60, 2), Tokens::ZERO);
-    s.enqueue(req(2, 60, 2), Tokens::ZERO);
+    s.enqueue(req(0, 60, 2), Tokens::ZERO, SimTime::ZERO);
+    s.enqueue(req(1, 60, 2), Tokens::ZERO, SimTime::ZERO);
+    s.enqueue(req(2, 60, 2), Tokens::ZERO, SimTime::ZERO);
     // Budget 100: request 0 takes 60, request 1 its first chunk of 40;
     // request 2 waits for the next step.
     assert_eq!(step(&mut s, SimTime::ZERO), [(0, 60), (1, 40)]);
@@ -106,7 +106,7 @@ fn running_sequences_go_first_then_admission_in_queue_order_within_the_token_bud
 fn max_num_seqs_caps_the_running_sequences() {
     let mut s = sched(Mode::Generate, 1_000, 2, 1_000);
     for id in 0..3 {
-        s.enqueue(req(id, 10, 5), Tokens::ZERO);
+        s.enqueue(req(id, 10, 5), Tokens::ZERO, SimTime::ZERO);
     }
     assert_eq!(step(&mut s, SimTime::ZERO), [(0, 10), (1, 10)]);
     assert_eq!(s.counts().waiting, 1);
@@ -121,7 +121,7 @@ fn a_sequence_short_of_blocks_preempts_the_most_recently_admitted() {
     let mut s = sched(Mode::Generate, 1_000, 8, 8);
     s.set_lazy_decoding(false);
     for id in 0..3 {
-        s.enqueue(req(id, 32, 10), Tokens::ZERO);
+        s.enqueue(req(id, 32, 10), Tokens::ZERO, SimTime::ZERO);
     }
     assert_eq!(step(&mut s, SimTime::ZERO), [(0, 32), (1, 32), (2, 32)]);
     finish(&mut s);
@@ -138,7 +138,7 @@ fn a_sequence_short_of_blocks_preempts_the_most_recently_admitted() {
 fn a_request_that_can_never_fit_is_given_up() {
     // 3 blocks, a 64-token prompt needs 4.
     let mut s = sched(Mode::Generate, 1_000, 8, 3);
-    s.enqueue(req(7, 64, 1), Tokens::ZERO);
+    s.enqueue(req(7, 64, 1), Tokens::ZERO, SimTime::ZERO);
     assert!(s.start_step(SimTime::ZERO, SimTime::MAX, started).is_none());
     let (r, needed) = s.take_stuck().expect("given up");
     assert_eq!((r.id, needed), (7, 4));
@@ -593,7 +593,7 @@ fn seeded_run(pool: KvPool, lazy: bool) -> (Vec<Ended>, u64, (u64, usize, usize)
     };
     for id in 0..40 {
         let ids: Vec<u64> = (0..1 + next(6)).map(|j| if j < 2 { j } else { 1_000 * id + j }).collect();
-        s.enqueue(prefixed(id, &ids, 1 + next(40)), Tokens::ZERO);
+        s.enqueue(prefixed(id, &ids, 1 + next(40)), Tokens::ZERO, SimTime::ZERO);
     }
     let (mut now, mut completed, mut steps) = (SimTime::ZERO, 0, 0);
     let mut log = Vec::new();

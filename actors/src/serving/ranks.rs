@@ -346,6 +346,15 @@ fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
         Msg::Kick => {
             rank.core().kick_due = false;
             rank.core().kick(ctx, S::started);
+            // With the asynchronous engine loop, what finished in the step
+            // that just ended leaves after this schedule call.
+            let core = rank.core();
+            let mut done = std::mem::take(&mut core.finished);
+            core.sched.take_released(&mut done);
+            for f in done.drain(..) {
+                rank.on_finished(f, ctx);
+            }
+            rank.core().finished = done;
             rank.after_schedule(ctx);
             let extra = rank.extra();
             rank.core().sample(now, extra);
@@ -588,7 +597,7 @@ impl Side for PrefillRank {
                 let t = rules::transferred_tokens(&self.model, req.prompt);
                 req.transferred_tokens = t;
                 if self.core.fits(&mut req, now) {
-                    self.core.sched.enqueue(req, t);
+                    self.core.sched.enqueue(req, t, ctx.now());
                 } else {
                     self.core.finish(req, ctx);
                 }
@@ -800,7 +809,7 @@ impl DecodeRank {
                     req.t.transfer_done = Some(now);
                     let source = self.source_of(&req);
                     ctx.send(source, Msg::ReleaseSource(req.id)).expect("prefill ranks outlive the run");
-                    self.core.sched.enqueue_landed(req, reservation);
+                    self.core.sched.enqueue_landed(req, reservation, ctx.now());
                     landed = true;
                 } else {
                     let link = self.links[req.prefill_rank.expect("a handoff names its prefill rank") as usize];
@@ -895,7 +904,7 @@ impl Side for DecodeRank {
                     self.core.finish(req, ctx);
                 } else {
                     // Reserved by the next schedule call, if the pool allows.
-                    self.core.sched.enqueue_remote(req);
+                    self.core.sched.enqueue_remote(req, ctx.now());
                 }
             }
             Msg::TransferCompleted(id) => {
@@ -903,7 +912,7 @@ impl Side for DecodeRank {
                 if let Some(InTransfer { mut req, reservation }) = self.transferring.remove(&id) {
                     req.t.transfer_done = Some(now);
                     ctx.send(self.source_of(&req), Msg::ReleaseSource(id)).expect("prefill ranks outlive the run");
-                    self.core.sched.enqueue_landed(req, reservation);
+                    self.core.sched.enqueue_landed(req, reservation, ctx.now());
                 }
             }
             Msg::CancelDestination(id, reason) => {
@@ -997,7 +1006,7 @@ impl Side for AggregatedRank {
             Msg::Submit(mut req) => {
                 req.t.prefill_queued = Some(now);
                 if self.core.fits(&mut req, now) {
-                    self.core.sched.enqueue(req, Tokens::ZERO);
+                    self.core.sched.enqueue(req, Tokens::ZERO, ctx.now());
                 } else {
                     self.core.finish(req, ctx);
                 }

@@ -11,12 +11,14 @@
 //! | Mamba align mode: chunk split, previous state block | [`mamba`] | `_mamba_block_aligned_split`, `MambaManager` |
 //! | a hit never covers the last token | [`prefix`] | `get_computed_blocks` |
 //! | the handoff: backoff, payload, source release | [`handoff`] | NIXL connector |
+//! | the engine loop: synchronous or asynchronous (batch queue) | [`engine`] | `EngineCore.step_with_batch_queue` |
 //!
 //! The loop order (running first, preemption, admission in queue order) is
 //! the scheduler's policy (`crate::scheduler::VllmPolicy`).
 
 pub(crate) mod admission;
 pub(crate) mod blocks;
+pub(crate) mod engine;
 pub(crate) mod handoff;
 pub(crate) mod mamba;
 pub(crate) mod prefix;

@@ -115,6 +115,9 @@ fn the_decode_rank_reserves_handoffs_in_its_schedule_calls() {
     for max_seqs in [256, 1] {
         let mut decode = role(1, 1_000, linear_step(10_000.0, 0.0, 0.0));
         decode.max_num_seqs = max_seqs;
+        // The synchronous loop's timing (the asynchronous one's is tested
+        // apart): a schedule call at the end of each step.
+        decode.async_scheduling = Some(false);
         let mut spec = pd(role(1, 1_000, linear_step(2_000.0, 1.0, 0.0)), decode, 100.0);
         spec.vllm_version = None;
         let out = run(&model, &spec, vec![req(0, 160, 50), req(15_000_000, 160, 5)]);
@@ -149,6 +152,36 @@ fn the_decode_rank_reserves_handoffs_in_its_schedule_calls() {
 /// prompt is refused and its source cancelled; 1,000 + 10 is untouched. A
 /// prefill rank of 1,000 (a handoff's prefill asks for one token): a
 /// 1,000-token prompt is refused there, 999 passes.
+/// vLLM's asynchronous engine loop (its default) schedules a step while
+/// the one before it executes, so a request that arrives during a step is
+/// first scheduled two steps later; with the synchronous loop, one.
+///
+/// One aggregated rank, 10 ms steps whatever their batch. A (32 prompt
+/// tokens, 10 out) arrives at 0 on an idle rank: its prefill is the step
+/// 0..10 ms either way, its first token at 10 ms, one more every 10 ms, the
+/// last at 100 ms. B (32 tokens, 2 out) arrives at 15 ms, during A's decode
+/// step 10..20. Synchronous: scheduled at 20 ms into the step 20..30, first
+/// token at 30 (TTFT 15 ms), done at 40. Asynchronous: the step 20..30 was
+/// scheduled at 10 ms, before B came, so B is scheduled at 20 ms into the
+/// step 30..40: first token at 40 (TTFT 25 ms, 2.5 steps), done at 50.
+#[test]
+fn the_async_loop_schedules_a_request_two_steps_after_it_arrives() {
+    let model = linear_spec(32_768);
+    for (engine, ttft_b, e2e_b) in [(Some(false), 15, 25), (Some(true), 25, 35), (None, 25, 35)] {
+        let mut spec =
+            pd(role(1, 1_000, linear_step(10_000.0, 0.0, 0.0)), role(1, 1_000, linear_step(1.0, 0.0, 0.0)), 1.0);
+        spec.aggregated = spec.prefill.take();
+        spec.decode = None;
+        spec.vllm_version = None;
+        spec.aggregated.as_mut().unwrap().async_scheduling = engine;
+        let out = run(&model, &spec, vec![req(0, 32, 10), req(15_000_000, 32, 2)]);
+        let (a, b) = (&out.records[0], &out.records[1]);
+        let ms = |d: Option<SimDuration>| d.unwrap().as_nanos() / 1_000_000;
+        assert_eq!((ms(a.ttft()), ms(a.e2e())), (10, 100), "{engine:?}: A");
+        assert_eq!((ms(b.ttft()), ms(b.e2e())), (ttft_b, e2e_b), "{engine:?}: B");
+    }
+}
+
 #[test]
 fn max_model_len_refuses_full_prompts_and_caps_outputs() {
     let model = linear_spec(32_768);
@@ -879,6 +912,9 @@ fn blocks_a_run_holds_ahead_go_to_a_reservation_that_needs_them() {
     let mut spec =
         pd(role(1, 1_000, linear_step(1_000.0, 1.0, 0.0)), role(1, 27, linear_step(5_000.0, 0.0, 0.0)), 100.0);
     spec.vllm_version = None;
+    // The synchronous loop: B is reserved by the call at the end of the
+    // step in flight.
+    spec.decode.as_mut().unwrap().async_scheduling = Some(false);
     let requests = vec![req(0, 160, 200), req(500_000_123, 160, 1)];
     let mut dep = Deployment::build(&model, &spec).unwrap();
     let fast = sim::run(&dep, input(requests.clone())).unwrap();
