@@ -221,6 +221,11 @@ pub struct Scenario {
     model_origin: Option<String>,
     #[serde(skip)]
     validated: Model,
+    /// The files read from the disk to make it, each with the field that
+    /// named it (`scenario`, `include`, `model.config`,
+    /// `workload.trace.path`).
+    #[serde(skip)]
+    inputs: Vec<(&'static str, PathBuf)>,
 }
 
 impl Scenario {
@@ -274,6 +279,29 @@ impl Scenario {
         &self.source
     }
 
+    /// The files on the disk this scenario was made of, each with the
+    /// field that named it (`scenario` for the file itself, `include`,
+    /// `model.config`, `workload.trace.path`), as paths from the current
+    /// folder: what a run must not remove or replace.
+    pub fn inputs(&self) -> &[(&'static str, PathBuf)] {
+        &self.inputs
+    }
+
+    /// A copy whose paths (a trace's) are written relative to the folder
+    /// `dir` instead of the current folder: the resolved form of a
+    /// scenario saved in `dir` (beside the scenario it came from, for
+    /// `dir` its folder) reads its files back, since a scenario's paths
+    /// are relative to the file that names them. A path that cannot be
+    /// put relative to `dir` (the two on different sides of a `..` that
+    /// the names alone cannot resolve) is made absolute.
+    pub fn relative_to(&self, dir: &Path) -> Scenario {
+        let mut s = self.clone();
+        if let Some(t) = &mut s.workload.trace {
+            t.path = relative_path(dir, &t.path);
+        }
+        s
+    }
+
     /// The vLLM version a rank of `role` runs: the role's own, else the
     /// top-level one.
     pub fn vllm_version(&self, role: Role) -> Option<&str> {
@@ -324,7 +352,11 @@ impl Scenario {
         let text = toml::to_string(&table)
             .map_err(|e| ScenarioError::new(&label, None, None, format!("cannot serialize: {e}")))?;
         let files = Embedded(vec![(String::new(), text)]);
-        load_from(&files, Path::new(""), &label, false)
+        let mut made = load_from(&files, Path::new(""), &label, false)?;
+        let mut inputs: Vec<_> = self.inputs.iter().filter(|(f, _)| *f != "workload.trace.path").cloned().collect();
+        inputs.append(&mut made.inputs);
+        made.inputs = inputs;
+        Ok(made)
     }
 }
 
@@ -383,6 +415,10 @@ trait Files {
     fn read(&self, path: &Path) -> Result<String, String>;
     /// A key equal for two paths to the same file (for cycle detection).
     fn identity(&self, path: &Path) -> PathBuf;
+    /// Whether the paths name files on the disk.
+    fn on_disk(&self) -> bool {
+        false
+    }
 }
 
 struct Disk;
@@ -393,6 +429,9 @@ impl Files for Disk {
     }
     fn identity(&self, path: &Path) -> PathBuf {
         std::fs::canonicalize(path).unwrap_or_else(|_| normalize(path))
+    }
+    fn on_disk(&self) -> bool {
+        true
     }
 }
 
@@ -431,9 +470,37 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// `path` (from the current folder) as seen from the folder `dir` (also
+/// from the current folder), by their names: `sc` and `sc/t.jsonl` give
+/// `t.jsonl`, `sc` and `data/t.jsonl` give `../data/t.jsonl`. An absolute
+/// `path` stays; where the names cannot say (`dir` climbs out with `..`
+/// where `path` does not), the absolute path, or `path` as it is when
+/// the file cannot be found.
+fn relative_path(dir: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        return path.to_owned();
+    }
+    let (dir, path) = (normalize(dir), normalize(path));
+    let d: Vec<Component<'_>> = dir.components().collect();
+    let p: Vec<Component<'_>> = path.components().collect();
+    let common = d.iter().zip(&p).take_while(|(a, b)| a == b).count();
+    if dir.is_absolute() || d[common..].iter().any(|c| !matches!(c, Component::Normal(_))) {
+        return std::fs::canonicalize(&path).unwrap_or(path);
+    }
+    let mut out = PathBuf::new();
+    for _ in common..d.len() {
+        out.push("..");
+    }
+    for c in &p[common..] {
+        out.push(c.as_os_str());
+    }
+    out
+}
+
 /// One file read while resolving includes.
 struct SourceFile {
     label: String,
+    path: PathBuf,
     dir: PathBuf,
     text: String,
     show_lines: bool,
@@ -465,6 +532,19 @@ fn load_from(files: &dyn Files, path: &Path, label: &str, show_lines: bool) -> R
     let ctx = Ctx::new(&sources, &docs)?;
     let mut scenario = ctx.build()?;
     scenario.source = label.to_owned();
+    if files.on_disk() {
+        let n = sources.len();
+        // The file itself comes last, after its includes.
+        for (i, s) in sources.iter().enumerate() {
+            scenario.inputs.push((if i + 1 == n { "scenario" } else { "include" }, s.path.clone()));
+        }
+        if let Some(p) = scenario.model_origin.as_deref().and_then(|o| o.strip_prefix("config ")) {
+            scenario.inputs.push(("model.config", PathBuf::from(p)));
+        }
+    }
+    if let Some(t) = &scenario.workload.trace {
+        scenario.inputs.push(("workload.trace.path", t.path.clone()));
+    }
     Ok(scenario)
 }
 
@@ -498,7 +578,7 @@ fn gather(
     }
     let text = files.read(path).map_err(|e| fail(format!("cannot read {label}: {e}")))?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let file = SourceFile { label: label.clone(), dir, text, show_lines };
+    let file = SourceFile { label: label.clone(), path: path.to_owned(), dir, text, show_lines };
     let includes = {
         let doc = DeTable::parse(&file.text).map_err(|e| file.error(e.span(), None, e.message()))?;
         include_list(&file, doc.get_ref())?
@@ -619,6 +699,15 @@ impl<'a> Ctx<'a> {
 
     fn build(&self) -> Result<Scenario, ScenarioError> {
         let name: Option<String> = self.get("name")?;
+        // `pdsim run` writes to out/<name>: one folder inside out/.
+        if let Some(n) = &name {
+            crate::output::plain_component(n).map_err(|e| {
+                self.err(
+                    "name",
+                    format!("{e}; it names the output folder out/<name>, so it must be one plain folder name"),
+                )
+            })?;
+        }
         let description: Option<String> = self.get("description")?;
         let seed: u64 = self.get("seed")?.unwrap_or(1);
         let deployment = self.deployment()?;
@@ -665,6 +754,7 @@ impl<'a> Ctx<'a> {
             source: String::new(),
             model_origin,
             validated,
+            inputs: Vec::new(),
         })
     }
 
@@ -919,6 +1009,18 @@ fn path_at(value: &Spanned<DeValue<'_>>, offset: usize, path: &mut String) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn paths_relative_to_a_folder() {
+        use std::path::Path;
+        let rel = |d: &str, p: &str| super::relative_path(Path::new(d), Path::new(p)).display().to_string();
+        assert_eq!(rel("sc", "sc/t.jsonl"), "t.jsonl");
+        assert_eq!(rel("sc", "data/t.jsonl"), "../data/t.jsonl");
+        assert_eq!(rel("", "t.jsonl"), "t.jsonl");
+        assert_eq!(rel("a/b", "a/c/../b/t.jsonl"), "t.jsonl");
+        assert_eq!(rel("../x", "../x/t.jsonl"), "t.jsonl");
+        assert_eq!(rel("a", "/abs/t.jsonl"), "/abs/t.jsonl");
+    }
+
     use super::*;
 
     #[test]

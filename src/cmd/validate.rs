@@ -72,6 +72,17 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             notes.push(format!("# a run replays the first {n} (workload.requests; --requests replaces it)"));
         }
     }
+    // The resolved form's paths, as any scenario's, are relative to the
+    // file that holds them: this one saved beside the scenario.
+    let dir = args.scenario.parent().unwrap_or(std::path::Path::new(""));
+    let scenario = scenario.relative_to(dir);
+    if let Some(t) = &scenario.workload().trace {
+        let at = if dir.as_os_str().is_empty() { ".".to_owned() } else { dir.display().to_string() };
+        notes.push(format!(
+            "# paths are relative to {at}, the scenario's folder (trace {}): save this file there",
+            t.path.display()
+        ));
+    }
     if args.json {
         let text = serde_json::to_string_pretty(&scenario)
             .map_err(|e| CmdError::Internal(format!("cannot serialize the scenario: {e}")))?;
