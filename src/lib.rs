@@ -17,6 +17,8 @@
 //! - [`calibrate`]: measured steps from CSV files, the step-time models
 //!   fitted to them and their error point by point; the batch of a step of
 //!   given counts (`pdsim steptime`, `pdsim calibrate`).
+//! - [`output`]: writing output files: a partial file renamed into place,
+//!   never through a link, never over anything but a regular file.
 //! - [`files`]: bounded reads of input files (regular files only, size caps,
 //!   byte-order marks dropped).
 //!
@@ -32,6 +34,7 @@ pub mod check;
 pub mod files;
 pub mod heap;
 pub mod html;
+pub mod output;
 pub mod presets;
 pub mod report;
 pub mod runner;

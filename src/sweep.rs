@@ -103,6 +103,8 @@ pub struct Sweep {
     axes: Vec<Axis>,
     /// The grid's dimensions, in file order (the first varies slowest).
     dims: Vec<Dimension>,
+    /// The number of points (grid points times seeds), counted once.
+    len: usize,
 }
 
 /// One point of a sweep.
@@ -368,7 +370,24 @@ impl Sweep {
             ));
         }
         let seeds = seeds.map_or_else(|| vec![base.seed()], |(s, _)| s);
-        let sweep = Sweep { file, scenario_path, base, seeds, requests, axes, dims: grid };
+        // Counted with checked arithmetic: a grid too large to count
+        // (2^64 points or more) is refused rather than wrapped to a
+        // small number.
+        let len = grid.iter().map(|d| d.len).chain([seeds.len()]).try_fold(1usize, usize::checked_mul);
+        let Some(len) = len else {
+            let sizes: Vec<String> = grid.iter().map(|d| d.len.to_string()).chain([seeds.len().to_string()]).collect();
+            return Err(at_line(
+                &file,
+                None,
+                Some("axes"),
+                format!(
+                    "the grid has {} points (dimensions x seeds), more than pdsim can count (2^64 - 1); split \
+                     it into several sweep files",
+                    sizes.join(" x ")
+                ),
+            ));
+        };
+        let sweep = Sweep { file, scenario_path, base, seeds, requests, axes, dims: grid, len };
         // Each value of an axis alone, each coordinate of a zip as a
         // whole, so that an error names its key and value.
         for dim in &sweep.dims {
@@ -421,12 +440,12 @@ impl Sweep {
     /// The number of grid points (the product of the dimensions' lengths)
     /// times the number of seeds.
     pub fn len(&self) -> usize {
-        self.grid_len() * self.seeds.len()
+        self.len
     }
 
     /// The number of grid points, each run once per seed.
     pub fn grid_len(&self) -> usize {
-        self.dims.iter().map(|d| d.len).product::<usize>()
+        self.len / self.seeds.len()
     }
 
     /// Whether the sweep has no point (never, for a loaded sweep).
@@ -479,7 +498,9 @@ impl Sweep {
         Ok(Point { index, values, seed, scenario })
     }
 
-    /// Every point, built and checked, in order.
+    /// Every point, built and checked, in order (each holds its
+    /// scenario: for a large grid, build them one at a time with
+    /// [`Sweep::point`]).
     ///
     /// # Errors
     /// The first point that fails, as [`Sweep::point`].
