@@ -95,13 +95,13 @@ use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 
 use actors::arch::hf;
-use actors::config::{DeploymentSpec, SloSpec};
+use actors::config::{DeploymentSpec, RoleSpec, SloSpec};
 use actors::hardware::HardwareSpec;
 use actors::model::{GateError, Location, Model, ModelSpec, Role};
 use actors::sim::{ConfigError, Deployment};
 use actors::validate::{self, FieldError};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
@@ -407,6 +407,10 @@ pub const DEFAULT_SCENARIO_LABEL: &str = "scenarios/default.toml (embedded)";
 const EMBEDDED: &[(&str, &str)] = &[
     ("scenarios/default.toml", include_str!("../scenarios/default.toml")),
     ("scenarios/llama-3.1-8b-1p1d.toml", include_str!("../scenarios/llama-3.1-8b-1p1d.toml")),
+    (
+        "scenarios/steptimes/llama-3.1-8b-h200-tp4.toml",
+        include_str!("../scenarios/steptimes/llama-3.1-8b-h200-tp4.toml"),
+    ),
 ];
 
 /// Where scenario text comes from: the disk, or files held in memory.
@@ -529,7 +533,7 @@ fn load_from(files: &dyn Files, path: &Path, label: &str, show_lines: bool) -> R
         .iter()
         .map(|s| DeTable::parse(&s.text).map_err(|e| s.error(e.span(), None, e.message())))
         .collect::<Result<_, _>>()?;
-    let ctx = Ctx::new(&sources, &docs)?;
+    let ctx = Ctx::new(&sources, &docs, files)?;
     let mut scenario = ctx.build()?;
     scenario.source = label.to_owned();
     if files.on_disk() {
@@ -537,6 +541,9 @@ fn load_from(files: &dyn Files, path: &Path, label: &str, show_lines: bool) -> R
         // The file itself comes last, after its includes.
         for (i, s) in sources.iter().enumerate() {
             scenario.inputs.push((if i + 1 == n { "scenario" } else { "include" }, s.path.clone()));
+        }
+        for (_, p) in ctx.step_time_files.borrow().iter() {
+            scenario.inputs.push(("step_time.file", p.clone()));
         }
         if let Some(p) = scenario.model_origin.as_deref().and_then(|o| o.strip_prefix("config ")) {
             scenario.inputs.push(("model.config", PathBuf::from(p)));
@@ -623,10 +630,20 @@ struct Entry<'a> {
 struct Ctx<'a> {
     root: &'a SourceFile,
     entries: BTreeMap<&'a str, Entry<'a>>,
+    /// Where `step_time = { file = … }` reads from.
+    files: &'a dyn Files,
+    /// The step-time files read, with the role that read each (for
+    /// [`Scenario::inputs`], and to name the file in a refusal of its
+    /// table).
+    step_time_files: std::cell::RefCell<Vec<(String, PathBuf)>>,
 }
 
 impl<'a> Ctx<'a> {
-    fn new(sources: &'a [SourceFile], docs: &'a [Spanned<DeTable<'a>>]) -> Result<Self, ScenarioError> {
+    fn new(
+        sources: &'a [SourceFile],
+        docs: &'a [Spanned<DeTable<'a>>],
+        files: &'a dyn Files,
+    ) -> Result<Self, ScenarioError> {
         let mut entries = BTreeMap::new();
         for (file, doc) in sources.iter().zip(docs) {
             for (key, value) in doc.get_ref().iter() {
@@ -644,7 +661,66 @@ impl<'a> Ctx<'a> {
             }
         }
         let root = sources.last().expect("gather pushes the root file last");
-        Ok(Ctx { root, entries })
+        Ok(Ctx { root, entries, files, step_time_files: std::cell::RefCell::new(Vec::new()) })
+    }
+
+    /// The role `key` (`prefill`, `decode`, `aggregated`), if present. A
+    /// role's `step_time = { file = "…" }` is the `step_time` of that file
+    /// (relative to the file that names it; what `pdsim calibrate --out`
+    /// writes), so one calibrated table serves several roles and
+    /// scenarios without copying it.
+    fn role(&self, key: &str) -> Result<Option<RoleSpec>, ScenarioError> {
+        let Some(entry) = self.entries.get(key) else { return Ok(None) };
+        let reference = match entry.value.get_ref() {
+            DeValue::Table(t) => t.get("step_time").filter(|v| match v.get_ref() {
+                DeValue::Table(st) => st.contains_key("file"),
+                _ => false,
+            }),
+            _ => None,
+        };
+        let Some(reference) = reference else { return self.get(key) };
+        let field = format!("{key}.step_time");
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct FileRef {
+            file: String,
+        }
+        let r = FileRef::deserialize(ValueDeserializer::from(reference.clone())).map_err(|e| {
+            let span = e.span().unwrap_or_else(|| reference.span());
+            entry.file.error(
+                Some(span),
+                Some(&field),
+                format!("{} (a step time from a file is {{ file = \"…\" }} alone)", e.message()),
+            )
+        })?;
+        let path = normalize(&entry.file.dir.join(&r.file));
+        let at_file = |m: String| self.err(&format!("{field}.file"), m);
+        let text = self.files.read(&path).map_err(|e| at_file(format!("cannot read {}: {e}", path.display())))?;
+        let doc: toml::Table =
+            toml::from_str(&text).map_err(|e| at_file(format!("{}: {}", path.display(), e.message())))?;
+        let extra: Vec<&str> = doc.keys().map(String::as_str).filter(|k| *k != "step_time").collect();
+        let Some(value) = doc.get("step_time").filter(|_| extra.is_empty()) else {
+            return Err(at_file(format!(
+                "{} must hold one `step_time = {{ … }}` (what pdsim calibrate --out writes){}",
+                path.display(),
+                if extra.is_empty() { String::new() } else { format!(", not {}", extra.join(", ")) }
+            )));
+        };
+        // The role as written, with the file's table in place of the
+        // reference.
+        let mut role = toml::Table::deserialize(ValueDeserializer::from(entry.value.clone()))
+            .map_err(|e| entry.file.error(e.span(), Some(key), e.message()))?;
+        role.insert("step_time".to_owned(), value.clone());
+        self.step_time_files.borrow_mut().push((key.to_owned(), path.clone()));
+        serde_path_to_error::deserialize(toml::Value::Table(role)).map(Some).map_err(|e| {
+            let inner = e.path().to_string();
+            let message = e.inner().message().to_owned();
+            if inner == "step_time" || inner.starts_with("step_time.") {
+                at_file(format!("{}: {inner}: {message}", path.display()))
+            } else {
+                self.err(&format!("{key}.{inner}"), message)
+            }
+        })
     }
 
     /// Deserializes the top-level `key`, if present, with errors placed at
@@ -684,7 +760,15 @@ impl<'a> Ctx<'a> {
 
     /// A refused field, placed at the field it names; a missing `[prefill]`
     /// or `[decode]` is placed at the other one, which the file has.
-    fn field(&self, e: FieldError) -> ScenarioError {
+    fn field(&self, mut e: FieldError) -> ScenarioError {
+        // A refused field of a table read from a step-time file: name it.
+        let from_file = self.step_time_files.borrow().iter().find_map(|(role, path)| {
+            let at = format!("{role}.step_time");
+            (e.field == at || e.field.starts_with(&format!("{at}."))).then(|| path.clone())
+        });
+        if let Some(path) = from_file {
+            e.problem = format!("{} (in {}, the step_time this role reads)", e.problem, path.display());
+        }
         let partner = match e.field.as_str() {
             "prefill" => "decode",
             "decode" => "prefill",
@@ -765,9 +849,9 @@ impl<'a> Ctx<'a> {
         for key in DEPLOYMENT_KEYS {
             match *key {
                 "vllm_version" => spec.vllm_version = self.get("vllm_version")?,
-                "prefill" => spec.prefill = self.get("prefill")?,
-                "decode" => spec.decode = self.get("decode")?,
-                "aggregated" => spec.aggregated = self.get("aggregated")?,
+                "prefill" => spec.prefill = self.role("prefill")?,
+                "decode" => spec.decode = self.role("decode")?,
+                "aggregated" => spec.aggregated = self.role("aggregated")?,
                 "link" => spec.link = self.get("link")?.unwrap_or(spec.link),
                 "router" => spec.router = self.get("router")?.unwrap_or(spec.router),
                 "faults" => spec.faults = self.get("faults")?.unwrap_or(spec.faults),
