@@ -430,9 +430,12 @@ pub struct Report<'a> {
 }
 
 /// The resolved scenario as JSON, with `seed` and (when given) the request
-/// count of the run written in.
+/// count of the run written in, and its paths relative to the scenario's
+/// folder.
 pub fn resolved_scenario(scenario: &Scenario, seed: u64, requests: Option<u64>) -> Value {
-    let mut v = serde_json::to_value(scenario).unwrap_or(Value::Null);
+    // Paths relative to the scenario's own folder, as in its file: the
+    // same bytes whatever folder the run was started in.
+    let mut v = serde_json::to_value(scenario.beside_its_file()).unwrap_or(Value::Null);
     if let Value::Object(m) = &mut v {
         m.insert("seed".into(), json!(seed));
         if let (Some(n), Some(Value::Object(w))) = (requests, m.get_mut("workload")) {

@@ -226,6 +226,10 @@ pub struct Scenario {
     /// `workload.trace.path`).
     #[serde(skip)]
     inputs: Vec<(&'static str, PathBuf)>,
+    /// The folder of the file it was loaded from (its paths are relative
+    /// to it in the resolved form report.json holds).
+    #[serde(skip)]
+    dir: PathBuf,
 }
 
 impl Scenario {
@@ -285,6 +289,18 @@ impl Scenario {
     /// folder: what a run must not remove or replace.
     pub fn inputs(&self) -> &[(&'static str, PathBuf)] {
         &self.inputs
+    }
+
+    /// The folder of the scenario's file (of the file it was made from,
+    /// for a sweep's point), from the current folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The resolved form with its paths relative to [`Scenario::dir`]: the
+    /// same whatever folder pdsim ran in (what report.json holds).
+    pub fn beside_its_file(&self) -> Scenario {
+        self.relative_to(&self.dir)
     }
 
     /// A copy whose paths (a trace's) are written relative to the folder
@@ -356,6 +372,7 @@ impl Scenario {
         let mut inputs: Vec<_> = self.inputs.iter().filter(|(f, _)| *f != "workload.trace.path").cloned().collect();
         inputs.append(&mut made.inputs);
         made.inputs = inputs;
+        made.dir = self.dir.clone();
         Ok(made)
     }
 }
@@ -481,21 +498,33 @@ fn normalize(path: &Path) -> PathBuf {
 /// where `path` does not), the absolute path, or `path` as it is when
 /// the file cannot be found.
 fn relative_path(dir: &Path, path: &Path) -> PathBuf {
-    if path.is_absolute() {
-        return path.to_owned();
+    let absolute = |p: &Path| {
+        if p.is_absolute() {
+            normalize(p)
+        } else {
+            std::env::current_dir().map_or_else(|_| normalize(p), |cwd| normalize(&cwd.join(p)))
+        }
+    };
+    let (d, p) = if dir.is_absolute() || path.is_absolute() {
+        (absolute(dir), absolute(path))
+    } else {
+        (normalize(dir), normalize(path))
+    };
+    let dc: Vec<Component<'_>> = d.components().collect();
+    let pc: Vec<Component<'_>> = p.components().collect();
+    let common = dc.iter().zip(&pc).take_while(|(a, b)| a == b).count();
+    // Nothing in common past the root: the absolute path says more.
+    if d.is_absolute() && common <= 1 {
+        return p;
     }
-    let (dir, path) = (normalize(dir), normalize(path));
-    let d: Vec<Component<'_>> = dir.components().collect();
-    let p: Vec<Component<'_>> = path.components().collect();
-    let common = d.iter().zip(&p).take_while(|(a, b)| a == b).count();
-    if dir.is_absolute() || d[common..].iter().any(|c| !matches!(c, Component::Normal(_))) {
-        return std::fs::canonicalize(&path).unwrap_or(path);
+    if dc[common..].iter().any(|c| !matches!(c, Component::Normal(_))) {
+        return std::fs::canonicalize(&p).unwrap_or(p);
     }
     let mut out = PathBuf::new();
-    for _ in common..d.len() {
+    for _ in common..dc.len() {
         out.push("..");
     }
-    for c in &p[common..] {
+    for c in &pc[common..] {
         out.push(c.as_os_str());
     }
     out
@@ -536,6 +565,7 @@ fn load_from(files: &dyn Files, path: &Path, label: &str, show_lines: bool) -> R
     let ctx = Ctx::new(&sources, &docs, files)?;
     let mut scenario = ctx.build()?;
     scenario.source = label.to_owned();
+    scenario.dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     if files.on_disk() {
         let n = sources.len();
         // The file itself comes last, after its includes.
@@ -839,6 +869,7 @@ impl<'a> Ctx<'a> {
             model_origin,
             validated,
             inputs: Vec::new(),
+            dir: PathBuf::new(),
         })
     }
 
@@ -1102,7 +1133,9 @@ mod tests {
         assert_eq!(rel("", "t.jsonl"), "t.jsonl");
         assert_eq!(rel("a/b", "a/c/../b/t.jsonl"), "t.jsonl");
         assert_eq!(rel("../x", "../x/t.jsonl"), "t.jsonl");
-        assert_eq!(rel("a", "/abs/t.jsonl"), "/abs/t.jsonl");
+        assert_eq!(rel("/x/y", "/abs/t.jsonl"), "/abs/t.jsonl");
+        assert_eq!(rel("/x/y", "/x/z/t.jsonl"), "../z/t.jsonl");
+        assert_eq!(rel("/x/y", "/x/y/t.jsonl"), "t.jsonl");
     }
 
     use super::*;

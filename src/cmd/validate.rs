@@ -74,8 +74,8 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     }
     // The resolved form's paths, as any scenario's, are relative to the
     // file that holds them: this one saved beside the scenario.
-    let dir = args.scenario.parent().unwrap_or(std::path::Path::new(""));
-    let scenario = scenario.relative_to(dir);
+    let dir = scenario.dir().to_path_buf();
+    let scenario = scenario.beside_its_file();
     if let Some(t) = &scenario.workload().trace {
         let at = if dir.as_os_str().is_empty() { ".".to_owned() } else { dir.display().to_string() };
         notes.push(format!(

@@ -17,7 +17,7 @@ use pdsim::{report, runner, scenario};
 use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
-const PINNED: [(&str, u64, u64, u64); 12] = [
+const PINNED: [(&str, u64, u64, u64); 13] = [
     ("default.toml", 0xca4c_6c38_228c_19e2, 0x21f6_8370_4d3c_25a9, 0x273e_3717_d2d8_b675),
     ("glm-5.3-flash-1p1d.toml", 0x2163_00da_485b_4fb1, 0x9eb0_1f13_dc88_0c51, 0xea7c_2ca2_2a96_5f94),
     ("glm-5.3-flash-2p1d-pressure.toml", 0x3ad9_ea1a_16b4_1b59, 0xecd9_3446_cecb_6199, 0x4e84_5171_de44_030c),
@@ -29,6 +29,7 @@ const PINNED: [(&str, u64, u64, u64); 12] = [
     ("llama-3.1-8b-h200-tp1.toml", 0x8fee_a5e2_c3cf_0ec8, 0xe143_0827_41a4_55e9, 0xf377_9f63_5be2_2611),
     ("llama-3.1-8b-h200-tp2.toml", 0x7fc7_fe22_6ce3_ad24, 0x6359_aa3e_e02b_9a6f, 0xad0f_92b5_4b90_f20f),
     ("llama-3.1-8b-h200-tp4.toml", 0xfd47_ba9d_9836_a2d4, 0xdf38_2258_9bbf_62db, 0xc738_fb79_3b09_abf8),
+    ("llama-3.1-8b-mooncake.toml", 0x022d_83a4_8511_95da, 0x8f1d_22f6_15a7_9d53, 0x6a05_d567_5049_c4a4),
     ("mamba2-hybrid-1p1d.toml", 0xee1b_2967_c553_9d9a, 0x14bd_7564_db8f_e8fb, 0x4261_a6ef_6c75_66d2),
 ];
 
