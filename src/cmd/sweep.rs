@@ -43,8 +43,10 @@ pub struct Args {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub quiet: bool,
-    /// The percentiles of the `bench` columns, as vLLM's
-    /// `--metric-percentiles`.
+    /// The percentiles of the `bench` columns, comma-separated, in the form
+    /// of vLLM's `--metric-percentiles` and named as vLLM names them
+    /// (`p99`, `p99.9`); pdsim's default is 50,90,95,99 (vLLM's is 99
+    /// alone).
     #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
     pub percentiles: super::Percentiles,
     /// Also write each point's report.json, as `pdsim run` of the point's
@@ -242,27 +244,14 @@ fn clear_points(points: &Path) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// The first metric columns of `sweep.csv`, after `point`, the axes and
-/// `seed`; the `bench` ones follow ([`metric_header`]).
-pub const METRIC_COLUMNS: &[&str] = &[
-    "requests",
-    "completed",
-    "failed",
-    "request_throughput",
-    "output_token_throughput",
-    "goodput",
+/// The metric columns of `sweep.csv` (and `replicas.csv`) that are
+/// pdsim's own, after `requests` and the `bench` fields: one naming scheme
+/// with those, vLLM's `<statistic>_<metric>_<unit>` (`mean_transfer_wait_ms`
+/// as `mean_ttft_ms`), or the quantity's name (`transfer_bytes`).
+pub const OWN_COLUMNS: &[&str] = &[
     "slo_attainment",
-    "ttft_mean_ms",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "tpot_mean_ms",
-    "tpot_p50_ms",
-    "tpot_p99_ms",
-    "itl_p99_ms",
-    "e2e_mean_ms",
-    "e2e_p99_ms",
-    "transfer_wait_mean_ms",
-    "transfer_time_mean_ms",
+    "mean_transfer_wait_ms",
+    "mean_transfer_time_ms",
     "preemptions",
     "transfer_bytes",
     "prefill_hit_tokens",
@@ -307,18 +296,15 @@ fn f6(x: f64) -> String {
     format!("{x:.6}")
 }
 
-/// Whether a `bench` field is a column of its own (`completed`, `failed`
-/// and `request_throughput` are already [`METRIC_COLUMNS`], with the same
-/// values).
-fn own_column(name: &str) -> bool {
-    !METRIC_COLUMNS.contains(&name)
-}
-
-/// Every metric column: [`METRIC_COLUMNS`], then the `bench` fields under
-/// their report.json names, for these percentiles.
+/// Every metric column: `requests` (the requests that entered), the
+/// `bench` fields under their report.json names (vLLM's result keys:
+/// `completed`, `request_throughput`, `mean_ttft_ms`, `p99_ttft_ms`, …)
+/// for these percentiles, then [`OWN_COLUMNS`]. Each statistic is in one
+/// column under one name.
 pub fn metric_header(percentiles: &[f64]) -> String {
-    let mut cols: Vec<String> = METRIC_COLUMNS.iter().map(|c| (*c).to_owned()).collect();
-    cols.extend(Bench::keys(percentiles).into_iter().filter(|k| own_column(k)));
+    let mut cols: Vec<String> = vec!["requests".to_owned()];
+    cols.extend(Bench::keys(percentiles));
+    cols.extend(OWN_COLUMNS.iter().map(|c| (*c).to_owned()));
     cols.join(",")
 }
 
@@ -326,39 +312,25 @@ pub fn metric_header(percentiles: &[f64]) -> String {
 /// run's report (so that every cell is the number report.json holds, to
 /// six decimals).
 pub(crate) fn metrics_cells(rep: &Report<'_>) -> String {
-    let mut cells = first_cells(rep);
-    for (k, v) in rep.bench.entries() {
-        if own_column(&k) {
-            cells.push(',');
-            match v {
-                Value::Int(i) => cells.push_str(&i.to_string()),
-                Value::Float(x) => cells.push_str(&f6(x)),
-                Value::Null => {}
-            }
+    let mut cells = rep.summary.requests.to_string();
+    for (_, v) in rep.bench.entries() {
+        cells.push(',');
+        match v {
+            Value::Int(i) => cells.push_str(&i.to_string()),
+            Value::Float(x) => cells.push_str(&f6(x)),
+            Value::Null => {}
         }
     }
+    cells.push(',');
+    cells.push_str(&own_cells(rep));
     cells
 }
 
-fn first_cells(rep: &Report<'_>) -> String {
+/// The cells of [`OWN_COLUMNS`].
+fn own_cells(rep: &Report<'_>) -> String {
     let s = rep.summary;
     let mut cells = vec![
-        s.requests.to_string(),
-        s.completed.to_string(),
-        s.failed.to_string(),
-        f6(s.request_throughput),
-        f6(s.output_token_throughput),
-        f6(s.goodput),
         f6(s.slo_attainment),
-        f6(s.ttft_ms.mean),
-        f6(s.ttft_ms.median),
-        f6(s.ttft_ms.p99),
-        f6(s.tpot_ms.mean),
-        f6(s.tpot_ms.median),
-        f6(s.tpot_ms.p99),
-        f6(s.itl_ms.p99),
-        f6(s.e2e_ms.mean),
-        f6(s.e2e_ms.p99),
         f6(s.transfer_wait_ms.mean),
         f6(s.transfer_time_ms.mean),
         s.preemptions.to_string(),
