@@ -18,19 +18,19 @@ use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 13] = [
-    ("default.toml", 0xca4c_6c38_228c_19e2, 0x21f6_8370_4d3c_25a9, 0x273e_3717_d2d8_b675),
-    ("glm-5.3-flash-1p1d.toml", 0x2163_00da_485b_4fb1, 0x9eb0_1f13_dc88_0c51, 0xea7c_2ca2_2a96_5f94),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0x3ad9_ea1a_16b4_1b59, 0xecd9_3446_cecb_6199, 0x4e84_5171_de44_030c),
-    ("glm-5.3-flash-2p2d.toml", 0x9ed1_0ad0_7355_47ae, 0x79dc_4927_d920_7515, 0x0678_3253_eb25_2af3),
-    ("glm-5.3-flash-p4d8.toml", 0xde76_3772_1bd4_e50a, 0x2bd3_a37a_9687_41e0, 0xdfb2_781e_5337_95f7),
-    ("gpt-oss-1p1d.toml", 0x6943_01a9_4193_8693, 0x5c74_d7c6_8f01_617a, 0xa6ab_27dd_2b64_1e30),
-    ("llama-3.1-8b-1p1d.toml", 0xd8db_c749_3bc6_e46d, 0x1d29_5e94_fcc3_1516, 0xe3c6_8609_2f1c_2cdf),
-    ("llama-3.1-8b-aggregated.toml", 0xb2e4_463f_8ca1_608c, 0x82da_4816_8d2f_a3fa, 0x9f76_0390_7cbc_bc39),
-    ("llama-3.1-8b-h200-tp1.toml", 0x8fee_a5e2_c3cf_0ec8, 0xe143_0827_41a4_55e9, 0xf377_9f63_5be2_2611),
-    ("llama-3.1-8b-h200-tp2.toml", 0x7fc7_fe22_6ce3_ad24, 0x6359_aa3e_e02b_9a6f, 0xad0f_92b5_4b90_f20f),
-    ("llama-3.1-8b-h200-tp4.toml", 0xfd47_ba9d_9836_a2d4, 0xdf38_2258_9bbf_62db, 0xc738_fb79_3b09_abf8),
-    ("llama-3.1-8b-mooncake.toml", 0x022d_83a4_8511_95da, 0x8f1d_22f6_15a7_9d53, 0x6a05_d567_5049_c4a4),
-    ("mamba2-hybrid-1p1d.toml", 0xee1b_2967_c553_9d9a, 0x14bd_7564_db8f_e8fb, 0x4261_a6ef_6c75_66d2),
+    ("default.toml", 0xca4c_6c38_228c_19e2, 0x30e9_f872_19ca_cf2d, 0x273e_3717_d2d8_b675),
+    ("glm-5.3-flash-1p1d.toml", 0x2163_00da_485b_4fb1, 0x80d0_7fa7_3a65_8e7d, 0xea7c_2ca2_2a96_5f94),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0x3ad9_ea1a_16b4_1b59, 0x9f73_f635_72db_f099, 0x4e84_5171_de44_030c),
+    ("glm-5.3-flash-2p2d.toml", 0x9ed1_0ad0_7355_47ae, 0x57c5_a04e_c6ab_58a9, 0x0678_3253_eb25_2af3),
+    ("glm-5.3-flash-p4d8.toml", 0xde76_3772_1bd4_e50a, 0x3fd9_756b_4986_2230, 0xdfb2_781e_5337_95f7),
+    ("gpt-oss-1p1d.toml", 0x6943_01a9_4193_8693, 0x4ad5_0155_03c1_39c6, 0xa6ab_27dd_2b64_1e30),
+    ("llama-3.1-8b-1p1d.toml", 0xd8db_c749_3bc6_e46d, 0x70e8_1016_a0db_8682, 0xe3c6_8609_2f1c_2cdf),
+    ("llama-3.1-8b-aggregated.toml", 0xb2e4_463f_8ca1_608c, 0xb1f6_2526_223b_68b2, 0x9f76_0390_7cbc_bc39),
+    ("llama-3.1-8b-h200-tp1.toml", 0x8fee_a5e2_c3cf_0ec8, 0x2845_b593_ff1a_4669, 0xf377_9f63_5be2_2611),
+    ("llama-3.1-8b-h200-tp2.toml", 0x7fc7_fe22_6ce3_ad24, 0x408f_9d83_c84c_c14f, 0xad0f_92b5_4b90_f20f),
+    ("llama-3.1-8b-h200-tp4.toml", 0xfd47_ba9d_9836_a2d4, 0xe166_6155_0e0d_01db, 0xc738_fb79_3b09_abf8),
+    ("llama-3.1-8b-mooncake.toml", 0x022d_83a4_8511_95da, 0xefdd_3295_4d3f_ca17, 0x6a05_d567_5049_c4a4),
+    ("mamba2-hybrid-1p1d.toml", 0xee1b_2967_c553_9d9a, 0x0bf1_9b06_83ab_b197, 0x4261_a6ef_6c75_66d2),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {
