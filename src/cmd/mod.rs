@@ -122,8 +122,8 @@ pub fn count_at_least_one(s: &str) -> Result<u64, String> {
     }
 }
 
-/// The percentiles of `--percentiles` (the default: vLLM's
-/// `--metric-percentiles` default, 50,90,95,99).
+/// The percentiles of `--percentiles` (default 50,90,95,99; vLLM's
+/// `--metric-percentiles`, whose form this takes, defaults to 99 alone).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Percentiles(pub Vec<f64>);
 

@@ -52,7 +52,9 @@ pub struct Args {
     #[arg(long)]
     pub no_timeline: bool,
     /// The percentiles of report.json's `bench` statistics (and of
-    /// replicas.csv's columns), as vLLM's `--metric-percentiles`.
+    /// replicas.csv's columns), comma-separated, in the form of vLLM's
+    /// `--metric-percentiles` and named as vLLM names them (`p99`,
+    /// `p99.9`); pdsim's default is 50,90,95,99 (vLLM's is 99 alone).
     #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
     pub percentiles: super::Percentiles,
     /// Also write report.html (as `pdsim report DIR` does) once the other

@@ -78,10 +78,12 @@ pub fn render(dir: &Path) -> Result<Page, ReportError> {
     if let Some(t) = timeline.as_ref().filter(|t| !t.left_out.is_empty()) {
         let named: Vec<&str> = t.left_out.iter().take(8).map(String::as_str).collect();
         let more = if t.left_out.len() > named.len() { ", …" } else { "" };
+        let n = t.left_out.len();
         b.note(&format!(
-            "timeline.csv holds more series than a page draws ({} at most): the {} entities past them are left out of the charts over time ({}{more}).",
+            "timeline.csv holds more series than a page draws ({} at most): the {n} {} past them {} left out of the charts over time ({}{more}).",
             read::MAX_SERIES,
-            t.left_out.len(),
+            if n == 1 { "entity" } else { "entities" },
+            if n == 1 { "is" } else { "are" },
             named.join(", ")
         ));
     }

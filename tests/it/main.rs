@@ -13,6 +13,7 @@ mod cli_sweep;
 mod cli_transfer;
 mod cli_validate;
 mod common;
+mod newcomer;
 mod outputs;
 mod pinned;
 mod presets;

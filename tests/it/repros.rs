@@ -186,7 +186,7 @@ fn twenty_one_the_page_of_a_large_deployment_is_made() {
     let s21 = repro("21-run-html-over-4096-series/s.toml");
     ok(&pdsim(&["run", s(&s21), "--quiet", "--no-trace", "--html", "--out", s(&out)]));
     let page = std::fs::read_to_string(out.join("report.html")).unwrap();
-    assert!(page.contains("entities past them are left out of the charts over time"), "no note");
+    assert!(page.contains(" entities past them are left out of the charts over time"), "no note");
     ok(&pdsim(&["report", s(&out), "--quiet"]));
     assert_eq!(std::fs::read_to_string(out.join("report.html")).unwrap(), page);
 }
