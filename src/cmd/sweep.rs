@@ -185,15 +185,16 @@ impl PointTable {
     }
 }
 
-/// The axes' names for the terminal table: each path's last part
-/// (`rate_per_s` for `workload.arrival.rate_per_s`), or the whole path
-/// where two axes share a last part.
+/// The axes' names for the terminal table: a short path whole
+/// (`decode.count`), a long one by its last part (`rate_per_s` for
+/// `workload.arrival.rate_per_s`) unless two axes share that part.
 fn short_axis_names(axes: &[pdsim::sweep::Axis]) -> Vec<String> {
     let last = |p: &str| p.rsplit('.').next().unwrap_or(p).to_owned();
     axes.iter()
         .map(|a| {
             let short = last(&a.path);
-            if axes.iter().filter(|b| last(&b.path) == short).count() > 1 { a.path.clone() } else { short }
+            let shared = axes.iter().filter(|b| last(&b.path) == short).count() > 1;
+            if a.path.len() <= 16 || shared { a.path.clone() } else { short }
         })
         .collect()
 }
