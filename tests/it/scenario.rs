@@ -276,7 +276,7 @@ fn a_bad_step_time_file_is_refused_at_the_reference() {
     let other = scratch("st-two.toml", "step_time = { kind = \"linear\", fixed_us = 1 }\nseed = 3\n");
     let bad = scratch("st-bad.toml", "step_time = { kind = \"linear\", fixed_us = -1 }\n");
     let dir = table.parent().unwrap();
-    assert_eq!(dir, other.parent().unwrap());
+    assert_eq!((dir, dir), (other.parent().unwrap(), bad.parent().unwrap()));
     let load = |st: &str| {
         let text = base_with_line(7, &format!("step_time = {st}"));
         scenario::load(scratch("st-ref.toml", &text)).map(|s| s.deployment().clone()).map_err(|e| e.to_string())
