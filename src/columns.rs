@@ -119,7 +119,7 @@ pub fn requests(records: &[Request], disaggregated: bool) -> Table {
         outcome.push(Some(outcome_name(&r.outcome)));
         match r.outcome {
             Outcome::Failed(why) => reason.push(Some(&why.to_string())),
-            _ => reason.push(None),
+            _ => reason.push(Some(crate::report::NO_FAILURE)),
         }
         for (k, (cats, role, index)) in
             [(&mut prefill_rank, first_role, r.prefill_rank), (&mut decode_rank, Role::Decode, r.decode_rank)]

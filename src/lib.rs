@@ -21,6 +21,8 @@
 //!   `pdsim steptime` and `pdsim validate` as functions.
 //! - [`columns`]: `requests.csv` and `timeline.csv` as typed columns, for
 //!   data frames.
+//! - [`output`]: writing output files: a partial file renamed into place,
+//!   never through a link, never over anything but a regular file.
 //! - [`files`]: bounded reads of input files (regular files only, size caps,
 //!   byte-order marks dropped).
 //!
@@ -37,6 +39,7 @@ pub mod columns;
 pub mod files;
 pub mod heap;
 pub mod html;
+pub mod output;
 pub mod presets;
 pub mod report;
 pub mod runner;

@@ -430,9 +430,12 @@ pub struct Report<'a> {
 }
 
 /// The resolved scenario as JSON, with `seed` and (when given) the request
-/// count of the run written in.
+/// count of the run written in, and its paths relative to the scenario's
+/// folder.
 pub fn resolved_scenario(scenario: &Scenario, seed: u64, requests: Option<u64>) -> Value {
-    let mut v = serde_json::to_value(scenario).unwrap_or(Value::Null);
+    // Paths relative to the scenario's own folder, as in its file: the
+    // same bytes whatever folder the run was started in.
+    let mut v = serde_json::to_value(scenario.beside_its_file()).unwrap_or(Value::Null);
     if let Value::Object(m) = &mut v {
         m.insert("seed".into(), json!(seed));
         if let (Some(n), Some(Value::Object(w))) = (requests, m.get_mut("workload")) {
@@ -579,8 +582,14 @@ impl RequestRows {
         l.byte(b',');
         l.bytes(outcome_name(&r.outcome).as_bytes());
         l.byte(b',');
-        // (The failure reason goes here: spliced in below.)
+        // (A failed request's reason goes here: spliced in below. Any
+        // other's is `none`, so that the column is text to a reader that
+        // guesses types, pandas' read_csv among them, even in a run with
+        // no failure.)
         let reason_at = l.len;
+        if !matches!(r.outcome, Outcome::Failed(_)) {
+            l.bytes(NO_FAILURE.as_bytes());
+        }
         l.byte(b',');
         for v in [r.prompt.get(), r.output.get(), r.generated.get()] {
             l.u64(v);
@@ -644,17 +653,21 @@ impl RequestRows {
     }
 }
 
+/// `requests.csv`'s `fail_reason` of a request that did not fail.
+pub const NO_FAILURE: &str = "none";
+
 /// Room for a `requests.csv` line without its failure reason: 9 counts of
 /// at most 20 digits, 21 times in ms of at most 21 bytes (14 digits, a
 /// point, 6 decimals), two ranks (a role name and a `u32`, 20 bytes), the
-/// outcome (9), 33 commas and the newline, and the 7 bytes past the end
-/// that storing a number as a word may write: 711 bytes at most
-/// ([`ROW_MAX`]). A power of two, so that [`Line`] can mask its offsets.
+/// outcome (9), [`NO_FAILURE`] (4), 33 commas and the newline, and the 7
+/// bytes past the end that storing a number as a word may write: 715
+/// bytes at most ([`ROW_MAX`]). A power of two, so that [`Line`] can mask
+/// its offsets.
 const ROW_ROOM: usize = 1024;
 
 /// The most a `requests.csv` line without its failure reason writes (see
 /// [`ROW_ROOM`]).
-const ROW_MAX: usize = 711;
+const ROW_MAX: usize = 715;
 const _: () = assert!(ROW_MAX <= ROW_ROOM && ROW_ROOM.is_power_of_two());
 
 /// A line's buffer: [`ROW_ROOM`] and the word a number stores past the

@@ -95,13 +95,13 @@ use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 
 use actors::arch::hf;
-use actors::config::{DeploymentSpec, SloSpec};
+use actors::config::{DeploymentSpec, RoleSpec, SloSpec};
 use actors::hardware::HardwareSpec;
 use actors::model::{GateError, Location, Model, ModelSpec, Role};
 use actors::sim::{ConfigError, Deployment};
 use actors::validate::{self, FieldError};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
@@ -221,6 +221,15 @@ pub struct Scenario {
     model_origin: Option<String>,
     #[serde(skip)]
     validated: Model,
+    /// The files read from the disk to make it, each with the field that
+    /// named it (`scenario`, `include`, `model.config`,
+    /// `workload.trace.path`).
+    #[serde(skip)]
+    inputs: Vec<(&'static str, PathBuf)>,
+    /// The folder of the file it was loaded from (its paths are relative
+    /// to it in the resolved form report.json holds).
+    #[serde(skip)]
+    dir: PathBuf,
 }
 
 impl Scenario {
@@ -274,6 +283,41 @@ impl Scenario {
         &self.source
     }
 
+    /// The files on the disk this scenario was made of, each with the
+    /// field that named it (`scenario` for the file itself, `include`,
+    /// `model.config`, `workload.trace.path`), as paths from the current
+    /// folder: what a run must not remove or replace.
+    pub fn inputs(&self) -> &[(&'static str, PathBuf)] {
+        &self.inputs
+    }
+
+    /// The folder of the scenario's file (of the file it was made from,
+    /// for a sweep's point), from the current folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The resolved form with its paths relative to [`Scenario::dir`]: the
+    /// same whatever folder pdsim ran in (what report.json holds).
+    pub fn beside_its_file(&self) -> Scenario {
+        self.relative_to(&self.dir)
+    }
+
+    /// A copy whose paths (a trace's) are written relative to the folder
+    /// `dir` instead of the current folder: the resolved form of a
+    /// scenario saved in `dir` (beside the scenario it came from, for
+    /// `dir` its folder) reads its files back, since a scenario's paths
+    /// are relative to the file that names them. A path that cannot be
+    /// put relative to `dir` (the two on different sides of a `..` that
+    /// the names alone cannot resolve) is made absolute.
+    pub fn relative_to(&self, dir: &Path) -> Scenario {
+        let mut s = self.clone();
+        if let Some(t) = &mut s.workload.trace {
+            t.path = relative_path(dir, &t.path);
+        }
+        s
+    }
+
     /// The vLLM version a rank of `role` runs: the role's own, else the
     /// top-level one.
     pub fn vllm_version(&self, role: Role) -> Option<&str> {
@@ -324,7 +368,12 @@ impl Scenario {
         let text = toml::to_string(&table)
             .map_err(|e| ScenarioError::new(&label, None, None, format!("cannot serialize: {e}")))?;
         let files = Embedded(vec![(String::new(), text)]);
-        load_from(&files, Path::new(""), &label, false)
+        let mut made = load_from(&files, Path::new(""), &label, false)?;
+        let mut inputs: Vec<_> = self.inputs.iter().filter(|(f, _)| *f != "workload.trace.path").cloned().collect();
+        inputs.append(&mut made.inputs);
+        made.inputs = inputs;
+        made.dir = self.dir.clone();
+        Ok(made)
     }
 }
 
@@ -397,6 +446,10 @@ pub const DEFAULT_SCENARIO_LABEL: &str = "scenarios/default.toml (embedded)";
 const EMBEDDED: &[(&str, &str)] = &[
     ("scenarios/default.toml", include_str!("../scenarios/default.toml")),
     ("scenarios/llama-3.1-8b-1p1d.toml", include_str!("../scenarios/llama-3.1-8b-1p1d.toml")),
+    (
+        "scenarios/steptimes/llama-3.1-8b-h200-tp4.toml",
+        include_str!("../scenarios/steptimes/llama-3.1-8b-h200-tp4.toml"),
+    ),
 ];
 
 /// Where scenario text comes from: the disk, or files held in memory.
@@ -405,6 +458,10 @@ trait Files {
     fn read(&self, path: &Path) -> Result<String, String>;
     /// A key equal for two paths to the same file (for cycle detection).
     fn identity(&self, path: &Path) -> PathBuf;
+    /// Whether the paths name files on the disk.
+    fn on_disk(&self) -> bool {
+        false
+    }
 }
 
 struct Disk;
@@ -415,6 +472,9 @@ impl Files for Disk {
     }
     fn identity(&self, path: &Path) -> PathBuf {
         std::fs::canonicalize(path).unwrap_or_else(|_| normalize(path))
+    }
+    fn on_disk(&self) -> bool {
+        true
     }
 }
 
@@ -468,9 +528,49 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// `path` (from the current folder) as seen from the folder `dir` (also
+/// from the current folder), by their names: `sc` and `sc/t.jsonl` give
+/// `t.jsonl`, `sc` and `data/t.jsonl` give `../data/t.jsonl`. An absolute
+/// `path` stays; where the names cannot say (`dir` climbs out with `..`
+/// where `path` does not), the absolute path, or `path` as it is when
+/// the file cannot be found.
+fn relative_path(dir: &Path, path: &Path) -> PathBuf {
+    let absolute = |p: &Path| {
+        if p.is_absolute() {
+            normalize(p)
+        } else {
+            std::env::current_dir().map_or_else(|_| normalize(p), |cwd| normalize(&cwd.join(p)))
+        }
+    };
+    let (d, p) = if dir.is_absolute() || path.is_absolute() {
+        (absolute(dir), absolute(path))
+    } else {
+        (normalize(dir), normalize(path))
+    };
+    let dc: Vec<Component<'_>> = d.components().collect();
+    let pc: Vec<Component<'_>> = p.components().collect();
+    let common = dc.iter().zip(&pc).take_while(|(a, b)| a == b).count();
+    // Nothing in common past the root: the absolute path says more.
+    if d.is_absolute() && common <= 1 {
+        return p;
+    }
+    if dc[common..].iter().any(|c| !matches!(c, Component::Normal(_))) {
+        return std::fs::canonicalize(&p).unwrap_or(p);
+    }
+    let mut out = PathBuf::new();
+    for _ in common..dc.len() {
+        out.push("..");
+    }
+    for c in &pc[common..] {
+        out.push(c.as_os_str());
+    }
+    out
+}
+
 /// One file read while resolving includes.
 struct SourceFile {
     label: String,
+    path: PathBuf,
     dir: PathBuf,
     text: String,
     show_lines: bool,
@@ -499,9 +599,26 @@ fn load_from(files: &dyn Files, path: &Path, label: &str, show_lines: bool) -> R
         .iter()
         .map(|s| DeTable::parse(&s.text).map_err(|e| s.error(e.span(), None, e.message())))
         .collect::<Result<_, _>>()?;
-    let ctx = Ctx::new(&sources, &docs)?;
+    let ctx = Ctx::new(&sources, &docs, files)?;
     let mut scenario = ctx.build()?;
     scenario.source = label.to_owned();
+    scenario.dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    if files.on_disk() {
+        let n = sources.len();
+        // The file itself comes last, after its includes.
+        for (i, s) in sources.iter().enumerate() {
+            scenario.inputs.push((if i + 1 == n { "scenario" } else { "include" }, s.path.clone()));
+        }
+        for (_, p) in ctx.step_time_files.borrow().iter() {
+            scenario.inputs.push(("step_time.file", p.clone()));
+        }
+        if let Some(p) = scenario.model_origin.as_deref().and_then(|o| o.strip_prefix("config ")) {
+            scenario.inputs.push(("model.config", PathBuf::from(p)));
+        }
+    }
+    if let Some(t) = &scenario.workload.trace {
+        scenario.inputs.push(("workload.trace.path", t.path.clone()));
+    }
     Ok(scenario)
 }
 
@@ -535,7 +652,7 @@ fn gather(
     }
     let text = files.read(path).map_err(|e| fail(format!("cannot read {label}: {e}")))?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let file = SourceFile { label: label.clone(), dir, text, show_lines };
+    let file = SourceFile { label: label.clone(), path: path.to_owned(), dir, text, show_lines };
     let includes = {
         let doc = DeTable::parse(&file.text).map_err(|e| file.error(e.span(), None, e.message()))?;
         include_list(&file, doc.get_ref())?
@@ -580,10 +697,20 @@ struct Entry<'a> {
 struct Ctx<'a> {
     root: &'a SourceFile,
     entries: BTreeMap<&'a str, Entry<'a>>,
+    /// Where `step_time = { file = … }` reads from.
+    files: &'a dyn Files,
+    /// The step-time files read, with the role that read each (for
+    /// [`Scenario::inputs`], and to name the file in a refusal of its
+    /// table).
+    step_time_files: std::cell::RefCell<Vec<(String, PathBuf)>>,
 }
 
 impl<'a> Ctx<'a> {
-    fn new(sources: &'a [SourceFile], docs: &'a [Spanned<DeTable<'a>>]) -> Result<Self, ScenarioError> {
+    fn new(
+        sources: &'a [SourceFile],
+        docs: &'a [Spanned<DeTable<'a>>],
+        files: &'a dyn Files,
+    ) -> Result<Self, ScenarioError> {
         let mut entries = BTreeMap::new();
         for (file, doc) in sources.iter().zip(docs) {
             for (key, value) in doc.get_ref().iter() {
@@ -601,7 +728,66 @@ impl<'a> Ctx<'a> {
             }
         }
         let root = sources.last().expect("gather pushes the root file last");
-        Ok(Ctx { root, entries })
+        Ok(Ctx { root, entries, files, step_time_files: std::cell::RefCell::new(Vec::new()) })
+    }
+
+    /// The role `key` (`prefill`, `decode`, `aggregated`), if present. A
+    /// role's `step_time = { file = "…" }` is the `step_time` of that file
+    /// (relative to the file that names it; what `pdsim calibrate --out`
+    /// writes), so one calibrated table serves several roles and
+    /// scenarios without copying it.
+    fn role(&self, key: &str) -> Result<Option<RoleSpec>, ScenarioError> {
+        let Some(entry) = self.entries.get(key) else { return Ok(None) };
+        let reference = match entry.value.get_ref() {
+            DeValue::Table(t) => t.get("step_time").filter(|v| match v.get_ref() {
+                DeValue::Table(st) => st.contains_key("file"),
+                _ => false,
+            }),
+            _ => None,
+        };
+        let Some(reference) = reference else { return self.get(key) };
+        let field = format!("{key}.step_time");
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct FileRef {
+            file: String,
+        }
+        let r = FileRef::deserialize(ValueDeserializer::from(reference.clone())).map_err(|e| {
+            let span = e.span().unwrap_or_else(|| reference.span());
+            entry.file.error(
+                Some(span),
+                Some(&field),
+                format!("{} (a step time from a file is {{ file = \"…\" }} alone)", e.message()),
+            )
+        })?;
+        let path = normalize(&entry.file.dir.join(&r.file));
+        let at_file = |m: String| self.err(&format!("{field}.file"), m);
+        let text = self.files.read(&path).map_err(|e| at_file(format!("cannot read {}: {e}", path.display())))?;
+        let doc: toml::Table =
+            toml::from_str(&text).map_err(|e| at_file(format!("{}: {}", path.display(), e.message())))?;
+        let extra: Vec<&str> = doc.keys().map(String::as_str).filter(|k| *k != "step_time").collect();
+        let Some(value) = doc.get("step_time").filter(|_| extra.is_empty()) else {
+            return Err(at_file(format!(
+                "{} must hold one `step_time = {{ … }}` (what pdsim calibrate --out writes){}",
+                path.display(),
+                if extra.is_empty() { String::new() } else { format!(", not {}", extra.join(", ")) }
+            )));
+        };
+        // The role as written, with the file's table in place of the
+        // reference.
+        let mut role = toml::Table::deserialize(ValueDeserializer::from(entry.value.clone()))
+            .map_err(|e| entry.file.error(e.span(), Some(key), e.message()))?;
+        role.insert("step_time".to_owned(), value.clone());
+        self.step_time_files.borrow_mut().push((key.to_owned(), path.clone()));
+        serde_path_to_error::deserialize(toml::Value::Table(role)).map(Some).map_err(|e| {
+            let inner = e.path().to_string();
+            let message = e.inner().message().to_owned();
+            if inner == "step_time" || inner.starts_with("step_time.") {
+                at_file(format!("{}: {inner}: {message}", path.display()))
+            } else {
+                self.err(&format!("{key}.{inner}"), message)
+            }
+        })
     }
 
     /// Deserializes the top-level `key`, if present, with errors placed at
@@ -641,7 +827,15 @@ impl<'a> Ctx<'a> {
 
     /// A refused field, placed at the field it names; a missing `[prefill]`
     /// or `[decode]` is placed at the other one, which the file has.
-    fn field(&self, e: FieldError) -> ScenarioError {
+    fn field(&self, mut e: FieldError) -> ScenarioError {
+        // A refused field of a table read from a step-time file: name it.
+        let from_file = self.step_time_files.borrow().iter().find_map(|(role, path)| {
+            let at = format!("{role}.step_time");
+            (e.field == at || e.field.starts_with(&format!("{at}."))).then(|| path.clone())
+        });
+        if let Some(path) = from_file {
+            e.problem = format!("{} (in {}, the step_time this role reads)", e.problem, path.display());
+        }
         let partner = match e.field.as_str() {
             "prefill" => "decode",
             "decode" => "prefill",
@@ -656,6 +850,15 @@ impl<'a> Ctx<'a> {
 
     fn build(&self) -> Result<Scenario, ScenarioError> {
         let name: Option<String> = self.get("name")?;
+        // `pdsim run` writes to out/<name>: one folder inside out/.
+        if let Some(n) = &name {
+            crate::output::plain_component(n).map_err(|e| {
+                self.err(
+                    "name",
+                    format!("{e}; it names the output folder out/<name>, so it must be one plain folder name"),
+                )
+            })?;
+        }
         let description: Option<String> = self.get("description")?;
         let seed: u64 = self.get("seed")?.unwrap_or(1);
         let deployment = self.deployment()?;
@@ -702,6 +905,8 @@ impl<'a> Ctx<'a> {
             source: String::new(),
             model_origin,
             validated,
+            inputs: Vec::new(),
+            dir: PathBuf::new(),
         })
     }
 
@@ -712,9 +917,9 @@ impl<'a> Ctx<'a> {
         for key in DEPLOYMENT_KEYS {
             match *key {
                 "vllm_version" => spec.vllm_version = self.get("vllm_version")?,
-                "prefill" => spec.prefill = self.get("prefill")?,
-                "decode" => spec.decode = self.get("decode")?,
-                "aggregated" => spec.aggregated = self.get("aggregated")?,
+                "prefill" => spec.prefill = self.role("prefill")?,
+                "decode" => spec.decode = self.role("decode")?,
+                "aggregated" => spec.aggregated = self.role("aggregated")?,
                 "link" => spec.link = self.get("link")?.unwrap_or(spec.link),
                 "router" => spec.router = self.get("router")?.unwrap_or(spec.router),
                 "faults" => spec.faults = self.get("faults")?.unwrap_or(spec.faults),
@@ -956,6 +1161,20 @@ fn path_at(value: &Spanned<DeValue<'_>>, offset: usize, path: &mut String) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn paths_relative_to_a_folder() {
+        use std::path::Path;
+        let rel = |d: &str, p: &str| super::relative_path(Path::new(d), Path::new(p)).display().to_string();
+        assert_eq!(rel("sc", "sc/t.jsonl"), "t.jsonl");
+        assert_eq!(rel("sc", "data/t.jsonl"), "../data/t.jsonl");
+        assert_eq!(rel("", "t.jsonl"), "t.jsonl");
+        assert_eq!(rel("a/b", "a/c/../b/t.jsonl"), "t.jsonl");
+        assert_eq!(rel("../x", "../x/t.jsonl"), "t.jsonl");
+        assert_eq!(rel("/x/y", "/abs/t.jsonl"), "/abs/t.jsonl");
+        assert_eq!(rel("/x/y", "/x/z/t.jsonl"), "../z/t.jsonl");
+        assert_eq!(rel("/x/y", "/x/y/t.jsonl"), "t.jsonl");
+    }
+
     use super::*;
 
     #[test]

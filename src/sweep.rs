@@ -106,6 +106,8 @@ pub struct Sweep {
     axes: Vec<Axis>,
     /// The grid's dimensions, in file order (the first varies slowest).
     dims: Vec<Dimension>,
+    /// The number of points (grid points times seeds), counted once.
+    len: usize,
 }
 
 /// One point of a sweep.
@@ -381,7 +383,24 @@ impl Sweep {
             ));
         }
         let seeds = seeds.map_or_else(|| vec![base.seed()], |(s, _)| s);
-        let sweep = Sweep { file, scenario_path, base, seeds, requests, axes, dims: grid };
+        // Counted with checked arithmetic: a grid too large to count
+        // (2^64 points or more) is refused rather than wrapped to a
+        // small number.
+        let len = grid.iter().map(|d| d.len).chain([seeds.len()]).try_fold(1usize, usize::checked_mul);
+        let Some(len) = len else {
+            let sizes: Vec<String> = grid.iter().map(|d| d.len.to_string()).chain([seeds.len().to_string()]).collect();
+            return Err(at_line(
+                &file,
+                None,
+                Some("axes"),
+                format!(
+                    "the grid has {} points (dimensions x seeds), more than pdsim can count (2^64 - 1); split \
+                     it into several sweep files",
+                    sizes.join(" x ")
+                ),
+            ));
+        };
+        let sweep = Sweep { file, scenario_path, base, seeds, requests, axes, dims: grid, len };
         // Each value of an axis alone, each coordinate of a zip as a
         // whole, so that an error names its key and value.
         for dim in &sweep.dims {
@@ -445,12 +464,12 @@ impl Sweep {
     /// The number of grid points (the product of the dimensions' lengths)
     /// times the number of seeds.
     pub fn len(&self) -> usize {
-        self.grid_len() * self.seeds.len()
+        self.len
     }
 
     /// The number of grid points, each run once per seed.
     pub fn grid_len(&self) -> usize {
-        self.dims.iter().map(|d| d.len).product::<usize>()
+        self.len / self.seeds.len()
     }
 
     /// Whether the sweep has no point (never, for a loaded sweep).
@@ -503,7 +522,9 @@ impl Sweep {
         Ok(Point { index, values, seed, scenario })
     }
 
-    /// Every point, built and checked, in order.
+    /// Every point, built and checked, in order (each holds its
+    /// scenario: for a large grid, build them one at a time with
+    /// [`Sweep::point`]).
     ///
     /// # Errors
     /// The first point that fails, as [`Sweep::point`].
@@ -512,27 +533,14 @@ impl Sweep {
     }
 }
 
-/// The first metric columns of `sweep.csv`, after `point`, the axes and
-/// `seed`; the `bench` ones follow ([`metric_header`]).
-pub const METRIC_COLUMNS: &[&str] = &[
-    "requests",
-    "completed",
-    "failed",
-    "request_throughput",
-    "output_token_throughput",
-    "goodput",
+/// The metric columns of `sweep.csv` (and `replicas.csv`) that are
+/// pdsim's own, after `requests` and the `bench` fields: one naming scheme
+/// with those, vLLM's `<statistic>_<metric>_<unit>` (`mean_transfer_wait_ms`
+/// as `mean_ttft_ms`), or the quantity's name (`transfer_bytes`).
+pub const OWN_COLUMNS: &[&str] = &[
     "slo_attainment",
-    "ttft_mean_ms",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "tpot_mean_ms",
-    "tpot_p50_ms",
-    "tpot_p99_ms",
-    "itl_p99_ms",
-    "e2e_mean_ms",
-    "e2e_p99_ms",
-    "transfer_wait_mean_ms",
-    "transfer_time_mean_ms",
+    "mean_transfer_wait_ms",
+    "mean_transfer_time_ms",
     "preemptions",
     "transfer_bytes",
     "prefill_hit_tokens",
@@ -551,19 +559,6 @@ pub const METRIC_COLUMNS: &[&str] = &[
 /// columns, in column order.
 const ROLES: [&str; 3] = ["prefill", "decode", "aggregated"];
 
-/// Rates, fractions and milliseconds with six decimals (the statistics
-/// come from nanoseconds, so more digits would be rounding noise).
-pub fn f6(x: f64) -> String {
-    format!("{x:.6}")
-}
-
-/// Whether a `bench` field is a column of its own (`completed`, `failed`
-/// and `request_throughput` are already [`METRIC_COLUMNS`], with the same
-/// values).
-fn own_column(name: &str) -> bool {
-    !METRIC_COLUMNS.contains(&name)
-}
-
 /// A point's axis cells in `sweep.csv`, each followed by a comma.
 pub fn axis_cells(values: &[toml::Value]) -> String {
     values.iter().map(|v| crate::report::csv_field(&value_text(v)) + ",").collect()
@@ -575,11 +570,21 @@ pub fn row(index: usize, axis_cells: &str, seed: u64, metrics: &str) -> String {
     format!("{index},{axis_cells}{seed},{metrics}")
 }
 
-/// Every metric column: [`METRIC_COLUMNS`], then the `bench` fields under
-/// their report.json names, for these percentiles.
+/// Rates, fractions and milliseconds with six decimals (the statistics
+/// come from nanoseconds, so more digits would be rounding noise).
+pub fn f6(x: f64) -> String {
+    format!("{x:.6}")
+}
+
+/// Every metric column: `requests` (the requests that entered), the
+/// `bench` fields under their report.json names (vLLM's result keys:
+/// `completed`, `request_throughput`, `mean_ttft_ms`, `p99_ttft_ms`, …)
+/// for these percentiles, then [`OWN_COLUMNS`]. Each statistic is in one
+/// column under one name.
 pub fn metric_header(percentiles: &[f64]) -> String {
-    let mut cols: Vec<String> = METRIC_COLUMNS.iter().map(|c| (*c).to_owned()).collect();
-    cols.extend(Bench::keys(percentiles).into_iter().filter(|k| own_column(k)));
+    let mut cols: Vec<String> = vec!["requests".to_owned()];
+    cols.extend(Bench::keys(percentiles));
+    cols.extend(OWN_COLUMNS.iter().map(|c| (*c).to_owned()));
     cols.join(",")
 }
 
@@ -587,39 +592,25 @@ pub fn metric_header(percentiles: &[f64]) -> String {
 /// run's report (so that every cell is the number report.json holds, to
 /// six decimals).
 pub fn metrics_cells(rep: &Report<'_>) -> String {
-    let mut cells = first_cells(rep);
-    for (k, v) in rep.bench.entries() {
-        if own_column(&k) {
-            cells.push(',');
-            match v {
-                Value::Int(i) => cells.push_str(&i.to_string()),
-                Value::Float(x) => cells.push_str(&f6(x)),
-                Value::Null => {}
-            }
+    let mut cells = rep.summary.requests.to_string();
+    for (_, v) in rep.bench.entries() {
+        cells.push(',');
+        match v {
+            Value::Int(i) => cells.push_str(&i.to_string()),
+            Value::Float(x) => cells.push_str(&f6(x)),
+            Value::Null => {}
         }
     }
+    cells.push(',');
+    cells.push_str(&own_cells(rep));
     cells
 }
 
-fn first_cells(rep: &Report<'_>) -> String {
+/// The cells of [`OWN_COLUMNS`].
+fn own_cells(rep: &Report<'_>) -> String {
     let s = rep.summary;
     let mut cells = vec![
-        s.requests.to_string(),
-        s.completed.to_string(),
-        s.failed.to_string(),
-        f6(s.request_throughput),
-        f6(s.output_token_throughput),
-        f6(s.goodput),
         f6(s.slo_attainment),
-        f6(s.ttft_ms.mean),
-        f6(s.ttft_ms.median),
-        f6(s.ttft_ms.p99),
-        f6(s.tpot_ms.mean),
-        f6(s.tpot_ms.median),
-        f6(s.tpot_ms.p99),
-        f6(s.itl_ms.p99),
-        f6(s.e2e_ms.mean),
-        f6(s.e2e_ms.p99),
         f6(s.transfer_wait_ms.mean),
         f6(s.transfer_time_ms.mean),
         s.preemptions.to_string(),

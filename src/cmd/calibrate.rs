@@ -46,7 +46,8 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub role: Option<RoleArg>,
     /// Write the fitted `step_time` (headed by the error table, as comments)
-    /// to FILE instead of stdout.
+    /// to FILE instead of stdout (its folder made if missing; a role reads
+    /// it with `step_time = { file = "FILE" }`).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
 }
@@ -114,6 +115,9 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     match &args.out {
         None => emit(&format!("{text}{toml}")),
         Some(path) => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                super::create_dir(dir)?;
+            }
             write_file(path, |w| w.write_all(format!("{text}{toml}").as_bytes()))?;
             emit(&format!("{text}# step_time written to {}\n", path.display()))
         }

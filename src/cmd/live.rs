@@ -18,6 +18,8 @@ use actors::records::RecordSink;
 use pdsim::report::{self, RequestRows, TimelineRows, TraceSlices};
 use pdsim::runner::{Run, SampleSinkFactory};
 
+use pdsim::output::{self, TempFile};
+
 use super::{CmdError, write_error};
 
 /// Spill files of a streamed trace (removed when the trace is whole, and by
@@ -38,7 +40,7 @@ struct Out {
 
 impl Out {
     fn create(path: PathBuf, named: &Path) -> Result<Self, CmdError> {
-        let file = File::create(&path).map_err(|e| write_error(named, &e))?;
+        let file = output::create_new(&path, named).map_err(CmdError::BadInput)?;
         Ok(Out { path, w: BufWriter::with_capacity(1 << 20, file), written: 0, error: None })
     }
 
@@ -64,18 +66,18 @@ impl Out {
 /// requests.csv's, timeline.csv's and trace.json's `.partial` files and
 /// the trace's spills (the folder was cleared before, so they are its).
 fn remove_partials(dir: &Path) {
+    // Only regular files: what is refused there (a link, a folder) is
+    // not the run's.
     for name in ["requests.csv", "timeline.csv", "trace.json"] {
-        let _ = std::fs::remove_file(partial(&dir.join(name)));
+        let _ = output::remove_file_if_own(&partial(&dir.join(name)));
     }
     for s in TRACE_SPILLS {
-        let _ = std::fs::remove_file(dir.join(s));
+        let _ = output::remove_file_if_own(&dir.join(s));
     }
 }
 
 fn partial(path: &Path) -> PathBuf {
-    let mut p = path.as_os_str().to_owned();
-    p.push(".partial");
-    PathBuf::from(p)
+    output::partial_name(path)
 }
 
 struct Trace {
@@ -240,53 +242,84 @@ impl Live {
         remove_partials(&self.dir);
     }
 
-    /// Finishes the files of `run` (labelled `label`) and moves them into
-    /// place; the trace is joined from its spills under its header. When
-    /// one cannot be finished, no `.partial` file or spill is left behind
-    /// (the files already in place stay; report.json, written last, is
-    /// not, so the folder does not pass for a whole run).
-    pub fn finish(self, label: &str, run: &Run) -> Result<(), CmdError> {
-        let finished = self.place_all(label, run);
+    /// Finishes the files of `run` (labelled `label`), each still under
+    /// its partial name (the trace joined from its spills under its
+    /// header), then `last` (report.json, written under its partial name
+    /// once the others are whole), then moves them into place, `last`
+    /// after the others. When one cannot be finished or placed, none of the run's
+    /// files is left: neither a `.partial` file nor a spill, nor a file
+    /// already placed, so the folder holds no part of a failed run.
+    pub fn finish(
+        self,
+        label: &str,
+        run: &Run,
+        last: impl FnOnce() -> Result<TempFile, CmdError>,
+    ) -> Result<(), CmdError> {
+        let mut placed = Vec::new();
+        let finished = self.place_all(label, run, last, &mut placed);
         if finished.is_err() {
+            for p in &placed {
+                let _ = std::fs::remove_file(p);
+            }
             self.discard();
         }
         finished
     }
 
-    fn place_all(&self, label: &str, run: &Run) -> Result<(), CmdError> {
+    fn place_all(
+        &self,
+        label: &str,
+        run: &Run,
+        last: impl FnOnce() -> Result<TempFile, CmdError>,
+        placed: &mut Vec<PathBuf>,
+    ) -> Result<(), CmdError> {
         let dir = &self.dir;
         let mut f = self.files.borrow_mut();
         let f = &mut *f;
-        let place = |out: &mut Out, name: &str| -> Result<(), CmdError> {
-            let target = dir.join(name);
-            out.done().and_then(|()| std::fs::rename(&out.path, &target)).map_err(|e| write_error(&target, &e))
-        };
-        place(&mut f.requests, "requests.csv")?;
+        // Every file whole under its partial name first.
+        let done = |out: &mut Out, name: &str| out.done().map_err(|e| write_error(&dir.join(name), &e));
+        done(&mut f.requests, "requests.csv")?;
+        let mut ready = vec![(f.requests.path.clone(), dir.join("requests.csv"))];
         if let Some((out, _)) = &mut f.timeline {
-            place(out, "timeline.csv")?;
+            done(out, "timeline.csv")?;
+            ready.push((out.path.clone(), dir.join("timeline.csv")));
         }
         if let Some(t) = &mut f.trace {
             let target = dir.join("trace.json");
-            join_trace(t, dir, &target, label, run).map_err(|e| write_error(&target, &e))?;
+            join_trace(t, dir, &target, label, run)?;
             for s in TRACE_SPILLS {
                 let _ = std::fs::remove_file(dir.join(s));
             }
+            ready.push((partial(&target), target));
         }
-        Ok(())
+        let last = last()?;
+        // Then each into place, report.json last.
+        for (from, to) in ready {
+            output::check_target(&to).map_err(CmdError::BadInput)?;
+            std::fs::rename(&from, &to).map_err(|e| write_error(&to, &e))?;
+            placed.push(to);
+        }
+        last.commit().map_err(CmdError::BadInput)
     }
 }
 
 /// Writes trace.json: the header, the slices' spill, the counters entity
 /// by entity from their spilled blocks, the tail.
-fn join_trace(t: &mut Trace, dir: &Path, target: &Path, label: &str, run: &Run) -> std::io::Result<()> {
+fn join_trace(t: &mut Trace, dir: &Path, target: &Path, label: &str, run: &Run) -> Result<(), CmdError> {
+    let tmp = partial(target);
+    let file = output::create_new(&tmp, target).map_err(CmdError::BadInput)?;
+    write_trace(t, dir, file, label, run).map_err(|e| write_error(target, &e))
+}
+
+/// trace.json's bytes into `file` (its partial file).
+fn write_trace(t: &mut Trace, dir: &Path, file: File, label: &str, run: &Run) -> std::io::Result<()> {
     t.spill();
     t.slices.done()?;
     t.counters.done()?;
     let out = &run.output;
     let entities: Vec<String> =
         out.ranks.iter().map(|r| r.name.clone()).chain(out.links.iter().map(|l| l.name.clone())).collect();
-    let tmp = partial(target);
-    let mut w = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+    let mut w = BufWriter::with_capacity(1 << 20, file);
     report::write_trace_head(&mut w, label, run.seed, out.digest, &entities)?;
     std::io::copy(&mut File::open(dir.join(TRACE_SPILLS[0]))?, &mut w)?;
     let mut counters = File::open(dir.join(TRACE_SPILLS[1]))?;
@@ -302,7 +335,5 @@ fn join_trace(t: &mut Trace, dir: &Path, target: &Path, label: &str, run: &Run) 
         w.write_all(&block)?;
     }
     w.write_all(report::TRACE_TAIL)?;
-    w.flush()?;
-    drop(w);
-    std::fs::rename(&tmp, target)
+    w.flush()
 }

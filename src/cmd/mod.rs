@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use actors::workload::WorkloadError;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pdsim::output::TempFile;
 use pdsim::runner::RunError;
 use pdsim::scenario::ScenarioError;
 use pdsim::sweep::SweepError;
@@ -121,8 +122,8 @@ pub fn count_at_least_one(s: &str) -> Result<u64, String> {
     }
 }
 
-/// The percentiles of `--percentiles` (the default: vLLM's
-/// `--metric-percentiles` default, 50,90,95,99).
+/// The percentiles of `--percentiles` (default 50,90,95,99; vLLM's
+/// `--metric-percentiles`, whose form this takes, defaults to 99 alone).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Percentiles(pub Vec<f64>);
 
@@ -160,13 +161,11 @@ pub fn write_error(path: &Path, e: &std::io::Error) -> CmdError {
     CmdError::BadInput(format!("cannot write {}: {e}", path.display()))
 }
 
-/// Removes the file `path` if it is there; one that cannot be removed is a
-/// [`write_error`].
+/// Removes the file `path` if it is there and a regular file (pdsim's own
+/// output name); a link, folder, device or pipe there is refused
+/// ([`pdsim::output::remove_file`]).
 pub fn remove_if_present(path: &Path) -> Result<(), CmdError> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(write_error(path, &e)),
-        _ => Ok(()),
-    }
+    pdsim::output::remove_file(path).map_err(CmdError::BadInput)
 }
 
 /// An output folder that cannot be listed (to clear what an earlier run
@@ -176,52 +175,44 @@ pub fn list_error(dir: &Path, e: &std::io::Error) -> CmdError {
 }
 
 /// Writes the file `path` through `write`, buffered; an I/O error names the
-/// file. The bytes go to `path.partial` first and are renamed into place
-/// when whole, so a file under its own name is never cut off (by a second
-/// Ctrl-C, say).
+/// file. The bytes go to `path.partial` first (created new) and are
+/// renamed into place when whole, so a file under its own name is never
+/// cut off (by a second Ctrl-C, say), and nothing but a regular file at
+/// `path` is replaced ([`pdsim::output`]).
 pub fn write_file(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
 ) -> Result<(), CmdError> {
-    let fail = |e: std::io::Error| write_error(path, &e);
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = std::path::PathBuf::from(partial);
-    let file = File::create(&partial).map_err(fail)?;
-    let mut w = BufWriter::new(file);
-    let written = write(&mut w).and_then(|()| w.flush());
-    drop(w);
-    match written.and_then(|()| std::fs::rename(&partial, path)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            // A cut-off file is no use to anyone.
-            let _ = std::fs::remove_file(&partial);
-            Err(fail(e))
-        }
-    }
+    pdsim::output::write_atomic(path, write).map_err(CmdError::BadInput)
 }
 
-/// A CSV file written a line at a time and flushed after each, so that an
-/// interrupted run leaves the lines done so far.
+/// A CSV file written a line at a time under its partial name (flushed
+/// after each line, so its progress can be followed) and renamed into
+/// place by [`CsvFile::finish`]: an interrupted sweep finishes it with the
+/// lines done so far; dropped unfinished (a failed write), it is removed.
 pub struct CsvFile {
-    path: std::path::PathBuf,
-    w: BufWriter<File>,
+    file: TempFile,
 }
 
 impl CsvFile {
-    /// Creates (or truncates) `path`.
+    /// Starts writing `path` (a regular file there is replaced when the
+    /// file is finished; anything else is refused now).
     pub fn create(path: &Path) -> Result<Self, CmdError> {
-        let file = File::create(path).map_err(|e| write_error(path, &e))?;
-        Ok(CsvFile { path: path.to_owned(), w: BufWriter::new(file) })
+        Ok(CsvFile { file: TempFile::create(path).map_err(CmdError::BadInput)? })
     }
 
     /// Writes `line` and a newline, and flushes.
     pub fn line(&mut self, line: &str) -> Result<(), CmdError> {
-        let w = &mut self.w;
-        w.write_all(line.as_bytes())
-            .and_then(|()| w.write_all(b"\n"))
-            .and_then(|()| w.flush())
-            .map_err(|e| write_error(&self.path, &e))
+        let f = &mut self.file;
+        f.write_all(line.as_bytes())
+            .and_then(|()| f.write_all(b"\n"))
+            .and_then(|()| f.flush())
+            .map_err(CmdError::BadInput)
+    }
+
+    /// Renames the file into place.
+    pub fn finish(self) -> Result<(), CmdError> {
+        self.file.commit().map_err(CmdError::BadInput)
     }
 }
 

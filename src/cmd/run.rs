@@ -15,7 +15,6 @@ use super::live::{Live, TRACE_SPILLS};
 use super::sweep::SummaryCsv;
 use super::{
     CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, list_error, remove_if_present,
-    write_file,
 };
 
 /// Arguments of `pdsim run`.
@@ -53,7 +52,9 @@ pub struct Args {
     #[arg(long)]
     pub no_timeline: bool,
     /// The percentiles of report.json's `bench` statistics (and of
-    /// replicas.csv's columns), as vLLM's `--metric-percentiles`.
+    /// replicas.csv's columns), comma-separated, in the form of vLLM's
+    /// `--metric-percentiles` and named as vLLM names them (`p99`,
+    /// `p99.9`); pdsim's default is 50,90,95,99 (vLLM's is 99 alone).
     #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
     pub percentiles: super::Percentiles,
     /// Also write report.html (as `pdsim report DIR` does) once the other
@@ -120,6 +121,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         .check_arrival_span(args.requests, "--requests")
         .map_err(|e| CmdError::BadInput(format!("{}: {e}", scenario.source())))?;
     let dir = args.out.clone().unwrap_or_else(|| default_out(&scenario, args));
+    keeps_inputs(&scenario, &dir, args)?;
     match args.replicas {
         None => single(args, &scenario, &label, &dir),
         Some(r) => replicas(args, &scenario, &label, &dir, r),
@@ -185,20 +187,41 @@ fn simulate_live(
 /// Creates `dir` and removes every file an earlier run may have left there
 /// ([`FILES`], [`DERIVED`] and their `.partial` siblings, the trace's
 /// spills), and what an earlier `--replicas` run left ([`clear_replicas`]).
+/// Anything but a regular file under one of those names (a link, a
+/// folder, a device) is refused before anything is removed, and left.
 fn clear_dir(dir: &Path) -> Result<(), CmdError> {
     create_dir(dir)?;
+    let replica_files = REPLICA_FILES.iter().flat_map(|f| [f.to_string(), format!("{f}.partial")]);
+    for name in run_file_names().chain(replica_files) {
+        pdsim::output::check_target(&dir.join(name)).map_err(CmdError::BadInput)?;
+    }
     remove_run_files(dir)?;
     clear_replicas(dir)
 }
 
-/// Removes [`FILES`], [`DERIVED`], their `.partial` siblings and the
-/// trace's spills from `dir`.
+/// [`FILES`], [`DERIVED`], their `.partial` siblings and the trace's
+/// spills: every name a run writes in its folder.
+fn run_file_names() -> impl Iterator<Item = String> {
+    FILES
+        .iter()
+        .chain(DERIVED)
+        .flat_map(|f| [f.to_string(), format!("{f}.partial")])
+        .chain(TRACE_SPILLS.iter().map(|s| s.to_string()))
+}
+
+/// Removes [`run_file_names`] from `dir`.
 fn remove_run_files(dir: &Path) -> Result<(), CmdError> {
-    let names = FILES.iter().chain(DERIVED).flat_map(|f| [f.to_string(), format!("{f}.partial")]);
-    for name in names.chain(TRACE_SPILLS.iter().map(|s| s.to_string())) {
+    for name in run_file_names() {
         remove_if_present(&dir.join(name))?;
     }
     Ok(())
+}
+
+/// Whether `name` is a replica's folder as pdsim names it:
+/// `replica-<k>`, `k` without leading zeros.
+fn replica_index(name: &str) -> Option<u64> {
+    let k = name.strip_prefix("replica-")?;
+    k.parse::<u64>().ok().filter(|v| v.to_string() == k)
 }
 
 /// Removes what a `--replicas` run left in `dir`: replicas.csv and
@@ -207,7 +230,9 @@ fn remove_run_files(dir: &Path) -> Result<(), CmdError> {
 /// files, and the folder once empty (one that still holds other files is
 /// left with them: pdsim removes only the names it writes). So a folder
 /// never lists replicas of two runs, nor a single run beside replicas,
-/// even when a replicas run stops before its last replica.
+/// even when a replicas run stops before its last replica. A
+/// `replica-<k>` that is not a folder (a link to one elsewhere) is not
+/// pdsim's, and left alone; so is anything but a regular file in one.
 fn clear_replicas(dir: &Path) -> Result<(), CmdError> {
     for name in REPLICA_FILES {
         remove_if_present(&dir.join(name))?;
@@ -217,14 +242,55 @@ fn clear_replicas(dir: &Path) -> Result<(), CmdError> {
     for entry in entries {
         let entry = entry.map_err(|e| list_error(dir, &e))?;
         let name = entry.file_name();
-        let replica = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("replica-"))
-            .is_some_and(|k| k.parse::<u64>().is_ok_and(|v| v.to_string() == k));
+        let replica = name.to_str().and_then(replica_index).is_some();
+        // The entry's own type: a link is not followed.
         if replica && entry.file_type().is_ok_and(|t| t.is_dir()) {
             let sub = entry.path();
-            remove_run_files(&sub)?;
+            for name in run_file_names() {
+                pdsim::output::remove_file_if_own(&sub.join(name)).map_err(CmdError::BadInput)?;
+            }
             let _ = std::fs::remove_dir(&sub);
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an output folder whose clearing or writing would remove or
+/// replace one of the run's own inputs (a trace kept as `data/trace.json`
+/// with `--out data`), before anything is touched: the run would delete
+/// its input and then fail to read it.
+fn keeps_inputs(scenario: &Scenario, dir: &Path, args: &Args) -> Result<(), CmdError> {
+    let Ok(real_dir) = std::fs::canonicalize(dir) else { return Ok(()) };
+    // Every name a run (or its replicas) may remove or write there.
+    let mut names: Vec<PathBuf> = run_file_names().map(|n| real_dir.join(n)).collect();
+    names.extend(REPLICA_FILES.iter().flat_map(|n| [real_dir.join(n), real_dir.join(format!("{n}.partial"))]));
+    for (field, input) in scenario.inputs() {
+        // The input as its folder lists it, and the file it leads to.
+        let listed = input
+            .parent()
+            .map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
+            .and_then(|p| std::fs::canonicalize(p).ok())
+            .zip(input.file_name())
+            .map(|(p, n)| p.join(n));
+        let real = std::fs::canonicalize(input).ok();
+        let in_replica = |p: &Path| {
+            p.parent().is_some_and(|sub| {
+                sub.parent() == Some(real_dir.as_path())
+                    && sub.file_name().and_then(|n| n.to_str()).and_then(replica_index).is_some()
+                    && p.file_name().is_some_and(|n| run_file_names().any(|r| n == r.as_str()))
+            })
+        };
+        let hit = [listed, real].into_iter().flatten().any(|p| names.contains(&p) || in_replica(&p));
+        if hit {
+            let flag = if args.out.is_some() { "--out" } else { "the output folder" };
+            return Err(CmdError::BadInput(format!(
+                "{flag} {}: the run would remove and rewrite {}, which is its own input ({} of {}); write \
+                 the run elsewhere, or rename the input",
+                dir.display(),
+                input.display(),
+                field,
+                scenario.source()
+            )));
         }
     }
     Ok(())
@@ -239,9 +305,13 @@ const REPLICA_FILES: [&str; 2] = ["replicas.csv", "replicas_summary.csv"];
 /// two runs, and a folder with a report.json holds all of its run's
 /// files, whatever stopped the writing (a full disk, a second Ctrl-C).
 fn write_files(scenario: &Scenario, label: &str, run: &Run, dir: &Path, live: Live) -> Result<(), CmdError> {
-    live.finish(label, run)?;
     let rep = report::report(scenario, label, run);
-    write_file(&dir.join("report.json"), |w| report::write_report(w, &rep))
+    let path = dir.join("report.json");
+    live.finish(label, run, || {
+        let mut f = pdsim::output::TempFile::create(&path).map_err(CmdError::BadInput)?;
+        report::write_report(f.writer(), &rep).map_err(|e| super::write_error(&path, &e))?;
+        Ok(f)
+    })
 }
 
 /// A run whose conservation checks failed is a bug in pdsim: exit 1, after
@@ -389,19 +459,36 @@ fn replica_row(k: u64, scenario: &Scenario, label: &str, run: &Run) -> String {
     format!("{k},{},{}", run.seed, pdsim::sweep::metrics_cells(&report::report(scenario, label, run)))
 }
 
+/// Refuses a `replica-<k>` (k below `count`) in `dir` that is not a
+/// folder (a link to a folder elsewhere, a file): a replica is written
+/// only into a folder of its own, never through a link. Before anything
+/// is cleared or run.
+fn check_replica_dirs(dir: &Path, count: u64) -> Result<(), CmdError> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) };
+    for entry in entries {
+        let entry = entry.map_err(|e| list_error(dir, &e))?;
+        let k = entry.file_name().to_str().and_then(replica_index);
+        if k.is_some_and(|k| k < count) && !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            pdsim::output::own_dir(dir, &entry.path()).map_err(CmdError::BadInput)?;
+        }
+    }
+    Ok(())
+}
+
 fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u64) -> Result<(), CmdError> {
     let start = Instant::now();
-    // No single run's files beside the replicas', and no replica of an
-    // earlier run (each replica clears its folder again as it starts).
-    clear_dir(dir)?;
     let seed = scenario.seed();
     let jobs = args.jobs.map_or_else(default_jobs, |j| usize::try_from(j).unwrap_or(usize::MAX));
     let n = usize::try_from(count).map_err(|_| CmdError::BadInput(format!("--replicas {count}: too many")))?;
-    // Every seed must fit before anything runs.
-    let seeds: Vec<u64> = (0..count)
-        .map(|k| seed.checked_add(k))
-        .collect::<Option<_>>()
+    // Every seed must fit before anything runs; seed S + k is made as
+    // replica k starts, so nothing grows with the count asked for.
+    let last_seed = seed
+        .checked_add(count - 1)
         .ok_or_else(|| CmdError::BadInput(format!("--seed {seed} --replicas {count}: the seeds pass 2^64 - 1")))?;
+    check_replica_dirs(dir, count)?;
+    // No single run's files beside the replicas', and no replica of an
+    // earlier run (each replica clears its folder again as it starts).
+    clear_dir(dir)?;
     let csv_path = dir.join("replicas.csv");
     let mut csv = CsvFile::create(&csv_path)?;
     csv.line(&format!("replica,seed,{}", pdsim::sweep::metric_header(&args.percentiles.0)))?;
@@ -417,8 +504,9 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
                 )));
             }
             let mut scenario = scenario.clone();
-            scenario.set_seed(seeds[k]);
+            scenario.set_seed(seed + k as u64);
             let sub = dir.join(format!("replica-{k}"));
+            pdsim::output::own_dir(dir, &sub).map_err(CmdError::BadInput)?;
             // Each replica streams its files as a single run does, so
             // that memory holds only what the running replicas have in
             // flight.
@@ -457,11 +545,15 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
         },
     );
     progress.finish();
+    // The rows of the replicas before one that stopped or failed stay.
+    let placed = csv.finish();
     result?;
+    placed?;
     let header = pdsim::sweep::metric_header(&args.percentiles.0);
     let mut summary = SummaryCsv::create(&dir.join("replicas_summary.csv"), "", "replicas", &header)?;
     let cells: Vec<Vec<&str>> = rows.iter().map(|r| r.split(',').skip(2).collect()).collect();
     summary.group("", &cells)?;
+    summary.finish()?;
     if !args.quiet {
         let mut t = String::new();
         let name = scenario.name().unwrap_or("unnamed");
@@ -469,7 +561,7 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
             t,
             "pdsim {}: {name} ({label}), {count} replicas, seeds {seed}..={}, {jobs} jobs",
             report::PDSIM_VERSION,
-            seeds[n - 1],
+            last_seed,
         );
         for l in &lines {
             let _ = writeln!(t, "{l}");

@@ -86,15 +86,28 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             StepTimeError::Scenario(m) => CmdError::BadInput(m),
             StepTimeError::Internal(m) => CmdError::Internal(m),
         })?;
+    // A step lasts a whole number of nanoseconds (the engine's clock); the
+    // terms are exact, so their sum may be a fraction of one below it.
+    let sum: f64 = terms.iter().map(|&(_, us)| us).sum();
     if args.json {
         let terms: serde_json::Map<String, serde_json::Value> =
             terms.iter().map(|&(name, us)| (name.to_owned(), serde_json::json!(us))).collect();
-        let v = serde_json::json!({ "step_us": step_us, "terms": terms });
+        let rounding = ((step_us - sum) * 1e6).round() / 1e6;
+        let v = serde_json::json!({ "step_us": step_us, "terms": terms, "rounding_us": rounding });
         return emit(&format!("{v}\n"));
     }
     let mut out = format!("{step_us:.3} µs\n");
+    let milli = |us: f64| (us * 1e3).round() as i64;
     for (name, us) in &terms {
         writeln!(out, "  {name:<26} {us:>14.3} µs").expect("writing to a String");
+    }
+    // What the printed terms leave to the printed step: the rounding up to
+    // a whole nanosecond (and of the terms to three decimals), so the
+    // column adds up.
+    let left = milli(step_us) - terms.iter().map(|&(_, us)| milli(us)).sum::<i64>();
+    if left != 0 {
+        let label = "rounded up to whole ns";
+        writeln!(out, "  {label:<26} {:>+14.3} µs", left as f64 / 1e3).expect("writing to a String");
     }
     emit(&out)
 }

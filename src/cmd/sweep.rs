@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use pdsim::report;
+use pdsim::report::{self, Report};
 use pdsim::runner::{default_jobs, ordered_parallel};
-use pdsim::sweep::{Shard, Sweep, axis_cells, f6, metric_header, metrics_cells, row, run_point};
+use pdsim::sweep::{Shard, Sweep, axis_cells, f6, metric_header, metrics_cells, row, run_point, value_text};
 
 use super::{
     CmdError, CsvFile, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, list_error, remove_if_present,
-    write_error, write_file,
+    write_file,
 };
 
 /// Arguments of `pdsim sweep`.
@@ -42,8 +42,10 @@ pub struct Args {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub quiet: bool,
-    /// The percentiles of the `bench` columns, as vLLM's
-    /// `--metric-percentiles`.
+    /// The percentiles of the `bench` columns, comma-separated, in the form
+    /// of vLLM's `--metric-percentiles` and named as vLLM names them
+    /// (`p99`, `p99.9`); pdsim's default is 50,90,95,99 (vLLM's is 99
+    /// alone).
     #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
     pub percentiles: super::Percentiles,
     /// Also write each point's report.json, as `pdsim run` of the point's
@@ -65,6 +67,135 @@ struct PointOut {
     metrics: String,
     /// Its report.json, with `--reports`.
     report: Option<Vec<u8>>,
+    /// Its row of the table printed on the terminal.
+    printed: Vec<String>,
+}
+
+/// The compact table of the points a sweep prints on the terminal: the
+/// point, its axis values (and seed, with several), then what was served
+/// and its latencies. At most [`PointTable::HEAD`] points from the start
+/// and as many from the end are kept (the rest are counted), so the
+/// table is bounded however large the sweep; `sweep.csv` has every
+/// column of every point.
+struct PointTable {
+    header: Vec<String>,
+    head: Vec<Vec<String>>,
+    tail: std::collections::VecDeque<Vec<String>>,
+    skipped: usize,
+    seeds: bool,
+    slo: bool,
+    /// The columns aligned to the left: the point and the axes.
+    left: usize,
+}
+
+impl PointTable {
+    /// Rows kept from the start, and from the end.
+    const HEAD: usize = 20;
+
+    fn new(sweep: &Sweep) -> Self {
+        let seeds = sweep.seeds.len() > 1;
+        let slo = {
+            let s = sweep.base.slo();
+            s.ttft_ms.is_some() || s.tpot_ms.is_some() || s.e2e_ms.is_some()
+        };
+        let mut header = vec!["point".to_owned()];
+        header.extend(short_axis_names(sweep.axes()));
+        if seeds {
+            header.push("seed".into());
+        }
+        header.extend(
+            ["completed", "req/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms"].map(String::from),
+        );
+        if slo {
+            header.push("SLO met".into());
+        }
+        header.push("overloaded".into());
+        let left = 1 + sweep.axes().len();
+        PointTable { header, head: Vec::new(), tail: std::collections::VecDeque::new(), skipped: 0, seeds, slo, left }
+    }
+
+    /// A point's cells.
+    fn cells(&self, p: &pdsim::sweep::Point, rep: &Report<'_>) -> Vec<String> {
+        let s = rep.summary;
+        let mut c = vec![p.index.to_string()];
+        c.extend(p.values.iter().map(value_text));
+        if self.seeds {
+            c.push(p.seed.to_string());
+        }
+        c.push(format!("{}/{}", s.completed, s.requests));
+        c.push(format!("{:.2}", s.request_throughput));
+        for x in [s.ttft_ms.median, s.ttft_ms.p99, s.tpot_ms.median, s.tpot_ms.p99] {
+            c.push(if s.completed == 0 { "-".into() } else { format!("{x:.1}") });
+        }
+        if self.slo {
+            c.push(format!("{:.1}%", 100.0 * s.slo_attainment));
+        }
+        c.push(if rep.overload.overloaded { "yes".into() } else { "no".into() });
+        c
+    }
+
+    fn push(&mut self, row: Vec<String>) {
+        if self.head.len() < Self::HEAD {
+            self.head.push(row);
+        } else {
+            self.tail.push_back(row);
+            if self.tail.len() > Self::HEAD {
+                self.tail.pop_front();
+                self.skipped += 1;
+            }
+        }
+    }
+
+    /// The table, columns aligned (the first and the axis columns to the
+    /// left, numbers to the right).
+    fn render(&self) -> String {
+        let rows: Vec<&Vec<String>> = self.head.iter().chain(&self.tail).collect();
+        if rows.is_empty() {
+            return String::new();
+        }
+        let axes_end = self.left;
+        let widths: Vec<usize> = (0..self.header.len())
+            .map(|c| {
+                rows.iter().map(|r| r[c].chars().count()).chain([self.header[c].chars().count()]).max().unwrap_or(0)
+            })
+            .collect();
+        let line = |cells: &[String]| {
+            let parts: Vec<String> =
+                cells
+                    .iter()
+                    .enumerate()
+                    .map(|(c, v)| {
+                        if c < axes_end { format!("{v:<w$}", w = widths[c]) } else { format!("{v:>w$}", w = widths[c]) }
+                    })
+                    .collect();
+            format!("  {}\n", parts.join("  ").trim_end())
+        };
+        let mut t = line(&self.header);
+        for r in &self.head {
+            t.push_str(&line(r));
+        }
+        if self.skipped > 0 {
+            t.push_str(&format!("  ... {} more points (every point is in sweep.csv) ...\n", self.skipped));
+        }
+        for r in &self.tail {
+            t.push_str(&line(r));
+        }
+        t
+    }
+}
+
+/// The axes' names for the terminal table: a short path whole
+/// (`decode.count`), a long one by its last part (`rate_per_s` for
+/// `workload.arrival.rate_per_s`) unless two axes share that part.
+fn short_axis_names(axes: &[pdsim::sweep::Axis]) -> Vec<String> {
+    let last = |p: &str| p.rsplit('.').next().unwrap_or(p).to_owned();
+    axes.iter()
+        .map(|a| {
+            let short = last(&a.path);
+            let shared = axes.iter().filter(|b| last(&b.path) == short).count() > 1;
+            if a.path.len() <= 16 || shared { a.path.clone() } else { short }
+        })
+        .collect()
 }
 
 /// The folder of point `index`'s files under the output folder `dir`
@@ -76,6 +207,42 @@ pub fn point_dir(dir: &Path, index: usize) -> PathBuf {
 
 /// The folder of the points' reports, in the sweep's folder.
 const POINTS_DIR: &str = "points";
+
+/// The files a sweep (or `pdsim report` of a point) writes in a point's
+/// folder.
+const POINT_FILES: [&str; 4] = ["report.json", "report.json.partial", "report.html", "report.html.partial"];
+
+/// Removes what a sweep wrote in the point folder `sub` ([`POINT_FILES`],
+/// regular files only) and the folder once empty; anything else in it is
+/// the user's and stays, with the folder. A link or a file at `sub` is
+/// not a folder pdsim made, and is left alone.
+fn clear_point(sub: &Path) -> Result<(), CmdError> {
+    if !std::fs::symlink_metadata(sub).is_ok_and(|m| m.file_type().is_dir()) {
+        return Ok(());
+    }
+    for f in POINT_FILES {
+        pdsim::output::remove_file_if_own(&sub.join(f)).map_err(CmdError::BadInput)?;
+    }
+    let _ = std::fs::remove_dir(sub);
+    Ok(())
+}
+
+/// [`clear_point`] on every folder in `points` (the point folders of an
+/// earlier sweep, whatever their names), then `points` itself once empty.
+fn clear_points(points: &Path) -> Result<(), CmdError> {
+    if !std::fs::symlink_metadata(points).is_ok_and(|m| m.file_type().is_dir()) {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(points).map_err(|e| list_error(points, &e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| list_error(points, &e))?;
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            clear_point(&entry.path())?;
+        }
+    }
+    let _ = std::fs::remove_dir(points);
+    Ok(())
+}
 
 /// N of a shard's file name (`sweep.shard-K-of-N.csv`, as [`file_name`]
 /// makes it), or `None` for any other name.
@@ -148,6 +315,11 @@ impl SummaryCsv {
         Ok(SummaryCsv { csv, header: header.to_owned() })
     }
 
+    /// Renames the file into place.
+    pub(crate) fn finish(self) -> Result<(), CmdError> {
+        self.csv.finish()
+    }
+
     /// Writes the rows of one group: `lead` (its leading cells, each
     /// followed by a comma) and its rows' cells, one `Vec` per row.
     pub(crate) fn group(&mut self, lead: &str, rows: &[Vec<&str>]) -> Result<(), CmdError> {
@@ -186,28 +358,37 @@ impl SummaryCsv {
     }
 }
 
-/// Loads the sweep, checks every point, runs this shard's points and
-/// writes their rows.
+/// Loads the sweep, checks this shard's points (every point, for a whole
+/// sweep), runs them and writes their rows.
 pub fn run(args: &Args) -> Result<(), CmdError> {
     let start = Instant::now();
     let sweep = Sweep::load(&args.sweep)?;
-    // Every point is checked, whatever the shard, so that every shard of a
-    // bad sweep fails the same way before anything runs.
-    let points = sweep.points()?;
+    let total = sweep.len();
+    // The points this run covers: the work grows with them, not with the
+    // grid (a shard of one point of a huge grid builds one scenario).
+    let mine = args.shard.map_or(0..total, |s| s.range(total));
     let requests = args.requests.or(sweep.requests);
     let from = if args.requests.is_some() { "--requests" } else { "the sweep's requests" };
-    for p in &points {
+    // Each point is built and checked before anything runs (and dropped:
+    // a worker builds it again), so a bad point fails before any is run.
+    for i in mine.clone() {
+        let p = sweep.point(i)?;
         p.scenario
             .workload()
             .check_arrival_span(requests, from)
             .map_err(|e| CmdError::BadInput(format!("{}: point {}: {e}", args.sweep.display(), p.index)))?;
     }
-    let mine: Vec<usize> = args.shard.map_or(0..points.len(), |s| s.range(points.len())).collect();
     let dir = args.out.clone().unwrap_or_else(|| {
         let stem = args.sweep.file_stem().map_or_else(|| "sweep".into(), |s| s.to_string_lossy().into_owned());
         Path::new("out").join(stem)
     });
     create_dir(&dir)?;
+    let points_dir = dir.join(POINTS_DIR);
+    if args.reports {
+        // Refused before anything is cleared: reports go into folders of
+        // the sweep's own, never through a link.
+        pdsim::output::own_dir(&dir, &points_dir).map_err(CmdError::BadInput)?;
+    }
     let path = dir.join(file_name(args.shard));
     let mut csv = CsvFile::create(&path)?;
     // The axis columns, each followed by a comma.
@@ -231,24 +412,23 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     }
     // Point reports and a page an earlier sweep left in the folder would
     // not describe this sweep's rows. Shards share the folder: each
-    // clears its own points only.
-    let gone = |p: &Path| match std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(write_error(p, &e)),
-        _ => Ok(()),
-    };
+    // clears its own points only. Only what a sweep writes goes: each
+    // point folder's report.json (and its page), the folder once empty;
+    // anything else there is the user's and stays.
+    let own = |p: &Path| pdsim::output::remove_file_if_own(p).map_err(CmdError::BadInput);
     match args.shard {
-        None => gone(&dir.join(POINTS_DIR))?,
-        Some(_) => mine.iter().try_for_each(|&i| gone(&point_dir(&dir, points[i].index)))?,
+        None => clear_points(&points_dir)?,
+        Some(_) => mine.clone().try_for_each(|i| clear_point(&point_dir(&dir, i)))?,
     }
     // The page describes rows that are being rewritten, whichever shard
     // this is.
-    gone(&dir.join("report.html"))?;
+    own(&dir.join(pdsim::html::FILE_NAME))?;
     // Rows of another split of the points: a whole sweep's beside shards,
     // or shards of another count. (Shards of this count are this sweep's
     // other slices, and stay.)
     if args.shard.is_some() {
-        gone(&dir.join(file_name(None)))?;
-        gone(&summary_path)?;
+        own(&dir.join(file_name(None)))?;
+        own(&summary_path)?;
     }
     let entries = std::fs::read_dir(&dir).map_err(|e| list_error(&dir, &e))?;
     for entry in entries {
@@ -256,7 +436,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         let name = entry.file_name();
         let count = name.to_str().and_then(shard_count);
         if count.is_some_and(|n| args.shard.is_none_or(|s| s.n != n)) {
-            gone(&entry.path())?;
+            own(&entry.path())?;
         }
     }
     // The metric cells of the current grid point's seeds so far.
@@ -265,12 +445,15 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     let label = sweep.scenario_path.display().to_string();
     let jobs = args.jobs.map_or_else(default_jobs, |j| usize::try_from(j).unwrap_or(usize::MAX));
     let mut progress = ProgressGate::new(args.quiet, Some(mine.len() as u64), "points");
+    let mut table = PointTable::new(&sweep);
     let mut done = 0u64;
+    // The workers format their table rows with a copy of the columns.
+    let table_cells = PointTable::new(&sweep);
     let result = ordered_parallel(
         mine.len(),
         jobs,
         |i| -> Result<(usize, PointOut), CmdError> {
-            let p = &points[mine[i]];
+            let p = &sweep.point(mine.start + i)?;
             let written = || format!("{} holds the rows of the points before point {}", path.display(), p.index);
             if INTERRUPTED.load(Ordering::Relaxed) {
                 return Err(interrupted(written()));
@@ -301,14 +484,15 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             } else {
                 None
             };
-            Ok((p.index, PointOut { row, axes, metrics, report }))
+            let printed = table_cells.cells(p, &rep);
+            Ok((p.index, PointOut { row, axes, metrics, report, printed }))
         },
         |_, (index, out)| {
             // A point's report is whole before its row is written, so
             // that every row of sweep.csv has its report.
             if let Some(bytes) = out.report {
                 let sub = point_dir(&dir, index);
-                create_dir(&sub)?;
+                pdsim::output::own_dir(&dir, &sub).map_err(CmdError::BadInput)?;
                 write_file(&sub.join("report.json"), |w| w.write_all(&bytes))?;
             }
             csv.line(&out.row)?;
@@ -321,13 +505,18 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
                     group.clear();
                 }
             }
+            table.push(out.printed);
             done += 1;
             progress.update(done, String::new);
             Ok(())
         },
     );
     progress.finish();
+    // The rows of the points before one that stopped or failed stay (so
+    // does the summary of the grid points whose seeds all finished).
+    let placed = csv.finish().and(summary.take().map_or(Ok(()), SummaryCsv::finish));
     result?;
+    placed?;
     if !args.quiet {
         let mut t = String::new();
         let zipped = if sweep.dims().iter().any(|d| d.zip.is_some()) {
@@ -342,14 +531,15 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             pdsim::report::PDSIM_VERSION,
             sweep.file,
             sweep.scenario_path.display(),
-            points.len(),
+            total,
             sweep.axes().len(),
             sweep.seeds.len(),
             jobs.min(mine.len().max(1))
         );
+        t.push_str(&table.render());
         let _ = writeln!(t, "wall time    {:.2} s", start.elapsed().as_secs_f64());
         let _ = writeln!(t, "wrote        {}", path.display());
-        if summary.is_some() {
+        if seeds > 1 && args.shard.is_none() {
             let _ = writeln!(t, "wrote        {}", summary_path.display());
         }
         if args.reports {

@@ -31,6 +31,17 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     })?;
     let mut notes = vec![format!("# pdsim validate: {} is valid", scenario.source())];
     notes.extend(checked.iter().map(|n| format!("# {n}")));
+    // The resolved form's paths, as any scenario's, are relative to the
+    // file that holds them: this one saved beside the scenario.
+    let dir = scenario.dir().to_path_buf();
+    let scenario = scenario.beside_its_file();
+    if let Some(t) = &scenario.workload().trace {
+        let at = if dir.as_os_str().is_empty() { ".".to_owned() } else { dir.display().to_string() };
+        notes.push(format!(
+            "# paths are relative to {at}, the scenario's folder (trace {}): save this file there",
+            t.path.display()
+        ));
+    }
     if args.json {
         let text = serde_json::to_string_pretty(&scenario)
             .map_err(|e| CmdError::Internal(format!("cannot serialize the scenario: {e}")))?;

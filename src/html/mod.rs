@@ -140,16 +140,13 @@ fn has_shards(dir: &Path) -> bool {
 /// # Errors
 /// As [`render`]; the file cannot be written (naming it).
 pub fn write(dir: &Path, out: Option<&Path>) -> Result<(Page, PathBuf), ReportError> {
-    let page = render(dir)?;
     let path = out.map_or_else(|| dir.join(FILE_NAME), Path::to_path_buf);
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    let written = std::fs::write(&partial, page.html.as_bytes()).and_then(|()| std::fs::rename(&partial, &path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&partial);
-        return Err(ReportError::new(format!("cannot write {}: {e}", path.display())));
-    }
+    // Refused before the work: a link, a device or a pipe at the name is
+    // never written through or replaced (`crate::output`).
+    crate::output::check_target(&path).map_err(ReportError::new)?;
+    let page = render(dir)?;
+    crate::output::write_atomic(&path, |w| std::io::Write::write_all(w, page.html.as_bytes()))
+        .map_err(ReportError::new)?;
     Ok((page, path))
 }
 

@@ -662,6 +662,10 @@ impl StepSeries {
 #[derive(Clone, Debug, Default)]
 pub struct Timeline {
     pub series: Vec<StepSeries>,
+    /// Entities whose series were left out, in the order the file first
+    /// names them: past [`MAX_SERIES`] series, an entity met with a new
+    /// series is left out whole (rows of its series already kept too).
+    pub left_out: Vec<String>,
 }
 
 impl Timeline {
@@ -671,13 +675,17 @@ impl Timeline {
     }
 }
 
-/// The most series of drawn entities `timeline.csv` may hold: each keeps
-/// about a thousand fine buckets (some 40 KB), so this bounds the memory
-/// to a few hundred MB; a real run has a dozen or so per rank and link.
+/// The most series of drawn entities the page keeps from `timeline.csv`:
+/// each keeps about a thousand fine buckets (some 40 KB), so this bounds
+/// the memory to a few hundred MB; a real run has a dozen or so per rank
+/// and link. A deployment with more (hundreds of ranks, or per-pair links
+/// between dozens of ranks) has the series of its first entities drawn
+/// and the rest named as left out.
 pub const MAX_SERIES: usize = 4096;
 
 /// Reads `timeline.csv`, keeping the series of `entities` only (the ranks
-/// and links of report.json, which the page draws); every row is still
+/// and links of report.json, which the page draws), at most
+/// [`MAX_SERIES`] of them, whole entities at a time; every row is still
 /// checked.
 pub fn timeline(path: &Path, name: &str, grid: &Grid, entities: &[&str]) -> Result<Timeline, ReportError> {
     let entities: std::collections::HashSet<&str> = entities.iter().copied().collect();
@@ -687,6 +695,7 @@ pub fn timeline(path: &Path, name: &str, grid: &Grid, entities: &[&str]) -> Resu
     let mut out = Timeline::default();
     let mut key = String::new();
     let mut last_t = 0u64;
+    let mut dropped: std::collections::HashSet<String> = std::collections::HashSet::new();
     while let Some((line, row)) = csv.next_numbered()? {
         let get = |k: usize| row.get(idx[k]);
         let (t, entity, metric, value) = (get(0), get(1), get(2), get(3));
@@ -706,7 +715,7 @@ pub fn timeline(path: &Path, name: &str, grid: &Grid, entities: &[&str]) -> Resu
             return Err(line_err("time_ms", format!("{t} is before the row above it (rows are in time order)")));
         }
         last_t = t_ns;
-        if !entities.contains(entity) {
+        if !entities.contains(entity) || dropped.contains(entity) {
             continue;
         }
         key.clear();
@@ -717,12 +726,9 @@ pub fn timeline(path: &Path, name: &str, grid: &Grid, entities: &[&str]) -> Resu
             Some(&i) => i,
             None => {
                 if out.series.len() >= MAX_SERIES {
-                    return Err(line_err(
-                        "metric",
-                        format!(
-                            "more than {MAX_SERIES} distinct (entity, metric) series of report.json's ranks and links"
-                        ),
-                    ));
+                    dropped.insert(entity.to_owned());
+                    out.left_out.push(entity.to_owned());
+                    continue;
                 }
                 out.series.push(StepSeries::new(entity, metric, grid));
                 index.insert(key.clone(), out.series.len() - 1);
@@ -731,6 +737,7 @@ pub fn timeline(path: &Path, name: &str, grid: &Grid, entities: &[&str]) -> Resu
         };
         out.series[i].change(t_ns, v, grid);
     }
+    out.series.retain(|s| !dropped.contains(&s.entity));
     for s in &mut out.series {
         s.finish(grid);
     }
@@ -871,14 +878,19 @@ mod tests {
         let t = timeline(&path, "timeline.csv", &g, &["e3", "e7"]).unwrap();
         let names: Vec<&str> = t.series.iter().map(|s| s.entity.as_str()).collect();
         assert_eq!(names, ["e3", "e7"]);
-        // One drawn entity with too many metrics: exit 2, not a memory blow-up.
+        // More series than the page keeps: whole entities past the cap
+        // are left out and named, not a memory blow-up nor a refusal.
+        // Entity a has MAX_SERIES - 1 series, b two (one past the cap), c one.
         let mut text = String::from("time_ms,entity,metric,value\n");
-        for i in 0..=MAX_SERIES {
-            text.push_str(&format!("0,r,m{i},1\n"));
+        for i in 0..MAX_SERIES - 1 {
+            text.push_str(&format!("0,a,m{i},1\n"));
         }
+        text.push_str("0,b,m0,1\n0,b,m1,1\n0,c,m0,1\n1,b,m0,2\n");
         std::fs::write(&path, &text).unwrap();
-        let e = timeline(&path, "timeline.csv", &g, &["r"]).unwrap_err().to_string();
-        assert!(e.starts_with(&format!("timeline.csv:{}: column metric: more than", MAX_SERIES + 2)), "{e}");
+        let t = timeline(&path, "timeline.csv", &g, &["a", "b", "c"]).unwrap();
+        assert_eq!(t.series.len(), MAX_SERIES - 1);
+        assert!(t.series.iter().all(|s| s.entity == "a"));
+        assert_eq!(t.left_out, ["b", "c"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

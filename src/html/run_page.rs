@@ -75,6 +75,18 @@ pub fn render(dir: &Path) -> Result<Page, ReportError> {
     let timeline = optional(dir, "timeline.csv", |p, n| read::timeline(p, n, &grid, &entities))?;
     let mut b = Body { html: String::new(), charts: 0, missing: Vec::new() };
     header(&mut b, &report);
+    if let Some(t) = timeline.as_ref().filter(|t| !t.left_out.is_empty()) {
+        let named: Vec<&str> = t.left_out.iter().take(8).map(String::as_str).collect();
+        let more = if t.left_out.len() > named.len() { ", …" } else { "" };
+        let n = t.left_out.len();
+        b.note(&format!(
+            "timeline.csv holds more series than a page draws ({} at most): the {n} {} past them {} left out of the charts over time ({}{more}).",
+            read::MAX_SERIES,
+            if n == 1 { "entity" } else { "entities" },
+            if n == 1 { "is" } else { "are" },
+            named.join(", ")
+        ));
+    }
     summary(&mut b, &report);
     latency(&mut b, &report, requests.as_ref(), &grid);
     kv(&mut b, &report, timeline.as_ref(), &grid);

@@ -332,6 +332,7 @@ fn axis_section(body: &mut String, d: &Drawn<'_>, ai: usize) -> usize {
         let metric = &t.metrics[m];
         let mut c = XyChart::new(a.chart_axis(), Axis::linear(unit(metric)), W, H);
         let mut dots_left_out = false;
+        let mut seeds_cut = false;
         for (li, key) in lines.iter().enumerate() {
             // (x, values over seeds) in the axis's value order; an x whose
             // rows have no value (an empty cell) leaves a gap in the line.
@@ -373,17 +374,38 @@ fn axis_section(body: &mut String, d: &Drawn<'_>, ai: usize) -> usize {
                 })
                 .collect();
             if seeds > 1 {
-                let faint: Vec<(f64, f64)> = at.iter().flat_map(|p| p.2.iter().map(move |v| (p.0, *v))).collect();
+                // At most MAX_DOTS faint dots a line: past that, at each x
+                // the seeds' values at evenly spaced ranks (the lowest and
+                // highest among them), so the page does not grow with the
+                // seeds.
+                let per_x = (MAX_DOTS / pts.len()).max(2);
+                let mut faint: Vec<(f64, f64)> = Vec::new();
+                for p in &at {
+                    if p.2.len() <= per_x {
+                        faint.extend(p.2.iter().map(|v| (p.0, *v)));
+                    } else {
+                        seeds_cut = true;
+                        let mut v = p.2.clone();
+                        v.sort_by(f64::total_cmp);
+                        let last = v.len() - 1;
+                        faint.extend((0..per_x).map(|i| (p.0, v[(i * last + (per_x - 1) / 2) / (per_x - 1)])));
+                    }
+                }
                 c.push(Series::new(format!("{name}: each seed"), li, Style::FaintDots, faint));
             }
             c.push(Series::new(name, li, Style::LineDots, pts).titles(titles));
         }
         let id = format!("{metric}@{}", a.name);
-        let sub = if dots_left_out {
-            format!("lines of over {MAX_DOTS} points are drawn without dots")
-        } else {
-            String::new()
-        };
+        let mut cuts = Vec::new();
+        if dots_left_out {
+            cuts.push(format!("lines of over {MAX_DOTS} points are drawn without dots"));
+        }
+        if seeds_cut {
+            cuts.push(format!(
+                "at most {MAX_DOTS} seed dots a line: where a point has more seeds, those at evenly spaced ranks, lowest and highest included"
+            ));
+        }
+        let sub = cuts.join("; ");
         body.push_str(&figure(&id, metric, &sub, &c.svg(), ""));
         n += 1;
     }

@@ -224,7 +224,7 @@ fn sweep_page_has_one_chart_per_metric_and_axis() {
     }
     assert!(drawn >= 10, "{drawn} metrics drawn");
     assert_eq!(figs.len(), drawn * axes.len());
-    for key in ["ttft_mean_ms", "request_throughput", "e2e_mean_ms"] {
+    for key in ["mean_ttft_ms", "request_throughput", "mean_e2el_ms"] {
         for a in axes {
             assert!(figs.iter().any(|f| f.0 == format!("{key}@{a}")), "no {key}@{a}");
         }
@@ -257,8 +257,8 @@ fn zipped_axes_are_one_dimension_of_the_sweep_page() {
     let html = read(&dir.join("report.html"));
     let figs = figures(&html);
     let zip = "prefill.count / decode.count";
-    assert!(figs.iter().any(|f| f.0 == format!("ttft_mean_ms@{zip}")), "no chart against the zip");
-    assert!(figs.iter().any(|f| f.0 == "ttft_mean_ms@workload.arrival.rate_per_s"));
+    assert!(figs.iter().any(|f| f.0 == format!("mean_ttft_ms@{zip}")), "no chart against the zip");
+    assert!(figs.iter().any(|f| f.0 == "mean_ttft_ms@workload.arrival.rate_per_s"));
     assert!(!figs.iter().any(|f| f.0.ends_with("@prefill.count") || f.0.ends_with("@decode.count")));
     assert!(html.contains("1 / 2, 2 / 1"), "the zip's values, paired");
     // One line per value of the other dimension: two lines against the zip.
@@ -377,7 +377,8 @@ fn a_timeline_of_many_series_is_not_kept_in_memory() {
     }
     std::fs::write(dir.join("timeline.csv"), &text).unwrap();
     ok(&["report", dir.to_str().unwrap()]);
-    // A rank with more metrics than the cap: exit 2 naming the line.
+    // A rank with more metrics than the cap: the page is made without its
+    // series, and names it as left out (the series kept are bounded).
     let report = read(&dir.join("report.json"));
     let v: serde_json::Value = serde_json::from_str(&report).unwrap();
     let rank = v["ranks"][0]["name"].as_str().unwrap().to_owned();
@@ -386,10 +387,9 @@ fn a_timeline_of_many_series_is_not_kept_in_memory() {
         text.push_str(&format!("0,{rank},m{i},1\n"));
     }
     std::fs::write(dir.join("timeline.csv"), &text).unwrap();
-    let (code, stdout, stderr) = outcome(&pdsim(&["report", dir.to_str().unwrap()]));
-    assert_eq!(code, 2, "{stdout} {stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("timeline.csv:4098: column metric: more than 4096"), "{stderr}");
+    ok(&["report", dir.to_str().unwrap()]);
+    let page = read(&dir.join("report.html"));
+    assert!(page.contains(&format!("the 1 entity past them is left out of the charts over time ({rank})")));
 }
 
 #[test]

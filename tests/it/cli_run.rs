@@ -290,10 +290,10 @@ fn replicas_are_written_in_seed_order() {
     assert_eq!(sum.column("statistic"), ["mean", "std", "ci95_low", "ci95_high"]);
     assert_eq!(sum.column("replicas"), ["4", "4", "4", "4"]);
     assert_eq!(sum.column("digest"), ["", "", "", ""]);
-    let ttft: Vec<f64> = csv.column("ttft_mean_ms").iter().map(|v| v.parse().unwrap()).collect();
+    let ttft: Vec<f64> = csv.column("mean_ttft_ms").iter().map(|v| v.parse().unwrap()).collect();
     let mean = ttft.iter().sum::<f64>() / 4.0;
     let std = (ttft.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / 3.0).sqrt();
-    let got: Vec<f64> = sum.column("ttft_mean_ms").iter().map(|v| v.parse().unwrap()).collect();
+    let got: Vec<f64> = sum.column("mean_ttft_ms").iter().map(|v| v.parse().unwrap()).collect();
     assert!((got[0] - mean).abs() < 1e-5 && (got[1] - std).abs() < 1e-5, "{got:?} vs {mean} {std}");
     assert!((got[2] - (mean - 3.182 * std / 2.0)).abs() < 1e-5, "{got:?}");
     assert!((got[3] - (mean + 3.182 * std / 2.0)).abs() < 1e-5, "{got:?}");

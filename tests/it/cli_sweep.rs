@@ -51,7 +51,7 @@ fn shipped_sweep_is_the_same_for_any_jobs() {
         csv.header[..5],
         ["point", "decode.count", "link.bandwidth_gb_s", "workload.arrival.rate_per_s", "seed"]
     );
-    for col in ["completed", "ttft_p99_ms", "tpot_p50_ms", "goodput", "transfer_time_mean_ms", "digest"] {
+    for col in ["completed", "p99_ttft_ms", "p50_tpot_ms", "request_goodput", "mean_transfer_time_ms", "digest"] {
         csv.col(col);
     }
     assert_eq!(csv.rows.len(), 36);
@@ -515,7 +515,7 @@ fn sweep_summary_aggregates_each_grid_point_over_its_seeds() {
     let mut spread = 0;
     for g in 0..2 {
         assert_eq!(csv.column("seed")[3 * g..3 * g + 3], ["1", "2", "3"]);
-        for col in ["ttft_mean_ms", "request_throughput", "decode_busy_share", "p99_itl_ms", "transfer_bytes"] {
+        for col in ["mean_ttft_ms", "request_throughput", "decode_busy_share", "p99_itl_ms", "transfer_bytes"] {
             let x: Vec<f64> = csv.column(col)[3 * g..3 * g + 3].iter().map(|v| v.parse().unwrap()).collect();
             let mean = (x[0] + x[1] + x[2]) / 3.0;
             let std = (x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 2.0).sqrt();

@@ -17,18 +17,20 @@ use pdsim::{report, runner, scenario};
 use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
-const PINNED: [(&str, u64, u64, u64); 11] = [
-    ("default.toml", 0x9f07_ed24_4ed8_5f8b, 0x2a44_4dde_5f43_18ae, 0xa5b2_7144_5061_e135),
-    ("glm-5.3-flash-1p1d.toml", 0xdc64_6cb6_fc35_b9bc, 0x27fb_32cf_bc28_e65e, 0xd3c4_e9d0_2d6c_b723),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0xa883_cb64_6a91_b7ab, 0x6ade_2bf3_1aaa_634a, 0x6991_90c7_3960_bc9a),
-    ("glm-5.3-flash-2p2d.toml", 0x19c7_c989_8751_bc35, 0xc8da_b327_5b84_ec15, 0x1858_bb7b_0c13_e93d),
-    ("glm-5.3-flash-p4d8.toml", 0x1ad6_d878_7f23_15e8, 0x0447_7490_f616_ff7b, 0x88f7_f7d8_126a_3cef),
-    ("gpt-oss-1p1d.toml", 0x9503_4c32_3263_7cb9, 0x3537_0d1e_ee4c_5fba, 0x8acf_7c8a_c8d3_19df),
-    ("llama-3.1-8b-1p1d.toml", 0x2554_370b_511c_5912, 0x5a94_6d0a_7f58_d1c2, 0x7e7f_4de3_a5e4_ab50),
-    ("llama-3.1-8b-aggregated.toml", 0x598c_cb26_e4b2_c6f5, 0xf26d_05fe_01c5_b4eb, 0x41de_8432_a1a1_e058),
-    ("llama-3.1-8b-h200-tp1.toml", 0x6ea2_6d1a_d201_462d, 0xe40b_ea8e_6791_1715, 0x7046_cafa_7fb8_9802),
-    ("llama-3.1-8b-h200-tp4.toml", 0xc892_54af_3678_1041, 0x87b4_389a_a67e_888a, 0x041a_f28b_9c97_1604),
-    ("mamba2-hybrid-1p1d.toml", 0xe294_07d8_4faf_fc81, 0x0897_dd2c_39fb_3ecc, 0x543f_8c65_4783_6859),
+const PINNED: [(&str, u64, u64, u64); 13] = [
+    ("default.toml", 0x9f07_ed24_4ed8_5f8b, 0xadeb_e9be_db02_d756, 0xa5b2_7144_5061_e135),
+    ("glm-5.3-flash-1p1d.toml", 0xdc64_6cb6_fc35_b9bc, 0xc907_76fe_267b_77ea, 0xd3c4_e9d0_2d6c_b723),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0xa883_cb64_6a91_b7ab, 0x5c30_4a00_97bf_f2d2, 0x6991_90c7_3960_bc9a),
+    ("glm-5.3-flash-2p2d.toml", 0x19c7_c989_8751_bc35, 0xa691_be93_21c2_87b1, 0x1858_bb7b_0c13_e93d),
+    ("glm-5.3-flash-p4d8.toml", 0x1ad6_d878_7f23_15e8, 0xced6_cb76_754f_5267, 0x88f7_f7d8_126a_3cef),
+    ("gpt-oss-1p1d.toml", 0x9503_4c32_3263_7cb9, 0x5f6e_797f_72c2_d42a, 0x8acf_7c8a_c8d3_19df),
+    ("llama-3.1-8b-1p1d.toml", 0x2554_370b_511c_5912, 0xe394_8ff2_1d05_2996, 0x7e7f_4de3_a5e4_ab50),
+    ("llama-3.1-8b-aggregated.toml", 0x598c_cb26_e4b2_c6f5, 0x4482_ee5c_f18d_681f, 0x41de_8432_a1a1_e058),
+    ("llama-3.1-8b-h200-tp1.toml", 0x6ea2_6d1a_d201_462d, 0x7a59_ae0d_95fc_1869, 0x7046_cafa_7fb8_9802),
+    ("llama-3.1-8b-h200-tp2.toml", 0xf08b_5aec_775a_b297, 0x2dd7_1352_0184_7ceb, 0x3898_1300_0f9f_dcb5),
+    ("llama-3.1-8b-h200-tp4.toml", 0xc892_54af_3678_1041, 0x1182_b8d7_ce9a_eb3e, 0x041a_f28b_9c97_1604),
+    ("llama-3.1-8b-mooncake.toml", 0x52c8_f741_b40a_c401, 0x2d19_8a33_cb74_cfe8, 0x50a9_e322_738f_4a3b),
+    ("mamba2-hybrid-1p1d.toml", 0xe294_07d8_4faf_fc81, 0xf39e_303c_161f_1180, 0x543f_8c65_4783_6859),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {

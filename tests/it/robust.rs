@@ -191,14 +191,16 @@ fn output_files_are_replaced_as_a_set() {
     assert_eq!(names, ["report.json", "requests.csv", "timeline.csv"]);
     assert_ne!(std::fs::read_to_string(dir.join("timeline.csv")).unwrap(), "stale");
     // A file that cannot be replaced (a folder in its place) is exit 2
-    // naming it, not an internal error, and leaves no report.json.
-    std::fs::create_dir_all(dir.join("requests.csv").join("x")).unwrap_or_else(|_| {
-        std::fs::remove_file(dir.join("requests.csv")).unwrap();
-        std::fs::create_dir_all(dir.join("requests.csv").join("x")).unwrap();
-    });
+    // naming it, not an internal error, before anything in the folder is
+    // touched: the folder and what is in it stay as they were.
+    std::fs::remove_file(dir.join("requests.csv")).unwrap();
+    std::fs::create_dir_all(dir.join("requests.csv").join("x")).unwrap();
+    let before = std::fs::read(dir.join("report.json")).unwrap();
     let err = refused(&["run", s.to_str().unwrap(), "--quiet", "--out", d], &["cannot write ", "requests.csv"]);
+    assert!(err.contains("a folder is in its place"), "{err}");
     assert!(!err.contains("internal error"), "{err}");
-    assert!(!dir.join("report.json").exists());
+    assert!(dir.join("requests.csv/x").is_dir());
+    assert_eq!(std::fs::read(dir.join("report.json")).unwrap(), before);
 }
 
 /// A file that cannot be written in full (here the file-size limit, as a

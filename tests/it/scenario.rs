@@ -254,3 +254,57 @@ fn a_stop_request_ends_the_run_at_the_next_slice() {
     assert!(!whole.interrupted);
     assert_eq!(whole.output.records.len(), 200);
 }
+
+/// A role's `step_time = { file = "…" }` is the `step_time` that file
+/// holds (what `pdsim calibrate --out` writes), read relative to the file
+/// that names it: the shipped 1P1D scenario's two roles read one table,
+/// and give the deployment a copy inline in each role would.
+#[test]
+fn a_step_time_file_is_read_by_each_role_that_names_it() {
+    let s = scenario::load(scenario_file("llama-3.1-8b-1p1d.toml")).unwrap();
+    let d = s.deployment();
+    let (p, dec) = (d.prefill.as_ref().unwrap(), d.decode.as_ref().unwrap());
+    assert_eq!(p.step_time, dec.step_time);
+    let table: toml::Table =
+        toml::from_str(&std::fs::read_to_string(scenario_file("steptimes/llama-3.1-8b-h200-tp4.toml")).unwrap())
+            .unwrap();
+    let want: actors::config::StepTimeSpec = table["step_time"].clone().try_into().unwrap();
+    assert_eq!(p.step_time, want);
+    // The resolved form holds the table itself, and loads back the same.
+    let resolved = scratch("steptime-file-resolved.toml", &s.to_toml().unwrap());
+    assert!(!std::fs::read_to_string(&resolved).unwrap().contains("file = "));
+    assert_eq!(scenario::load(&resolved).unwrap().deployment(), d);
+    // The file is among the scenario's inputs.
+    assert!(s.inputs().iter().any(|(f, p)| *f == "step_time.file" && p.ends_with("llama-3.1-8b-h200-tp4.toml")));
+}
+
+/// What is wrong with a step-time file, placed at the reference.
+#[test]
+fn a_bad_step_time_file_is_refused_at_the_reference() {
+    let table = scratch("st-ok.toml", "# a fit\nstep_time = { kind = \"linear\", fixed_us = 1000 }\n");
+    let other = scratch("st-two.toml", "step_time = { kind = \"linear\", fixed_us = 1 }\nseed = 3\n");
+    let bad = scratch("st-bad.toml", "step_time = { kind = \"linear\", fixed_us = -1 }\n");
+    let dir = table.parent().unwrap();
+    assert_eq!((dir, dir), (other.parent().unwrap(), bad.parent().unwrap()));
+    let load = |st: &str| {
+        let text = base_with_line(7, &format!("step_time = {st}"));
+        scenario::load(scratch("st-ref.toml", &text)).map(|s| s.deployment().clone()).map_err(|e| e.to_string())
+    };
+    let ok = load("{ file = \"st-ok.toml\" }").unwrap();
+    assert_eq!(
+        ok.prefill.unwrap().step_time,
+        load("{ kind = \"linear\", fixed_us = 1000 }").unwrap().prefill.unwrap().step_time
+    );
+    for (st, want) in [
+        ("{ file = \"no-such.toml\" }", "st-ref.toml:7: prefill.step_time.file: cannot read "),
+        (
+            "{ file = \"st-two.toml\" }",
+            "must hold one `step_time = { … }` (what pdsim calibrate --out writes), not seed",
+        ),
+        ("{ file = \"st-ok.toml\", kind = \"linear\" }", "st-ref.toml:7: prefill.step_time: unknown field `kind`"),
+        ("{ file = \"st-bad.toml\" }", "st-bad.toml"),
+    ] {
+        let e = load(st).unwrap_err();
+        assert!(e.contains(want), "{st}: {e}");
+    }
+}
