@@ -68,11 +68,11 @@ struct PointOut {
     report: Option<Vec<u8>>,
 }
 
-/// The folder of point `index`'s files under the output folder `dir`
-/// (`--reports`): `DIR/points/<index>/`, the index as in sweep.csv's
-/// `point` column.
-pub fn point_dir(dir: &Path, index: usize) -> PathBuf {
-    dir.join(POINTS_DIR).join(index.to_string())
+/// The folder of a point's files under the output folder `dir`
+/// (`--reports`): `DIR/points/<name>/`, `name` from
+/// [`Sweep::point_folder`] (its axis values and seed).
+pub fn point_dir(dir: &Path, name: &str) -> PathBuf {
+    dir.join(POINTS_DIR).join(name)
 }
 
 /// The folder of the points' reports, in the sweep's folder.
@@ -358,7 +358,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     };
     match args.shard {
         None => gone(&dir.join(POINTS_DIR))?,
-        Some(_) => mine.iter().try_for_each(|&i| gone(&point_dir(&dir, points[i].index)))?,
+        Some(_) => mine.iter().try_for_each(|&i| gone(&point_dir(&dir, &sweep.point_folder(points[i].index))))?,
     }
     // The page describes rows that are being rewritten, whichever shard
     // this is.
@@ -435,7 +435,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             // A point's report is whole before its row is written, so
             // that every row of sweep.csv has its report.
             if let Some(bytes) = out.report {
-                let sub = point_dir(&dir, index);
+                let sub = point_dir(&dir, &sweep.point_folder(index));
                 create_dir(&sub)?;
                 write_file(&sub.join("report.json"), |w| w.write_all(&bytes))?;
             }
@@ -481,7 +481,12 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             let _ = writeln!(t, "wrote        {}", summary_path.display());
         }
         if args.reports {
-            let _ = writeln!(t, "wrote        {}/<point>/report.json", dir.join(POINTS_DIR).display());
+            let _ = writeln!(
+                t,
+                "wrote        {}/<point>/report.json (<point>: {}, …)",
+                dir.join(POINTS_DIR).display(),
+                sweep.point_folder(0)
+            );
         }
         emit(&t)?;
     }
