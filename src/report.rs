@@ -269,14 +269,19 @@ impl LinkSummary {
 /// the third keeps it quiet (on the shipped scenarios cut to 50 to 2,000
 /// requests, the late requests' TTFT is at most 1.9 times the early
 /// ones'). An overload of a few per cent needs a long run to show: the
-/// completion rate counts the tail. The bottleneck is the role (prefill, decode or aggregated
-/// ranks, or the links) with the largest mean busy share over the run;
-/// when several are saturated (a busy share of at least [`SATURATED`]: a
-/// decode rank with anything to decode steps all the time, however small
-/// its batch), the one in front of which requests waited longest: the
-/// prefill queue for prefill ranks, the transfer wait (the decode rank's
-/// reservation) and the decode queue for decode ranks, the transfer
-/// itself for links.
+/// completion rate counts the tail.
+///
+/// The bottleneck is read from where the time goes, not from busy
+/// shares: it is the role in front of which requests waited longest on
+/// average ([`Overload::wait_ms`]): the prefill queue for prefill (or
+/// aggregated) ranks, the transfer wait (routing and the decode rank's
+/// reservation of blocks) plus the decode queue for decode ranks, the
+/// transfer itself for links. A busy share cannot tell it: a decode rank
+/// with anything to decode steps all the time, however small its batch,
+/// so its busy share sits near 100 % below its capacity (a GLM 1P1D run
+/// at 5 req/s with bursty arrivals: decode 95.0 % busy, prefill 79.2 %,
+/// yet 2,914 ms of the 3,462 ms mean TTFT, 84 %, is the prefill queue).
+/// With no wait anywhere (no request reached a stage), the busiest role.
 #[derive(Debug, Serialize)]
 pub struct Overload {
     /// The rule above holds.
@@ -296,9 +301,19 @@ pub struct Overload {
     pub early_ttft_ms: f64,
     /// The mean TTFT of the last 32 completed requests, ms.
     pub late_ttft_ms: f64,
-    /// The busiest role: `prefill`, `decode`, `aggregated` or `link`.
+    /// The role requests waited longest in front of: `prefill`,
+    /// `decode`, `aggregated` or `link`.
     pub bottleneck: Option<&'static str>,
-    /// Each role's mean busy share (of its ranks, or of the links).
+    /// The bottleneck's wait over the mean TTFT of completed requests
+    /// (null without a bottleneck or a TTFT).
+    pub bottleneck_ttft_share: Option<f64>,
+    /// Each role's mean wait in front of it, ms (the summary's stage
+    /// means): prefill or aggregated, the prefill queue; decode, the
+    /// transfer wait plus the decode queue; link, the transfer time.
+    pub wait_ms: BTreeMap<&'static str, f64>,
+    /// Each role's mean busy share (of its ranks, or of the links). A
+    /// decode rank steps whenever it has anything to decode, so its share
+    /// says little of how close it is to its capacity.
     pub busy_share: BTreeMap<&'static str, f64>,
 }
 
@@ -309,8 +324,6 @@ pub const GROWTH_SHARE: f64 = 0.05;
 /// [`Overload`]: the late requests' mean TTFT is at least this many times
 /// the early ones'.
 pub const LATENCY_GROWTH: f64 = 3.0;
-/// [`Overload`]: a role this busy is saturated.
-pub const SATURATED: f64 = 0.95;
 
 /// The overload check of `run` of `scenario` (see [`Overload`]).
 pub fn overload(scenario: &Scenario, run: &Run) -> Overload {
@@ -341,19 +354,11 @@ pub fn overload(scenario: &Scenario, run: &Run) -> Overload {
         "decode" => s.transfer_wait_ms.mean + s.decode_queue_ms.mean,
         _ => s.transfer_time_ms.mean,
     };
-    // The busiest role, or of the saturated ones the one with the longest
-    // wait; on a tie, the first of prefill, aggregated, decode, link.
-    let order = ["prefill", "aggregated", "decode", "link"];
-    let roles: Vec<(&'static str, f64)> = order.iter().filter_map(|k| busy_share.get(k).map(|&b| (*k, b))).collect();
-    let saturated: Vec<(&'static str, f64)> =
-        roles.iter().filter(|(_, b)| *b >= SATURATED).map(|&(k, _)| (k, wait(k))).collect();
-    let pick = |v: &[(&'static str, f64)]| {
-        v.iter().fold(None, |best: Option<(&'static str, f64)>, &(k, x)| match best {
-            Some((_, bx)) if bx >= x => best,
-            _ => Some((k, x)),
-        })
-    };
-    let bottleneck = if saturated.len() > 1 { pick(&saturated) } else { pick(&roles) }.map(|(k, _)| k);
+    let wait_ms: BTreeMap<&'static str, f64> = busy_share.keys().map(|&k| (k, wait(k))).collect();
+    let bottleneck = bottleneck(&busy_share, &wait_ms);
+    let bottleneck_ttft_share = bottleneck
+        .filter(|_| s.ttft_ms.count > 0 && s.ttft_ms.mean > 0.0)
+        .map(|b| wait_ms.get(b).copied().unwrap_or(0.0) / s.ttft_ms.mean);
     let open = matches!(scenario.workload().arrival_mode(), ArrivalMode::Open);
     let overloaded = open
         && arrival_rate.is_some_and(|lambda| {
@@ -371,7 +376,32 @@ pub fn overload(scenario: &Scenario, run: &Run) -> Overload {
         early_ttft_ms: l.early_ttft_ms,
         late_ttft_ms: l.late_ttft_ms,
         bottleneck,
+        bottleneck_ttft_share,
+        wait_ms,
         busy_share,
+    }
+}
+
+/// [`Overload::bottleneck`]: the role with the longest mean wait in front
+/// of it, or, when no role has a wait, the busiest; on a tie, the first of
+/// prefill, aggregated, decode, link.
+pub fn bottleneck(
+    busy_share: &BTreeMap<&'static str, f64>,
+    wait_ms: &BTreeMap<&'static str, f64>,
+) -> Option<&'static str> {
+    let order = ["prefill", "aggregated", "decode", "link"];
+    let pick = |of: &BTreeMap<&'static str, f64>| {
+        order.iter().filter_map(|k| of.get(k).map(|&x| (*k, x))).fold(
+            None,
+            |best: Option<(&'static str, f64)>, (k, x)| match best {
+                Some((_, bx)) if bx >= x => best,
+                _ => Some((k, x)),
+            },
+        )
+    };
+    match pick(wait_ms) {
+        Some((k, w)) if w > 0.0 => Some(k),
+        _ => pick(busy_share).map(|(k, _)| k),
     }
 }
 

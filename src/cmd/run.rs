@@ -282,21 +282,17 @@ fn setup_line(scenario: &Scenario) -> Option<String> {
 }
 
 /// The summary's line for an overloaded run (see [`report::Overload`]):
-/// offered and served rates, the backlog, and the busiest role.
+/// offered and served rates, the backlog, and the bottleneck with its
+/// wait and every role's busy share.
 pub fn overload_line(o: &report::Overload) -> Option<String> {
     if !o.overloaded {
         return None;
     }
-    let others: Vec<String> = o
-        .busy_share
-        .iter()
-        .filter(|(k, _)| Some(**k) != o.bottleneck)
-        .map(|(k, b)| format!("{k} {:.1}%", 100.0 * b))
-        .collect();
+    let busy: Vec<String> = o.busy_share.iter().map(|(k, b)| format!("{k} {:.1}%", 100.0 * b)).collect();
     let bottleneck = o.bottleneck.map_or_else(String::new, |b| {
-        let share = o.busy_share.get(b).copied().unwrap_or(0.0);
-        let rest = if others.is_empty() { String::new() } else { format!("; {}", others.join(", ")) };
-        format!("; bottleneck {b} (busy {:.1}%{rest})", 100.0 * share)
+        let wait = o.wait_ms.get(b).copied().unwrap_or(0.0);
+        let share = o.bottleneck_ttft_share.map(|x| format!(", {:.0}% of mean TTFT", 100.0 * x)).unwrap_or_default();
+        format!("; bottleneck {b} (waited in front of it {wait:.1} ms{share}; busy {})", busy.join(", "))
     });
     Some(format!(
         "overload     offered {:.2} req/s > served {:.2} req/s: {} requests in the system at the last arrival, growing {:.2}/s{bottleneck}",

@@ -132,8 +132,14 @@ fn header(b: &mut Body, r: &RunReport) {
     }
     if let Some(o) = r.overload.as_ref().filter(|o| o.overloaded) {
         let bottleneck = o.bottleneck.as_ref().map_or_else(String::new, |k| {
-            let share = o.busy_share.get(k).copied().unwrap_or(0.0);
-            format!("; bottleneck: {k} (busy {})", pct(share))
+            let wait = o.wait_ms.get(k).copied().unwrap_or(0.0);
+            let share = o.bottleneck_ttft_share.map(|x| format!(", {} of mean TTFT", pct(x))).unwrap_or_default();
+            let busy: Vec<String> = o.busy_share.iter().map(|(r, b)| format!("{r} {}", pct(*b))).collect();
+            format!(
+                "; bottleneck: {k} (requests waited {} ms in front of it{share}; busy {})",
+                num(wait),
+                busy.join(", ")
+            )
         });
         let _ = writeln!(
             b.html,
@@ -149,6 +155,10 @@ fn header(b: &mut Body, r: &RunReport) {
         "<nav><a href=\"#summary\">Summary</a><a href=\"#latency\">Latency</a><a href=\"#kv\">KV cache</a><a href=\"#queues\">Queues and busy</a><a href=\"#links\">Links</a></nav>\n",
     );
 }
+
+/// What a decode rank's busy share says, beside the ranks' table and the
+/// busy chart.
+const BUSY_NOTE: &str = "<p class=\"note\" data-note=\"busy\">Busy: the share of the run with a step in flight. A decode rank steps whenever it holds anything to decode, however small its batch, so its busy share is near 100 % well below its capacity; where requests wait (the stage breakdown, the queues) tells the bottleneck.</p>\n";
 
 fn card(k: &str, v: &str, s: &str) -> String {
     format!(
@@ -242,6 +252,9 @@ fn summary(b: &mut Body, r: &RunReport) {
         );
     }
     b.html.push_str("</table></div>\n");
+    if r.ranks.iter().any(|k| k.role == "decode") {
+        b.html.push_str(BUSY_NOTE);
+    }
     if !r.links.is_empty() {
         b.html.push_str("<h3>Links</h3><div class=\"scroll\"><table data-table=\"links\"><tr><th>link</th><th>transfers</th><th>GB started</th><th>GB completed</th><th>busy</th><th>mean GB/s while busy</th><th>peak transfers at once</th></tr>\n");
         for l in &r.links {
@@ -813,7 +826,12 @@ fn queues(b: &mut Body, r: &RunReport, tl: Option<&Timeline>, grid: &Grid) {
         }
     }
     if let Some((svg, legend)) = share_chart(tl, grid, &names, "busy", "busy (%)") {
-        let sub = format!("share of each {} window with a step in flight", duration_label(grid.window_ns));
+        let decode = if r.ranks.iter().any(|k| k.role == "decode") {
+            " (a decode rank steps whenever it holds anything to decode: near 100 % is not saturation)"
+        } else {
+            ""
+        };
+        let sub = format!("share of each {} window with a step in flight{decode}", duration_label(grid.window_ns));
         b.chart("rank_busy", "Busy share by rank", &sub, &svg, &legend);
     }
     b.close_charts();

@@ -18,17 +18,17 @@ use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 11] = [
-    ("default.toml", 0xca4c_6c38_228c_19e2, 0x21f6_8370_4d3c_25a9, 0x273e_3717_d2d8_b675),
-    ("glm-5.3-flash-1p1d.toml", 0x2163_00da_485b_4fb1, 0x9eb0_1f13_dc88_0c51, 0xea7c_2ca2_2a96_5f94),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0x3ad9_ea1a_16b4_1b59, 0xecd9_3446_cecb_6199, 0x4e84_5171_de44_030c),
-    ("glm-5.3-flash-2p2d.toml", 0x9ed1_0ad0_7355_47ae, 0x79dc_4927_d920_7515, 0x0678_3253_eb25_2af3),
-    ("glm-5.3-flash-p4d8.toml", 0xde76_3772_1bd4_e50a, 0x2bd3_a37a_9687_41e0, 0xdfb2_781e_5337_95f7),
-    ("gpt-oss-1p1d.toml", 0x6943_01a9_4193_8693, 0x5c74_d7c6_8f01_617a, 0xa6ab_27dd_2b64_1e30),
-    ("llama-3.1-8b-1p1d.toml", 0xd8db_c749_3bc6_e46d, 0x1d29_5e94_fcc3_1516, 0xe3c6_8609_2f1c_2cdf),
-    ("llama-3.1-8b-aggregated.toml", 0xb2e4_463f_8ca1_608c, 0x82da_4816_8d2f_a3fa, 0x9f76_0390_7cbc_bc39),
-    ("llama-3.1-8b-h200-tp1.toml", 0x8fee_a5e2_c3cf_0ec8, 0xe143_0827_41a4_55e9, 0xf377_9f63_5be2_2611),
-    ("llama-3.1-8b-h200-tp4.toml", 0xfd47_ba9d_9836_a2d4, 0xdf38_2258_9bbf_62db, 0xc738_fb79_3b09_abf8),
-    ("mamba2-hybrid-1p1d.toml", 0xee1b_2967_c553_9d9a, 0x14bd_7564_db8f_e8fb, 0x4261_a6ef_6c75_66d2),
+    ("default.toml", 0x96a5_9058_6059_289f, 0x21f6_8370_4d3c_25a9, 0x273e_3717_d2d8_b675),
+    ("glm-5.3-flash-1p1d.toml", 0x0eab_9047_ee1a_d517, 0x9eb0_1f13_dc88_0c51, 0xea7c_2ca2_2a96_5f94),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0xad45_7e0b_6d0d_8a6c, 0xecd9_3446_cecb_6199, 0x4e84_5171_de44_030c),
+    ("glm-5.3-flash-2p2d.toml", 0x4639_f038_d6f0_4907, 0x79dc_4927_d920_7515, 0x0678_3253_eb25_2af3),
+    ("glm-5.3-flash-p4d8.toml", 0xa17c_f6da_9570_d2bb, 0x2bd3_a37a_9687_41e0, 0xdfb2_781e_5337_95f7),
+    ("gpt-oss-1p1d.toml", 0xb51e_b259_ddda_98cb, 0x5c74_d7c6_8f01_617a, 0xa6ab_27dd_2b64_1e30),
+    ("llama-3.1-8b-1p1d.toml", 0x1e37_5bd7_23df_5b20, 0x1d29_5e94_fcc3_1516, 0xe3c6_8609_2f1c_2cdf),
+    ("llama-3.1-8b-aggregated.toml", 0xa857_8132_48b1_3f9c, 0x82da_4816_8d2f_a3fa, 0x9f76_0390_7cbc_bc39),
+    ("llama-3.1-8b-h200-tp1.toml", 0xe326_7de6_0d76_32dd, 0xe143_0827_41a4_55e9, 0xf377_9f63_5be2_2611),
+    ("llama-3.1-8b-h200-tp4.toml", 0x61a0_fe75_f4cb_8c3a, 0xdf38_2258_9bbf_62db, 0xc738_fb79_3b09_abf8),
+    ("mamba2-hybrid-1p1d.toml", 0x570b_7e9f_230c_60c1, 0x14bd_7564_db8f_e8fb, 0x4261_a6ef_6c75_66d2),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -143,7 +143,7 @@ fn streamed_timelines_give_the_pinned_timeline() {
 #[test]
 fn a_shipped_scenarios_page_gives_its_pinned_bytes() {
     use crate::common::{outcome, pdsim_in, scratch_dir};
-    const PINNED_PAGE: u64 = 0x9d9e_2f6f_23fa_2dcc;
+    const PINNED_PAGE: u64 = 0x303f_a7ad_5cf4_2a1c;
     let dir = scratch_dir("pinned-page");
     // From the package root, by a relative path: the page names the
     // scenario as the command line did, and a clone may live anywhere.

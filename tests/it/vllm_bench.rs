@@ -453,3 +453,45 @@ fn overload_is_reported_when_the_offered_load_exceeds_what_is_served() {
     assert_eq!(shares.keys().collect::<Vec<_>>(), ["decode", "link", "prefill"]);
     assert!(!stdout.contains("overload"), "{stdout}");
 }
+
+/// The bottleneck is where requests wait, not the busiest role. The GLM
+/// 1P1D scenario at 5 req/s with bursty (gamma, cv 3) arrivals: its decode
+/// rank steps whenever it holds anything (busy 95.0 % of the time), its
+/// prefill rank 79.2 %, and a busiest-role rule said "decode" (the old
+/// one: decode was the only role at 95 % or more, so the busiest won).
+/// Yet the requests queued in front of the prefill rank: mean prefill
+/// queue 2,913.8 ms of a mean TTFT of 3,462.2 ms (84 %), against a transfer
+/// wait of 2.1 ms plus a decode queue of 1.8 ms in front of the decode rank.
+#[test]
+fn the_bottleneck_is_where_the_time_goes_not_the_busiest_role() {
+    let shipped = std::fs::read_to_string(scenario_file("glm-5.3-flash-1p1d.toml")).unwrap();
+    let model = scenario_file("models/glm-5.3-flash-tp4-fp8.toml");
+    let bursty = shipped
+        .replace(r#"include = ["models/glm-5.3-flash-tp4-fp8.toml"]"#, &format!("include = [{model:?}]"))
+        .replace(r#"{ kind = "poisson", rate_per_s = 4.0 }"#, r#"{ kind = "gamma", rate_per_s = 5.0, cv = 3.0 }"#);
+    assert_ne!(bursty, shipped);
+    let file = scratch("bench-bottleneck.toml", &bursty);
+    let dir = scratch_dir("bench-bottleneck");
+    let (report, _) = run(&file, &dir, &["--requests", "2000", "--no-timeline"]);
+    let v: Value = serde_json::from_str(&report).unwrap();
+    let (o, s) = (&v["overload"], &v["summary"]);
+    let f = |x: &Value| x.as_f64().unwrap();
+    let busy = &o["busy_share"];
+    // The old answer: decode is the only role busy 95 % of the time or
+    // more, and the busiest.
+    assert!(f(&busy["decode"]) >= 0.95 && f(&busy["prefill"]) < 0.95, "{o}");
+    assert!(f(&busy["decode"]) > f(&busy["prefill"]), "{o}");
+    // Where the time went: the prefill queue holds most of the mean TTFT.
+    let pq = f(&s["prefill_queue_ms"]["mean"]);
+    let decode_wait = f(&s["transfer_wait_ms"]["mean"]) + f(&s["decode_queue_ms"]["mean"]);
+    let ttft = f(&s["ttft_ms"]["mean"]);
+    assert!(
+        pq > 0.5 * ttft && pq > 100.0 * decode_wait,
+        "prefill queue {pq} ms, decode {decode_wait} ms, TTFT {ttft} ms"
+    );
+    assert_eq!(o["bottleneck"], "prefill", "{o}");
+    assert_eq!(f(&o["wait_ms"]["prefill"]), pq);
+    assert_eq!(f(&o["wait_ms"]["decode"]), decode_wait);
+    assert_eq!(f(&o["wait_ms"]["link"]), f(&s["transfer_time_ms"]["mean"]));
+    assert_eq!(f(&o["bottleneck_ttft_share"]), pq / ttft);
+}
