@@ -971,12 +971,14 @@ pub fn write_trace_json(
         }
         w.write_all(&buf)?;
     }
-    let timelines = out.ranks.iter().map(|r| &r.timeline).chain(out.links.iter().map(|l| &l.timeline));
-    for (i, tl) in timelines.enumerate() {
+    let no_groups: Vec<String> = Vec::new();
+    let timelines =
+        out.ranks.iter().map(|r| (&r.timeline, &r.groups)).chain(out.links.iter().map(|l| (&l.timeline, &no_groups)));
+    for (i, (tl, groups)) in timelines.enumerate() {
         for chunk in tl.samples.chunks(4096) {
             buf.clear();
             for sample in chunk {
-                trace_counter(&mut buf, i as u32, sample);
+                trace_counter(&mut buf, i as u32, sample, groups);
             }
             w.write_all(&buf)?;
         }
@@ -1024,19 +1026,44 @@ pub fn write_trace_head(
     Ok(())
 }
 
+/// The counter of each timeline metric in `trace.json`: (event name, arg
+/// key); Perfetto names its track "`<event name> <arg key>`". Every
+/// metric of timeline.csv has one, so the trace's counters are the
+/// timeline's rows; a cache group's is `kv used_blocks[<group>]` (the
+/// group named as timeline.csv names it, [`metric_name`]).
+pub const TRACE_COUNTERS: [(Metric, &str, &str); 13] = [
+    (Metric::KvUsed, "kv", "used_blocks"),
+    (Metric::KvFree, "kv", "free_blocks"),
+    (Metric::KvCachedFree, "kv", "cached_free_blocks"),
+    (Metric::Waiting, "seqs", "waiting"),
+    (Metric::Running, "seqs", "running"),
+    (Metric::HeldSources, "handoffs", "held_sources"),
+    (Metric::PendingReservations, "handoffs", "pending_reservations"),
+    (Metric::Transferring, "handoffs", "transferring"),
+    (Metric::ActiveTransfers, "transfers", "active"),
+    (Metric::QueuedTransfers, "transfers", "queued"),
+    (Metric::BytesInFlight, "bytes", "in_flight"),
+    (Metric::Requests, "requests", "in_system"),
+    (Metric::Busy, "state", "busy"),
+];
+
 /// Appends the counter event of one timeline row of entity `entity`
-/// (pid `entity + 1`), if its metric is one the trace shows. Perfetto
-/// names a counter track "`<event name> <arg key>`".
-pub fn trace_counter(out: &mut Vec<u8>, entity: u32, sample: &actors::metrics::Sample) {
-    let (name, key) = match sample.metric {
-        Metric::KvUsed => ("kv", "used_blocks"),
-        Metric::Waiting => ("seqs", "waiting"),
-        Metric::Running => ("seqs", "running"),
-        Metric::ActiveTransfers => ("transfers", "active"),
-        Metric::BytesInFlight => ("bytes", "in_flight"),
-        Metric::Requests => ("requests", "in_system"),
-        Metric::Busy => ("state", "busy"),
-        _ => return,
+/// (pid `entity + 1`, whose cache groups are `groups`), as
+/// [`TRACE_COUNTERS`] names it.
+pub fn trace_counter(out: &mut Vec<u8>, entity: u32, sample: &actors::metrics::Sample, groups: &[String]) {
+    let group_key;
+    let (name, key): (&str, &str) = match sample.metric {
+        Metric::KvGroupUsed(i) => {
+            let g = groups.get(usize::from(i)).map_or_else(|| i.to_string(), Clone::clone);
+            // A JSON string's inside: the group's name escaped.
+            let quoted = serde_json::to_string(&format!("used_blocks[{g}]")).unwrap_or_default();
+            group_key = quoted.trim_matches('"').to_owned();
+            ("kv", &group_key)
+        }
+        m => match TRACE_COUNTERS.iter().find(|c| c.0 == m) {
+            Some(&(_, name, key)) => (name, key),
+            None => return,
+        },
     };
     out.extend_from_slice(b",\n{\"ph\":\"C\",\"name\":\"");
     out.extend_from_slice(name.as_bytes());

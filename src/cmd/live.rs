@@ -84,6 +84,8 @@ struct Trace {
     fmt: Option<TraceSlices>,
     /// Per entity, counter events not yet spilled.
     pending: Vec<Vec<u8>>,
+    /// Per entity, its cache groups' names (for their counters).
+    groups: Vec<Vec<String>>,
     pending_bytes: usize,
     /// (entity, offset, length) of each spilled block, in spill order.
     index: Vec<(u32, u64, u64)>,
@@ -156,6 +158,7 @@ impl Live {
                 counters: Out::create(dir.join(TRACE_SPILLS[1]), &named("trace.json"))?,
                 fmt: None,
                 pending: Vec::new(),
+                groups: Vec::new(),
                 pending_bytes: 0,
                 index: Vec::new(),
                 topology,
@@ -204,6 +207,7 @@ impl Live {
                     let names: Vec<String> = entities.iter().map(|(n, _)| n.clone()).collect();
                     t.fmt = Some(TraceSlices::new(&names, t.topology, t.disaggregated));
                     t.pending = vec![Vec::new(); names.len()];
+                    t.groups = entities.iter().map(|(_, g)| g.clone()).collect();
                 }
             }
             Box::new(move |samples: &[EntitySample]| {
@@ -221,7 +225,8 @@ impl Live {
                     for s in samples {
                         if let Some(buf) = t.pending.get_mut(s.entity as usize) {
                             let before = buf.len();
-                            report::trace_counter(buf, s.entity, &s.sample);
+                            let groups = t.groups.get(s.entity as usize).map_or(&[][..], Vec::as_slice);
+                            report::trace_counter(buf, s.entity, &s.sample, groups);
                             t.pending_bytes += buf.len() - before;
                         }
                     }
