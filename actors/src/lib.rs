@@ -26,6 +26,7 @@ pub mod router;
 pub mod rules;
 pub mod scheduler;
 pub mod sim;
+pub mod sketch;
 pub mod steps;
 pub mod steptime;
 pub mod tp;

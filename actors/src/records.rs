@@ -114,6 +114,12 @@ impl RecordStream {
         self.summary.set_percentiles(ps);
     }
 
+    /// Bounds the summary's latency columns
+    /// ([`SummaryBuilder::set_exact_limit`]).
+    pub(crate) fn set_exact_limit(&mut self, limit: Option<usize>) {
+        self.summary.set_exact_limit(limit);
+    }
+
     /// Sends records to `sink` instead of keeping them.
     pub(crate) fn set_sink(&mut self, sink: RecordSink) {
         self.sink = Some(sink);
