@@ -457,6 +457,23 @@ pub struct Report<'a> {
     pub interrupted: bool,
     /// Broken conservation invariants (empty unless pdsim has a bug).
     pub violations: &'a [String],
+    /// With `--sketch-above N`: the latency statistics over more than N
+    /// values come from a quantile sketch (absent: every one exact).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_sketch: Option<LatencySketch>,
+}
+
+/// `report.json`'s `latency_sketch`: how the latency statistics were
+/// bounded (`pdsim run --sketch-above N`).
+#[derive(Debug, Serialize)]
+pub struct LatencySketch {
+    /// Values each latency statistic kept exactly (a statistic over at
+    /// most this many, rounded up to 65,536, is exact).
+    pub exact_up_to: u64,
+    /// The bound on the relative error of each percentile, median and
+    /// (in `bench`) `pN_` field of a sketched statistic; count, mean and
+    /// max are exact, std up to float rounding.
+    pub relative_error: f64,
 }
 
 /// The resolved scenario as JSON, with `seed` and (when given) the request
@@ -498,6 +515,9 @@ pub fn report<'a>(scenario: &'a Scenario, label: &'a str, run: &'a Run) -> Repor
         digest: digest_hex(out.digest),
         interrupted: run.interrupted,
         violations: &out.violations,
+        latency_sketch: run
+            .sketch_above
+            .map(|n| LatencySketch { exact_up_to: n, relative_error: actors::sketch::RELATIVE_ERROR }),
     }
 }
 

@@ -56,6 +56,12 @@ pub struct Args {
     /// replicas.csv's columns), as vLLM's `--metric-percentiles`.
     #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
     pub percentiles: super::Percentiles,
+    /// Keep at most N values of each latency statistic exactly, then a
+    /// quantile sketch (percentiles within 0.2 % of the exact ones; count,
+    /// mean, max exact), so that memory stops growing with the requests:
+    /// for runs of 10^7 requests and more. Default: every value exact.
+    #[arg(long, value_name = "N")]
+    pub sketch_above: Option<u64>,
     /// Also write report.html (as `pdsim report DIR` does) once the other
     /// files are whole; with --replicas, one in each replica's folder.
     #[arg(long)]
@@ -172,6 +178,7 @@ fn simulate_live(
         record_sink: Some(live.record_sink()),
         sample_sink: live.sample_sink(),
         percentiles: args.percentiles.0.clone(),
+        sketch_above: args.sketch_above,
     };
     match runner::simulate_with(scenario, scenario.seed(), args.requests, on_progress, &INTERRUPTED, keep) {
         Ok(run) => Ok((run, live)),

@@ -404,6 +404,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
                 record_sink: Some(Box::new(|_| {})),
                 sample_sink: None,
                 percentiles: args.percentiles.0.clone(),
+                sketch_above: None,
             };
             let run = runner::simulate_with(&p.scenario, p.seed, requests, |_| {}, &INTERRUPTED, keep)?;
             if run.interrupted {

@@ -400,3 +400,25 @@ fn streamed_files_are_those_written_from_memory() {
         assert_eq!(names, ["report.json", "requests.csv", "timeline.csv", "trace.json"], "{file}");
     }
 }
+
+/// `--sketch-above N`: report.json says so (`latency_sketch`, with the
+/// sketch's bound, 2^-9), and a run whose statistics hold fewer values
+/// than a chunk (65,536) is still exact: every field of the summary and
+/// of `bench`, the digest and requests.csv are those of the exact run.
+#[test]
+fn a_bounded_run_below_its_limit_is_the_exact_run() {
+    let exact = scratch_dir("run-sketch-exact");
+    let bounded = scratch_dir("run-sketch-bounded");
+    let s = "glm-5.3-flash-1p1d.toml";
+    run_into(s, &exact, &["--requests", "200", "--no-trace", "--no-timeline"]);
+    run_into(s, &bounded, &["--requests", "200", "--no-trace", "--no-timeline", "--sketch-above", "0"]);
+    let (e, b) = (json(&exact.join("report.json")), json(&bounded.join("report.json")));
+    assert!(e.get("latency_sketch").is_none());
+    assert_eq!(b["latency_sketch"]["exact_up_to"], 0);
+    assert_eq!(b["latency_sketch"]["relative_error"].as_f64(), Some(0.001953125));
+    for k in ["summary", "bench", "digest", "overload", "ranks"] {
+        assert_eq!(e[k], b[k], "{k}");
+    }
+    let csv = |d: &Path| std::fs::read(d.join("requests.csv")).unwrap();
+    assert!(csv(&exact) == csv(&bounded));
+}
