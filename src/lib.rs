@@ -17,6 +17,8 @@
 //! - [`calibrate`]: measured steps from CSV files, the step-time models
 //!   fitted to them and their error point by point; the batch of a step of
 //!   given counts (`pdsim steptime`, `pdsim calibrate`).
+//! - [`vllm_result`]: `vllm-bench.json`, a run as `vllm bench serve
+//!   --save-result` writes it.
 //! - [`files`]: bounded reads of input files (regular files only, size caps,
 //!   byte-order marks dropped).
 //!
@@ -38,4 +40,5 @@ pub mod runner;
 pub mod scenario;
 pub mod sweep;
 pub mod trace;
+pub mod vllm_result;
 pub mod workload;

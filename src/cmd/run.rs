@@ -52,6 +52,11 @@ pub struct Args {
     /// Do not write timeline.csv (nothing else changes).
     #[arg(long)]
     pub no_timeline: bool,
+    /// Do not write vllm-bench.json (the run as `vllm bench serve
+    /// --save-result --save-detailed` writes it; its per-request lists
+    /// hold one number per output token).
+    #[arg(long)]
+    pub no_vllm_bench: bool,
     /// The percentiles of report.json's `bench` statistics (and of
     /// replicas.csv's columns), as vLLM's `--metric-percentiles`.
     #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
@@ -69,7 +74,8 @@ pub struct Args {
 }
 
 /// The files of one run, in the order they are written.
-pub const FILES: &[&str] = &["report.json", "requests.csv", "timeline.csv", "trace.json"];
+pub const FILES: &[&str] =
+    &["report.json", "requests.csv", "timeline.csv", "trace.json", pdsim::vllm_result::FILE_NAME];
 
 /// Files made from a run's files (`--html`): removed with them before a
 /// run, so that none is left from an earlier one.
@@ -81,7 +87,11 @@ impl Args {
         FILES
             .iter()
             .copied()
-            .filter(|f| !(self.no_timeline && *f == "timeline.csv" || self.no_trace && *f == "trace.json"))
+            .filter(|f| {
+                !(self.no_timeline && *f == "timeline.csv"
+                    || self.no_trace && *f == "trace.json"
+                    || self.no_vllm_bench && *f == pdsim::vllm_result::FILE_NAME)
+            })
             .chain(self.html.then_some(pdsim::html::FILE_NAME))
             .collect()
     }
@@ -140,7 +150,7 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
     });
     progress.finish();
     let (run, live) = result?;
-    write_files(scenario, label, &run, dir, live)?;
+    write_files(args, scenario, label, &run, dir, live)?;
     write_html(args, dir)?;
     check_violations(&run)?;
     if !args.quiet {
@@ -245,9 +255,30 @@ const REPLICA_FILES: [&str; 2] = ["replicas.csv", "replicas_summary.csv"];
 /// report.json last, once the others are whole. So the folder never mixes
 /// two runs, and a folder with a report.json holds all of its run's
 /// files, whatever stopped the writing (a full disk, a second Ctrl-C).
-fn write_files(scenario: &Scenario, label: &str, run: &Run, dir: &Path, live: Live) -> Result<(), CmdError> {
+fn write_files(
+    args: &Args,
+    scenario: &Scenario,
+    label: &str,
+    run: &Run,
+    dir: &Path,
+    live: Live,
+) -> Result<(), CmdError> {
     live.finish(label, run)?;
     let rep = report::report(scenario, label, run);
+    if !args.no_vllm_bench {
+        // From requests.csv, now in place; before report.json, which
+        // comes last.
+        let model = scenario.model_spec().name.as_deref().or(scenario.name()).unwrap_or(label);
+        let setup = pdsim::vllm_result::Setup {
+            label: scenario.name(),
+            model,
+            num_prompts: run.output.summary.requests,
+            workload: scenario.workload(),
+            bench: rep.bench,
+        };
+        let target = dir.join(pdsim::vllm_result::FILE_NAME);
+        pdsim::vllm_result::write_file(dir, &setup).map_err(|e| super::write_error(&target, &e))?;
+    }
     write_file(&dir.join("report.json"), |w| report::write_report(w, &rep))
 }
 
@@ -433,7 +464,7 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
                     "replica {k} was stopped and not written; replicas.csv lists the replicas before it"
                 )));
             }
-            write_files(&scenario, label, &run, &sub, live)?;
+            write_files(args, &scenario, label, &run, &sub, live)?;
             write_html(args, &sub)?;
             check_violations(&run)?;
             let s = &run.output.summary;

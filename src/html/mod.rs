@@ -23,7 +23,7 @@
 use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
 
-mod read;
+pub(crate) mod read;
 mod run_page;
 pub mod svg;
 mod sweep_page;

@@ -261,7 +261,7 @@ fn big_files_can_be_left_out() {
     run_into("llama-3.1-8b-1p1d.toml", &dir, &["--requests", "10", "-q"]);
     assert!(dir.join("trace.json").is_file() && dir.join("timeline.csv").is_file());
     let stdout = run_into("llama-3.1-8b-1p1d.toml", &dir, &["--requests", "10", "--no-trace", "--no-timeline"]);
-    assert!(stdout.contains("/{report.json, requests.csv}"), "{stdout}");
+    assert!(stdout.contains("/{report.json, requests.csv, vllm-bench.json}"), "{stdout}");
     assert!(dir.join("report.json").is_file() && dir.join("requests.csv").is_file());
     assert!(!dir.join("trace.json").exists() && !dir.join("timeline.csv").exists());
 }
@@ -322,7 +322,7 @@ fn replica_folders_are_replaced_as_a_set() {
     assert_eq!(names_in(&dir.join("replica-3")), ["notes.txt"], "only pdsim's files are removed");
     assert_eq!(Csv::read(&dir.join("replicas.csv")).column("replica"), ["0", "1"]);
     run_into("default.toml", &dir, &["--requests", "5", "--no-trace", "--quiet"]);
-    assert_eq!(names_in(&dir), ["replica-3", "report.json", "requests.csv", "timeline.csv"]);
+    assert_eq!(names_in(&dir), ["replica-3", "report.json", "requests.csv", "timeline.csv", "vllm-bench.json"]);
     run_into("default.toml", &dir, &["--requests", "5", "--replicas", "1", "--no-trace", "--quiet"]);
     assert_eq!(names_in(&dir), ["replica-0", "replica-3", "replicas.csv", "replicas_summary.csv"]);
     // A replicas run that stops early (here its first replica cannot write
@@ -397,7 +397,7 @@ fn streamed_files_are_those_written_from_memory() {
         let mut names: Vec<String> =
             std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         names.sort();
-        assert_eq!(names, ["report.json", "requests.csv", "timeline.csv", "trace.json"], "{file}");
+        assert_eq!(names, ["report.json", "requests.csv", "timeline.csv", "trace.json", "vllm-bench.json"], "{file}");
     }
 }
 

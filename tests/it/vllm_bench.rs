@@ -495,3 +495,86 @@ fn the_bottleneck_is_where_the_time_goes_not_the_busiest_role() {
     assert_eq!(f(&o["wait_ms"]["link"]), f(&s["transfer_time_ms"]["mean"]));
     assert_eq!(f(&o["bottleneck_ttft_share"]), pq / ttft);
 }
+
+/// The JSON kind of a value, as Python's json gives it: `int` for a whole
+/// number written without a point or exponent, `float` for other numbers.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_u64() || n.is_i64() => "int",
+        Value::Number(_) => "float",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
+/// `vllm-bench.json` has the keys of a file vLLM 0.33.0's `vllm bench
+/// serve --save-result --save-detailed` wrote (tests/fixtures/vllm-bench/,
+/// see its README), in the same order, each with a value of the same
+/// type (lists' items too); its statistics are report.json's `bench`, and
+/// its per-request lists are requests.csv's, in seconds.
+#[test]
+fn vllm_bench_json_is_the_file_vllm_writes() {
+    let recorded: Value =
+        serde_json::from_str(&std::fs::read_to_string(crate::common::fixture("vllm-bench/recorded.json")).unwrap())
+            .unwrap();
+    let dir = scratch_dir("bench-vllm-file");
+    // With an SLO, as the recording's --goodput: request_goodput a number.
+    let (report, _) = run(&scenario_file("glm-5.3-flash-2p2d.toml"), &dir, &["--requests", "40", "--no-timeline"]);
+    let report: Value = serde_json::from_str(&report).unwrap();
+    let ours: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("vllm-bench.json")).unwrap()).unwrap();
+    let (r, o) = (recorded.as_object().unwrap(), ours.as_object().unwrap());
+    assert_eq!(o.keys().collect::<Vec<_>>(), r.keys().collect::<Vec<_>>(), "the keys, in vLLM's order");
+    for (k, rv) in r {
+        let ov = &o[k];
+        // vLLM's label is null unless --label is given; pdsim's is the
+        // scenario's name.
+        if k == "label" {
+            assert_eq!(ov, "glm-5.3-flash-2p2d");
+            continue;
+        }
+        assert_eq!(kind(ov), kind(rv), "{k}: {ov} against vLLM's {rv}");
+        if let (Value::Array(oa), Value::Array(ra)) = (ov, rv) {
+            assert_eq!(oa.len(), 40, "{k}: one item per request");
+            for item in oa {
+                assert_eq!(kind(item), kind(&ra[0]), "{k}: an item {item} against vLLM's {}", ra[0]);
+                if let (Value::Array(inner), Value::Array(rinner)) = (item, &ra[0]) {
+                    assert!(inner.iter().all(|x| kind(x) == kind(&rinner[0])), "{k}: {item}");
+                }
+            }
+        }
+    }
+    assert_eq!(ours["date"], "19700101-000000");
+    assert_eq!((ours["request_rate"].as_f64(), ours["burstiness"].as_f64()), (Some(8.0), Some(1.0)));
+    // The statistics are bench's, bit for bit.
+    for (k, v) in report["bench"].as_object().unwrap() {
+        assert_eq!(&ours[k], v, "{k}");
+    }
+    assert_eq!(ours["num_prompts"], 40);
+    // The lists are requests.csv's, in seconds: ttft + the gaps is the
+    // latency, the gaps one fewer than the output tokens.
+    let csv = Csv::read(&dir.join("requests.csv"));
+    let f = |v: &Value| v.as_f64().unwrap();
+    for (i, row) in csv.rows.iter().enumerate() {
+        let cell = |c: &str| row[csv.col(c)].as_str();
+        assert_eq!(ours["input_lens"][i].to_string(), cell("prompt_tokens"));
+        assert_eq!(ours["output_lens"][i].to_string(), cell("generated_tokens"));
+        let (a, first, end) =
+            (ns(cell("arrival_ms")).unwrap(), ns(cell("first_token_ms")).unwrap(), ns(cell("finished_ms")).unwrap());
+        assert_eq!(f(&ours["start_times"][i]), a as f64 / 1e9);
+        assert_eq!(f(&ours["ttfts"][i]), (first - a) as f64 / 1e9);
+        assert_eq!(f(&ours["latencies"][i]), (end - a) as f64 / 1e9);
+        let gaps = ours["itls"][i].as_array().unwrap();
+        assert_eq!(gaps.len() as u64 + 1, cell("generated_tokens").parse::<u64>().unwrap());
+        let sum: f64 = gaps.iter().map(f).sum();
+        assert!((f(&ours["ttfts"][i]) + sum - f(&ours["latencies"][i])).abs() < 1e-9, "request {i}");
+        assert_eq!(ours["errors"][i], "");
+        assert_eq!(ours["generated_texts"][i], "");
+    }
+    // --no-vllm-bench leaves it out.
+    let none = scratch_dir("bench-vllm-file-none");
+    run(&scenario_file("glm-5.3-flash-2p2d.toml"), &none, &["--requests", "5", "--no-vllm-bench"]);
+    assert!(!none.join("vllm-bench.json").exists());
+}
