@@ -232,12 +232,14 @@ fn summary(b: &mut Body, r: &RunReport) {
     }
     b.html.push_str("</table></div>\n");
 
-    b.html.push_str("<h3>Ranks</h3><div class=\"scroll\"><table data-table=\"ranks\"><tr><th>rank</th><th>role</th><th>steps</th><th>tokens</th><th>busy</th><th>KV pool (blocks)</th><th>peak KV (blocks)</th><th>peak KV</th><th>evicted blocks</th><th>preemptions</th><th>cache groups</th></tr>\n");
+    // Narrow enough for a 1,200 px window: the cache groups (a list of
+    // names) wrap in their cell, the peak is one cell of blocks and share.
+    b.html.push_str("<h3>Ranks</h3><div class=\"scroll\"><table data-table=\"ranks\"><tr><th>rank</th><th>role</th><th>steps</th><th>tokens</th><th>busy</th><th>KV pool<br>(blocks)</th><th>peak KV<br>(blocks, share)</th><th>evicted<br>blocks</th><th>preemp&shy;tions</th><th>cache groups</th></tr>\n");
     for k in &r.ranks {
         let peak = if k.num_blocks > 0 { k.peak_used_blocks as f64 / k.num_blocks as f64 } else { 0.0 };
         let _ = writeln!(
             b.html,
-            "<tr><td>{}</td><td class=\"t\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"t\">{}</td></tr>",
+            "<tr><td>{}</td><td class=\"t\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({})</td><td>{}</td><td>{}</td><td class=\"t wrap\">{}</td></tr>",
             esc(&k.name),
             esc(&k.role),
             int(k.steps),
@@ -584,7 +586,7 @@ type Line<'a> = (String, Vec<(&'a StepSeries, f64)>);
 /// is the sum of their means per window (exact: a mean is linear). Without
 /// `bands` (many lines on one chart), no band is drawn. The flag says
 /// whether any line was drawn per window.
-fn lines_chart(grid: &Grid, y: Axis, lines: Vec<Line<'_>>, bands: bool) -> Option<(String, String, bool)> {
+fn lines_chart(grid: &Grid, y: Axis, lines: Vec<Line<'_>>, bands: bool) -> Option<(String, String, Coarse)> {
     if lines.is_empty() {
         return None;
     }
@@ -592,6 +594,7 @@ fn lines_chart(grid: &Grid, y: Axis, lines: Vec<Line<'_>>, bands: bool) -> Optio
     let mut legend = Vec::new();
     let mut over = Vec::new();
     let mut coarse = false;
+    let (mut banded, mut peaks) = (false, false);
     for (i, (label, parts)) in lines.into_iter().enumerate() {
         match parts.as_slice() {
             [] => continue,
@@ -599,7 +602,16 @@ fn lines_chart(grid: &Grid, y: Axis, lines: Vec<Line<'_>>, bands: bool) -> Optio
                 Some(pts) => over.push(Series::new(label.clone(), i, Style::Step, pts)),
                 None => {
                     coarse = true;
-                    if bands {
+                    if bands && s.peak() <= SMALL_COUNTS {
+                        // A count of a few (sequences running, transfers)
+                        // changes between its lowest and highest value in
+                        // almost every bucket: its band would fill solid.
+                        // Its highest per bucket, a thin line, instead.
+                        peaks = true;
+                        let highest = s.band(grid, *scale).into_iter().map(|(x, _, hi)| (x, hi)).collect();
+                        c.push(Series::new(format!("{label}: highest"), i, Style::Line, highest).thin());
+                    } else if bands {
+                        banded = true;
                         c.push(Series::band(format!("{label}: lowest to highest"), i, &s.band(grid, *scale)));
                     }
                     over.push(Series::new(label.clone(), i, Style::Line, s.window_means(grid, *scale)));
@@ -625,7 +637,20 @@ fn lines_chart(grid: &Grid, y: Axis, lines: Vec<Line<'_>>, bands: bool) -> Optio
     for l in over {
         c.push(l);
     }
-    Some((c.svg(), svg::legend(&legend), coarse))
+    Some((c.svg(), svg::legend(&legend), Coarse { means: coarse, bands: banded, peaks }))
+}
+
+/// A series whose highest value is at most this is drawn, when coarse,
+/// over its highest value per bucket rather than a band.
+const SMALL_COUNTS: u64 = 32;
+
+/// How a chart over time drew its lines: any as window means, any over a
+/// band, any over its highest values.
+#[derive(Clone, Copy, Debug, Default)]
+struct Coarse {
+    means: bool,
+    bands: bool,
+    peaks: bool,
 }
 
 /// [`lines_chart`] of one line per entity of `metric`, each times its
@@ -636,7 +661,7 @@ fn step_chart(
     entities: &[(&str, f64)],
     metric: &str,
     y: Axis,
-) -> Option<(String, String, bool)> {
+) -> Option<(String, String, Coarse)> {
     let lines: Vec<Line<'_>> = entities
         .iter()
         .filter_map(|(e, scale)| tl.get(e, metric).map(|s| ((*e).to_owned(), vec![(s, *scale)])))
@@ -659,16 +684,19 @@ fn share_chart(tl: &Timeline, grid: &Grid, entities: &[&str], metric: &str, y: &
     Some((c.svg(), svg::legend(&legend)))
 }
 
-fn resolution(grid: &Grid, coarse: bool) -> String {
-    if coarse {
-        format!(
-            "; line: time-weighted mean per {} window, band: lowest to highest per {}",
-            duration_label(grid.window_ns),
-            duration_label(grid.fine_ns)
-        )
-    } else {
-        String::new()
+fn resolution(grid: &Grid, coarse: Coarse) -> String {
+    if !coarse.means {
+        return String::new();
     }
+    let mut s = format!("; line: time-weighted mean per {} window", duration_label(grid.window_ns));
+    let fine = duration_label(grid.fine_ns);
+    if coarse.bands {
+        let _ = write!(s, ", band: lowest to highest per {fine}");
+    }
+    if coarse.peaks {
+        let _ = write!(s, ", thin line: highest per {fine}");
+    }
+    s
 }
 
 fn pool_scale(k: &Rank) -> f64 {
@@ -749,7 +777,7 @@ fn kv(b: &mut Body, r: &RunReport, tl: Option<&Timeline>, grid: &Grid) {
             let y = Axis::linear("blocks in use (% of pool)").from_zero().suffix("%");
             let Some((svg, legend, coarse)) = lines_chart(grid, y, lines, false) else { continue };
             let (who, sub) = if of.len() == 1 {
-                let how = if coarse {
+                let how = if coarse.means {
                     format!("; time-weighted mean per {} window", duration_label(grid.window_ns))
                 } else {
                     String::new()

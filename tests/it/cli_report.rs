@@ -468,3 +468,25 @@ fn a_zip_with_a_repeated_value_is_one_dimension() {
     assert_eq!(names, ["x@n".to_owned(), format!("x@{zip}")], "{names:?}");
     assert!(html.contains("fifo / 2.0, processor_sharing / 5.0, fifo / 9.0"), "the zip's values, paired");
 }
+
+/// A count of a few (sequences running on a rank) that changes hundreds of
+/// times is drawn over its highest value per bucket, a thin line, not a
+/// lowest-to-highest band: between 0 and 3 in every bucket, the band filled
+/// the chart solid. A large count (KV blocks) keeps its band.
+#[test]
+fn small_counts_are_not_drawn_as_solid_bands() {
+    let dir = scratch_dir("report-small-bands");
+    let f = scenario_file("glm-5.3-flash-1p1d.toml");
+    let args =
+        ["run", f.to_str().unwrap(), "--requests", "600", "--no-trace", "-q", "--html", "--out", dir.to_str().unwrap()];
+    let (code, _, stderr) = outcome(&pdsim(&args));
+    assert_eq!(code, 0, "{stderr}");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    let charts = figures(&html);
+    let chart = |name: &str| &charts.iter().find(|f| f.0 == name).unwrap_or_else(|| panic!("no {name}")).1;
+    let running = chart("running");
+    assert!(running.contains("time-weighted mean per"), "the running chart is coarse here: {running:.300}");
+    assert!(!running.contains("mark band"), "no band for a small count");
+    assert!(running.contains("thin line: highest per") && running.contains(r#"stroke-opacity="0.5""#));
+    assert!(chart("kv_used").contains("mark band"), "KV blocks keep their band");
+}
