@@ -180,7 +180,7 @@ table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:6px 0 10
 th,td{padding:3px 10px;border-bottom:1px solid var(--line);text-align:right;white-space:nowrap}
 th{font-weight:600;background:var(--card)}
 th:first-child,td:first-child{text-align:left}
-td.t{text-align:left}
+td.t,th.t{text-align:left}
 td.wrap{white-space:normal;min-width:160px;max-width:320px}
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(540px,1fr));gap:14px}
 .charts.small{grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:10px}

@@ -234,7 +234,7 @@ fn summary(b: &mut Body, r: &RunReport) {
 
     // Narrow enough for a 1,200 px window: the cache groups (a list of
     // names) wrap in their cell, the peak is one cell of blocks and share.
-    b.html.push_str("<h3>Ranks</h3><div class=\"scroll\"><table data-table=\"ranks\"><tr><th>rank</th><th>role</th><th>steps</th><th>tokens</th><th>busy</th><th>KV pool<br>(blocks)</th><th>peak KV<br>(blocks, share)</th><th>evicted<br>blocks</th><th>preemp&shy;tions</th><th>cache groups</th></tr>\n");
+    b.html.push_str("<h3>Ranks</h3><div class=\"scroll\"><table data-table=\"ranks\"><tr><th>rank</th><th>role</th><th>steps</th><th>tokens</th><th>busy</th><th>KV pool<br>(blocks)</th><th>peak KV<br>(blocks, share)</th><th>evicted<br>blocks</th><th>preemp&shy;tions</th><th class=\"t\">cache groups</th></tr>\n");
     for k in &r.ranks {
         let peak = if k.num_blocks > 0 { k.peak_used_blocks as f64 / k.num_blocks as f64 } else { 0.0 };
         let _ = writeln!(
@@ -418,9 +418,11 @@ fn latency(b: &mut Body, r: &RunReport, q: Option<&Requests>, grid: &Grid) {
     let Some(q) = q else {
         b.missing(
             "requests.csv",
-            "requests.csv is not in this folder: the latency distributions, the stage breakdown, and TTFT and the request rates over time need it.",
+            "requests.csv is not in this folder (a sweep point's folder holds report.json alone): the latency distributions, the stage breakdown by E2E band, and TTFT and the request rates over time need it. Below, what report.json gives: each latency's statistics and each stage's mean.",
         );
         b.open_charts();
+        latency_stats(b, r);
+        stage_means(b, r);
         outcomes(b, r);
         b.close_charts();
         b.html.push_str("</section>\n");
@@ -442,6 +444,83 @@ fn latency(b: &mut Body, r: &RunReport, q: Option<&Requests>, grid: &Grid) {
     outcomes(b, r);
     b.close_charts();
     b.html.push_str("</section>\n");
+}
+
+/// Strokes that keep lines drawn over one another apart: wide and solid
+/// under narrow and dashed.
+const LINE_STROKES: [(f64, Option<&str>); 4] = [(3.4, None), (2.4, Some("7 3")), (1.6, None), (1.2, Some("2 2"))];
+
+/// TTFT, TPOT, ITL and E2E at each of report.json's statistics (mean,
+/// median, p90, p95, p99, max), on a log scale: a run's latencies without
+/// its requests.csv (a sweep point's page).
+fn latency_stats(b: &mut Body, r: &RunReport) {
+    let s = &r.summary;
+    let stats = ["mean", "median", "p90", "p95", "p99", "max"];
+    let x = Axis::categories("statistic", stats.iter().map(|s| (*s).to_owned()).collect());
+    let mut c = XyChart::new(x, Axis::log("ms (log scale)"), W, H);
+    let mut legend = Vec::new();
+    for (i, (name, st)) in
+        [("TTFT", &s.ttft_ms), ("TPOT", &s.tpot_ms), ("ITL", &s.itl_ms), ("E2E", &s.e2e_ms)].into_iter().enumerate()
+    {
+        if st.count == 0 {
+            continue;
+        }
+        let values = [st.mean, st.median, st.p90, st.p95, st.p99, st.max];
+        let pts: Vec<(f64, f64)> = values.iter().enumerate().map(|(k, v)| (k as f64, *v)).collect();
+        let titles = stats.iter().zip(values).map(|(k, v)| format!("{name} {k}: {} ms", num(v))).collect();
+        // Lines that coincide (TPOT and ITL often do) stay apart: a wide
+        // one under a narrower dashed one.
+        let (width, dash) = LINE_STROKES[i % LINE_STROKES.len()];
+        c.push(Series::new(name, i, Style::LineDots, pts).titles(titles).stroke(width, dash));
+        legend.push((i, name.to_owned(), dash.is_some()));
+    }
+    if legend.is_empty() {
+        return;
+    }
+    let sub = format!("{} completed requests (ITL: every gap), from report.json", int(s.ttft_ms.count));
+    b.chart("latency_stats", "Latency statistics", &sub, &c.svg(), &svg::legend(&legend));
+}
+
+/// Each stage's mean (report.json's summary), one stacked bar, and what
+/// is left of the mean E2E after them (the first token and the decode):
+/// where the time goes without requests.csv.
+fn stage_means(b: &mut Body, r: &RunReport) {
+    let s = &r.summary;
+    let stages: [(&str, &Stat); 5] = [
+        ("prefill queue", &s.prefill_queue_ms),
+        ("prefill", &s.prefill_time_ms),
+        ("transfer wait", &s.transfer_wait_ms),
+        ("transfer", &s.transfer_time_ms),
+        ("decode queue", &s.decode_queue_ms),
+    ];
+    let used: Vec<(&str, f64)> = stages.iter().filter(|(_, st)| st.count > 0).map(|(n, st)| (*n, st.mean)).collect();
+    if used.is_empty() || s.e2e_ms.count == 0 {
+        return;
+    }
+    let before: f64 = used.iter().map(|u| u.1).sum();
+    let rest = (s.e2e_ms.mean - before).max(0.0);
+    let mut names: Vec<String> = used.iter().map(|u| u.0.to_owned()).collect();
+    names.push("first token and decode".to_owned());
+    let mut chart = BarChart::new("ms (mean)", names, W, 1);
+    let mut values: Vec<f64> = used.iter().map(|u| u.1).collect();
+    values.push(rest);
+    chart.push(Bar { label: "mean request".to_owned(), values });
+    let wait = r.overload.as_ref().and_then(|o| {
+        let k = o.bottleneck.as_ref()?;
+        Some(format!("; requests waited longest in front of the {k} ranks"))
+    });
+    let sub = format!(
+        "each stage's mean over the requests that reached it, the rest of the mean E2E ({} ms) after them{}",
+        num(s.e2e_ms.mean),
+        wait.unwrap_or_default()
+    );
+    b.chart(
+        "stage_means",
+        "Where the time goes: stage means",
+        &sub,
+        &chart.svg(),
+        &svg::block_legend(chart.segments()),
+    );
 }
 
 /// Mean time in each stage, for all completed requests and for the E2E
@@ -708,7 +787,7 @@ fn kv(b: &mut Body, r: &RunReport, tl: Option<&Timeline>, grid: &Grid) {
     let Some(tl) = tl else {
         b.missing(
             "timeline.csv",
-            "timeline.csv is not in this folder (a run with --no-timeline writes none): the KV use by rank and cache group over time needs it.",
+            "timeline.csv is not in this folder (a run with --no-timeline writes none, a sweep point's folder holds report.json alone): the KV use by rank and cache group over time needs it; the ranks table above has each rank's peak.",
         );
         b.html.push_str("</section>\n");
         return;
@@ -813,8 +892,11 @@ fn queues(b: &mut Body, r: &RunReport, tl: Option<&Timeline>, grid: &Grid) {
     let Some(tl) = tl else {
         b.missing(
             "timeline.csv",
-            "timeline.csv is not in this folder (a run with --no-timeline writes none): the queue lengths and busy shares over time need it.",
+            "timeline.csv is not in this folder (a run with --no-timeline writes none, a sweep point's folder holds report.json alone): the queue lengths and busy shares over time need it. Below, each rank's busy share and peak KV use over the whole run (report.json).",
         );
+        b.open_charts();
+        rank_bars(b, r);
+        b.close_charts();
         b.html.push_str("</section>\n");
         return;
     };
@@ -864,6 +946,39 @@ fn queues(b: &mut Body, r: &RunReport, tl: Option<&Timeline>, grid: &Grid) {
     }
     b.close_charts();
     b.html.push_str("</section>\n");
+}
+
+/// Each rank's busy share and peak KV use over the run, from report.json.
+fn rank_bars(b: &mut Body, r: &RunReport) {
+    if r.ranks.is_empty() {
+        return;
+    }
+    let mut busy = BarChart::new("% of the run", vec!["busy".into()], W, 1);
+    let mut kv = BarChart::new("% of the pool", vec!["peak KV blocks in use".into()], W, 1);
+    for k in &r.ranks {
+        busy.push(Bar { label: k.name.clone(), values: vec![100.0 * k.busy_fraction] });
+        let peak = if k.num_blocks > 0 { 100.0 * k.peak_used_blocks as f64 / k.num_blocks as f64 } else { 0.0 };
+        kv.push(Bar { label: k.name.clone(), values: vec![peak] });
+    }
+    let decode = if r.ranks.iter().any(|k| k.role == "decode") {
+        " (a decode rank steps whenever it holds anything to decode: near 100 % is not saturation)"
+    } else {
+        ""
+    };
+    b.chart(
+        "rank_busy_share",
+        "Busy share by rank",
+        &format!("share of the run with a step in flight{decode}"),
+        &busy.svg(),
+        "",
+    );
+    b.chart(
+        "rank_peak_kv",
+        "Peak KV use by rank",
+        "the most KV blocks in use at once, as a share of the pool",
+        &kv.svg(),
+        "",
+    );
 }
 
 fn what_axis(metric: &str) -> &'static str {

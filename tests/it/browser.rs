@@ -231,6 +231,12 @@ fn report_pages_render_in_headless_chromium() {
     assert_eq!(code, 0, "{stderr}");
     let drawn = check_page(&browser, &sweep.join("report.html"), "browser-sweep-page");
     assert!(drawn.iter().any(|d| d == "ttft_mean_ms@decode.count"), "{drawn:?}");
+    // A sweep point's page, from its report.json alone.
+    let point = sweep.join("points").join("count=1,rate_per_s=2.0,seed=1");
+    let (code, _, stderr) = outcome(&pdsim(&["report", point.to_str().unwrap(), "--quiet"]));
+    assert_eq!(code, 0, "{stderr}");
+    let drawn = check_page(&browser, &point.join("report.html"), "browser-point-page");
+    assert!(drawn.iter().any(|d| d == "latency_stats") && drawn.len() >= 5, "{drawn:?}");
     // The instrumentation itself works: a page with an error fails.
     let work = scratch_dir("browser-canary");
     let canary = work.join("canary.html");

@@ -71,7 +71,8 @@ pub fn run_with_html(scenario: &str, name: &str, extra: &[&str]) -> PathBuf {
     dir
 }
 
-/// A tiny sweep over the scratch scenario: 2 x 2 axis points x 2 seeds.
+/// A tiny sweep over the scratch scenario: 2 x 2 axis points x 2 seeds,
+/// each point's report.json written (`--reports`).
 pub fn tiny_sweep(name: &str) -> PathBuf {
     let scenario = scratch(&format!("{name}-scenario.toml"), &crate::common::base_scenario());
     let file = scratch(
@@ -82,7 +83,7 @@ pub fn tiny_sweep(name: &str) -> PathBuf {
         ),
     );
     let dir = scratch_dir(name);
-    ok(&["sweep", file.to_str().unwrap(), "--out", dir.to_str().unwrap(), "--quiet"]);
+    ok(&["sweep", file.to_str().unwrap(), "--out", dir.to_str().unwrap(), "--quiet", "--reports"]);
     dir
 }
 
@@ -187,14 +188,16 @@ fn missing_files_give_notes_in_place_of_their_charts() {
     for n in REQUEST_CHARTS.iter().chain(&["outcomes", "link_bytes"]) {
         assert!(names.iter().any(|x| x == n), "no {n}");
     }
-    // Without requests.csv as well: only report.json's charts remain.
+    // Without requests.csv as well: only report.json's charts remain (its
+    // latency statistics and stage means, each rank's busy share and peak
+    // KV, the outcomes, the links' bytes).
     std::fs::remove_file(dir.join("requests.csv")).unwrap();
     let stdout = ok(&["report", dir.to_str().unwrap()]);
     assert!(stdout.contains("no requests.csv, no timeline.csv"), "{stdout}");
     let html = read(&dir.join("report.html"));
     assert!(html.contains("data-missing=\"requests.csv\""));
     let names: Vec<String> = figures(&html).into_iter().map(|f| f.0).collect();
-    assert_eq!(names, ["outcomes", "link_bytes"]);
+    assert_eq!(names, ["latency_stats", "stage_means", "outcomes", "rank_busy_share", "rank_peak_kv", "link_bytes"]);
 }
 
 #[test]
@@ -489,4 +492,29 @@ fn small_counts_are_not_drawn_as_solid_bands() {
     assert!(!running.contains("mark band"), "no band for a small count");
     assert!(running.contains("thin line: highest per") && running.contains(r#"stroke-opacity="0.5""#));
     assert!(chart("kv_used").contains("mark band"), "KV blocks keep their band");
+}
+
+/// A sweep point's folder holds report.json alone; its page draws what
+/// that gives (each latency's statistics, the stage means, each rank's busy
+/// share and peak KV, outcomes, the links' bytes) beside the notes of what
+/// needs requests.csv or timeline.csv.
+#[test]
+fn a_sweep_points_page_draws_what_its_report_gives() {
+    let dir = tiny_sweep("report-point-page");
+    let point = dir.join("points").join("count=2,rate_per_s=50.0,seed=1");
+    ok(&["report", point.to_str().unwrap(), "--quiet"]);
+    let html = read(&point.join("report.html"));
+    let names: Vec<String> = figures(&html).into_iter().map(|f| f.0).collect();
+    assert_eq!(
+        names,
+        ["latency_stats", "stage_means", "outcomes", "rank_busy_share", "rank_peak_kv", "link_bytes"],
+        "the point's charts"
+    );
+    for file in ["requests.csv", "timeline.csv"] {
+        assert!(html.contains(&format!("data-missing=\"{file}\"")), "{file} said missing");
+    }
+    assert!(
+        html.contains("a sweep point&#39;s folder holds report.json alone")
+            || html.contains("a sweep point's folder holds report.json alone")
+    );
 }
