@@ -110,6 +110,11 @@ pub const METRIC_COLUMNS: &[&str] = &[
     "prefill_peak_kv_used_fraction",
     "decode_peak_kv_used_fraction",
     "aggregated_peak_kv_used_fraction",
+    "overloaded",
+    "bottleneck",
+    "slo_ttft_ms",
+    "slo_tpot_ms",
+    "slo_e2e_ms",
     "digest",
 ];
 
@@ -213,6 +218,15 @@ fn first_cells(rep: &Report<'_>) -> String {
             .reduce(f64::max)
             .map_or_else(String::new, f6)
     }));
+    // The overload check and its bottleneck (report.json's `overload`),
+    // and the scenario's SLO bounds (empty when it sets none), so that a
+    // sweep's page can mark overloaded points and draw the bounds.
+    cells.push(rep.overload.overloaded.to_string());
+    cells.push(rep.overload.bottleneck.unwrap_or("").to_owned());
+    let slo = rep.scenario.resolved.get("slo");
+    for bound in ["ttft_ms", "tpot_ms", "e2e_ms"] {
+        cells.push(slo.and_then(|s| s.get(bound)).and_then(serde_json::Value::as_f64).map_or_else(String::new, f6));
+    }
     cells.push(rep.digest.clone());
     cells.join(",")
 }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::read::{self, Grid, Rank, Requests, RunReport, STAGES, Stat, StepSeries, Timeline};
-use super::svg::{self, Axis, Bar, BarChart, Series, Style, XyChart, esc};
+use super::svg::{self, Axis, Bar, BarChart, LINE_STROKES, Series, Style, XyChart, esc};
 use super::{Kind, Page, ReportError, document, figure, int, missing, num, pct, slug};
 
 /// A run chart's size (viewBox units).
@@ -445,10 +445,6 @@ fn latency(b: &mut Body, r: &RunReport, q: Option<&Requests>, grid: &Grid) {
     b.close_charts();
     b.html.push_str("</section>\n");
 }
-
-/// Strokes that keep lines drawn over one another apart: wide and solid
-/// under narrow and dashed.
-const LINE_STROKES: [(f64, Option<&str>); 4] = [(3.4, None), (2.4, Some("7 3")), (1.6, None), (1.2, Some("2 2"))];
 
 /// TTFT, TPOT, ITL and E2E at each of report.json's statistics (mean,
 /// median, p90, p95, p99, max), on a log scale: a run's latencies without

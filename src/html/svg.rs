@@ -155,6 +155,11 @@ pub enum Style {
     Band,
 }
 
+/// Strokes (width px, dash pattern) that keep lines drawn over one
+/// another apart, by line index: wide and solid under narrow and dashed,
+/// so two lines on the same points show both.
+pub const LINE_STROKES: [(f64, Option<&str>); 4] = [(3.4, None), (2.4, Some("7 3")), (1.6, None), (1.2, Some("2 2"))];
+
 /// One series of an [`XyChart`].
 #[derive(Clone, Debug)]
 pub struct Series {

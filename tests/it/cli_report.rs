@@ -518,3 +518,48 @@ fn a_sweep_points_page_draws_what_its_report_gives() {
             || html.contains("a sweep point's folder holds report.json alone")
     );
 }
+
+/// The sweep page: titles in words with units, lines that coincide kept
+/// apart, overloaded points marked, a log scale where an overloaded
+/// point's TTFT dwarfs the others', and the scenario's SLO drawn. The GLM
+/// 1P1D scenario (TTFT SLO 2 s) serves about 6 req/s: at 12 req/s it is
+/// overloaded, at 4 it is not.
+#[test]
+fn sweep_page_marks_overload_and_the_slo_in_words() {
+    let base = scenario_file("glm-5.3-flash-1p1d.toml");
+    let file = scratch(
+        "report-sweep-overload.toml",
+        &format!(
+            "scenario = {:?}\nrequests = 300\n[axes]\n\"workload.arrival.rate_per_s\" = [4.0, 12.0]\n\"link.sharing\" = [\"fifo\", \"processor_sharing\"]\n",
+            base.display().to_string()
+        ),
+    );
+    let dir = scratch_dir("report-sweep-overload");
+    ok(&["sweep", file.to_str().unwrap(), "--out", dir.to_str().unwrap(), "--quiet"]);
+    let csv = Csv::read(&dir.join("sweep.csv"));
+    assert_eq!(csv.column("overloaded"), ["false", "false", "true", "true"]);
+    assert_eq!(csv.column("bottleneck")[2], "prefill");
+    assert_eq!(csv.column("slo_ttft_ms"), ["2000.000000"; 4]);
+    ok(&["report", dir.to_str().unwrap(), "--quiet"]);
+    let html = read(&dir.join("report.html"));
+    // Axes and metrics in words with units.
+    assert!(html.contains("Metrics against arrival rate (req/s) (<code>workload.arrival.rate_per_s</code>)"));
+    let charts = figures(&html);
+    let chart = |name: &str| &charts.iter().find(|f| f.0 == name).unwrap_or_else(|| panic!("no {name}")).1;
+    let ttft = chart("ttft_mean_ms@workload.arrival.rate_per_s");
+    assert!(ttft.contains("<figcaption>TTFT mean (ms)"), "{ttft:.200}");
+    // fifo and processor sharing give the same numbers on an idle link:
+    // two lines on the same points, one wide and solid, one narrow and
+    // dashed over it.
+    assert!(ttft.contains(r#"stroke-width="3.4""#) && ttft.contains(r#"stroke-dasharray="7 3""#));
+    // The overloaded point (about 30 s of TTFT against 0.4 s) is a ring,
+    // on a log scale, and the 2 s SLO is drawn.
+    assert!(ttft.contains("(log scale)") && ttft.contains(r##"fill="#fff""##), "{ttft}");
+    assert!(ttft.contains(r#"class="ref""#) && ttft.contains("SLO 2000.0"), "{ttft}");
+    assert!(
+        html.contains("a ring marks a point where a seed&#39;s run was overloaded")
+            || html.contains("a ring marks a point where a seed's run was overloaded")
+    );
+    // A share keeps its linear axis.
+    assert!(!chart("slo_attainment@workload.arrival.rate_per_s").contains("log scale"));
+}
