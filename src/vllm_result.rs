@@ -258,7 +258,7 @@ pub fn write(out: &mut impl Write, requests: &Path, setup: &Setup<'_>) -> io::Re
 /// `vllm-bench.json.partial` renamed when whole.
 ///
 /// # Errors
-/// As [`write`]; the file cannot be created or renamed.
+/// As [`write()`]; the file cannot be created or renamed.
 pub fn write_file(dir: &Path, setup: &Setup<'_>) -> io::Result<()> {
     let target = dir.join(FILE_NAME);
     let tmp = dir.join(format!("{FILE_NAME}.partial"));
