@@ -683,8 +683,10 @@ fn lines_chart(grid: &Grid, y: Axis, lines: Vec<Line<'_>>, bands: bool) -> Optio
                         // almost every bucket: its band would fill solid.
                         // Its highest per bucket, a thin line, instead.
                         peaks = true;
-                        let highest = s.band(grid, *scale).into_iter().map(|(x, _, hi)| (x, hi)).collect();
-                        c.push(Series::new(format!("{label}: highest"), i, Style::Line, highest).thin());
+                        c.push(
+                            Series::new(format!("{label}: highest"), i, Style::Step, window_highs(s, grid, *scale))
+                                .thin(),
+                        );
                     } else if bands {
                         banded = true;
                         c.push(Series::band(format!("{label}: lowest to highest"), i, &s.band(grid, *scale)));
@@ -713,6 +715,29 @@ fn lines_chart(grid: &Grid, y: Axis, lines: Vec<Line<'_>>, bands: bool) -> Optio
         c.push(l);
     }
     Some((c.svg(), svg::legend(&legend), Coarse { means: coarse, bands: banded, peaks }))
+}
+
+/// A series' highest value per window (from its fine buckets' highest),
+/// as a step function: (window start s, highest × `scale`), closed at the
+/// run's end.
+fn window_highs(s: &StepSeries, grid: &Grid, scale: f64) -> Vec<(f64, f64)> {
+    let mut highs = vec![f64::NEG_INFINITY; grid.windows()];
+    for (mid_s, _, hi) in s.band(grid, scale) {
+        let w = grid.window_of((mid_s * 1e9) as u64).min(highs.len().saturating_sub(1));
+        if let Some(h) = highs.get_mut(w) {
+            *h = h.max(hi);
+        }
+    }
+    let mut pts: Vec<(f64, f64)> = highs
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| h.is_finite())
+        .map(|(w, &h)| (window_bounds(grid, w).0 as f64 / 1e9, h))
+        .collect();
+    if let Some(&(_, last)) = pts.last() {
+        pts.push((grid.end_ns as f64 / 1e9, last));
+    }
+    pts
 }
 
 /// A series whose highest value is at most this is drawn, when coarse,
@@ -769,7 +794,7 @@ fn resolution(grid: &Grid, coarse: Coarse) -> String {
         let _ = write!(s, ", band: lowest to highest per {fine}");
     }
     if coarse.peaks {
-        let _ = write!(s, ", thin line: highest per {fine}");
+        let _ = write!(s, ", thin steps: highest per {} window", duration_label(grid.window_ns));
     }
     s
 }

@@ -473,7 +473,7 @@ fn a_zip_with_a_repeated_value_is_one_dimension() {
 }
 
 /// A count of a few (sequences running on a rank) that changes hundreds of
-/// times is drawn over its highest value per bucket, a thin line, not a
+/// times is drawn over its highest value per window, thin steps, not a
 /// lowest-to-highest band: between 0 and 3 in every bucket, the band filled
 /// the chart solid. A large count (KV blocks) keeps its band.
 #[test]
@@ -490,7 +490,7 @@ fn small_counts_are_not_drawn_as_solid_bands() {
     let running = chart("running");
     assert!(running.contains("time-weighted mean per"), "the running chart is coarse here: {running:.300}");
     assert!(!running.contains("mark band"), "no band for a small count");
-    assert!(running.contains("thin line: highest per") && running.contains(r#"stroke-opacity="0.5""#));
+    assert!(running.contains("thin steps: highest per") && running.contains(r#"stroke-opacity="0.5""#));
     assert!(chart("kv_used").contains("mark band"), "KV blocks keep their band");
 }
 
