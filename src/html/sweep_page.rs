@@ -214,6 +214,19 @@ pub(crate) fn words(column: &str) -> String {
     if let Some(k) = known {
         return k.to_owned();
     }
+    // Metrics: {latency}_{stat}_ms (the summary's) or {stat}_{latency}_ms
+    // (bench's, whose percentile may hold a point: p99.9_ttft_ms).
+    if let Some(base) = column.strip_suffix("_ms") {
+        for (i, _) in base.match_indices('_') {
+            let (a, b) = (&base[..i], &base[i + 1..]);
+            if let (Some(l), Some(st)) = (latency_words(a), stat_words(b)) {
+                return format!("{l} {st} (ms)");
+            }
+            if let (Some(st), Some(l)) = (stat_words(a), latency_words(b)) {
+                return format!("{l} {st} (ms)");
+            }
+        }
+    }
     let parts: Vec<&str> = column.split('.').collect();
     let last = parts.last().copied().unwrap_or(column);
     // A role's field: `decode.count` "decode ranks".
@@ -231,19 +244,7 @@ pub(crate) fn words(column: &str) -> String {
             return w;
         }
     }
-    // Metrics: {latency}_{stat}_ms (the summary's) or {stat}_{latency}_ms
-    // (bench's); {role}_busy_share; {role}_peak_kv_used_fraction.
-    if let Some(base) = last.strip_suffix("_ms") {
-        for (i, _) in base.match_indices('_') {
-            let (a, b) = (&base[..i], &base[i + 1..]);
-            if let (Some(l), Some(st)) = (latency_words(a), stat_words(b)) {
-                return format!("{l} {st} (ms)");
-            }
-            if let (Some(st), Some(l)) = (stat_words(a), latency_words(b)) {
-                return format!("{l} {st} (ms)");
-            }
-        }
-    }
+    // {role}_busy_share; {role}_peak_kv_used_fraction.
     if let Some(role) = last.strip_suffix("_busy_share") {
         return format!("{role} busy share");
     }
@@ -645,4 +646,32 @@ fn rows_table(body: &mut String, t: &SweepTable) {
         let _ = write!(body, "<p class=\"note\">The first {TABLE_ROWS} rows; sweep.csv has them all.</p>");
     }
     body.push_str("</details></section>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::words;
+
+    #[test]
+    fn columns_read_as_words_with_units() {
+        for (column, want) in [
+            ("workload.arrival.rate_per_s", "arrival rate (req/s)"),
+            ("link.bandwidth_gb_s", "link bandwidth (GB/s)"),
+            ("decode.count", "decode ranks"),
+            ("prefill.num_blocks", "prefill KV pool (blocks)"),
+            ("ttft_mean_ms", "TTFT mean (ms)"),
+            ("p99_ttft_ms", "TTFT p99 (ms)"),
+            ("p99.9_e2el_ms", "E2E p99.9 (ms)"),
+            ("median_tpot_ms", "TPOT median (ms)"),
+            ("transfer_wait_mean_ms", "transfer wait mean (ms)"),
+            ("decode_busy_share", "decode busy share"),
+            ("prefill_peak_kv_used_fraction", "prefill peak KV use (share of pool)"),
+            ("request_throughput", "request throughput (req/s)"),
+            // Unknown: the last component, with the unit its suffix names.
+            ("faults.source_hold_s", "source hold (s)"),
+            ("model.foo_bar", "foo bar"),
+        ] {
+            assert_eq!(words(column), want, "{column}");
+        }
+    }
 }
