@@ -23,6 +23,8 @@
 //!   data frames.
 //! - [`output`]: writing output files: a partial file renamed into place,
 //!   never through a link, never over anything but a regular file.
+//! - [`vllm_result`]: `vllm-bench.json`, a run as `vllm bench serve
+//!   --save-result` writes it.
 //! - [`files`]: bounded reads of input files (regular files only, size caps,
 //!   byte-order marks dropped).
 //!
@@ -49,4 +51,5 @@ pub mod sweep;
 pub mod trace;
 pub mod transfer;
 pub mod validate;
+pub mod vllm_result;
 pub mod workload;

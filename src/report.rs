@@ -269,14 +269,19 @@ impl LinkSummary {
 /// the third keeps it quiet (on the shipped scenarios cut to 50 to 2,000
 /// requests, the late requests' TTFT is at most 1.9 times the early
 /// ones'). An overload of a few per cent needs a long run to show: the
-/// completion rate counts the tail. The bottleneck is the role (prefill, decode or aggregated
-/// ranks, or the links) with the largest mean busy share over the run;
-/// when several are saturated (a busy share of at least [`SATURATED`]: a
-/// decode rank with anything to decode steps all the time, however small
-/// its batch), the one in front of which requests waited longest: the
-/// prefill queue for prefill ranks, the transfer wait (the decode rank's
-/// reservation) and the decode queue for decode ranks, the transfer
-/// itself for links.
+/// completion rate counts the tail.
+///
+/// The bottleneck is read from where the time goes, not from busy
+/// shares: it is the role in front of which requests waited longest on
+/// average ([`Overload::wait_ms`]): the prefill queue for prefill (or
+/// aggregated) ranks, the transfer wait (routing and the decode rank's
+/// reservation of blocks) plus the decode queue for decode ranks, the
+/// transfer itself for links. A busy share cannot tell it: a decode rank
+/// with anything to decode steps all the time, however small its batch,
+/// so its busy share sits near 100 % below its capacity (a GLM 1P1D run
+/// at 5 req/s with bursty arrivals: decode 95.0 % busy, prefill 79.2 %,
+/// yet 2,914 ms of the 3,462 ms mean TTFT, 84 %, is the prefill queue).
+/// With no wait anywhere (no request reached a stage), the busiest role.
 #[derive(Debug, Serialize)]
 pub struct Overload {
     /// The rule above holds.
@@ -296,9 +301,19 @@ pub struct Overload {
     pub early_ttft_ms: f64,
     /// The mean TTFT of the last 32 completed requests, ms.
     pub late_ttft_ms: f64,
-    /// The busiest role: `prefill`, `decode`, `aggregated` or `link`.
+    /// The role requests waited longest in front of: `prefill`,
+    /// `decode`, `aggregated` or `link`.
     pub bottleneck: Option<&'static str>,
-    /// Each role's mean busy share (of its ranks, or of the links).
+    /// The bottleneck's wait over the mean TTFT of completed requests
+    /// (null without a bottleneck or a TTFT).
+    pub bottleneck_ttft_share: Option<f64>,
+    /// Each role's mean wait in front of it, ms (the summary's stage
+    /// means): prefill or aggregated, the prefill queue; decode, the
+    /// transfer wait plus the decode queue; link, the transfer time.
+    pub wait_ms: BTreeMap<&'static str, f64>,
+    /// Each role's mean busy share (of its ranks, or of the links). A
+    /// decode rank steps whenever it has anything to decode, so its share
+    /// says little of how close it is to its capacity.
     pub busy_share: BTreeMap<&'static str, f64>,
 }
 
@@ -309,8 +324,6 @@ pub const GROWTH_SHARE: f64 = 0.05;
 /// [`Overload`]: the late requests' mean TTFT is at least this many times
 /// the early ones'.
 pub const LATENCY_GROWTH: f64 = 3.0;
-/// [`Overload`]: a role this busy is saturated.
-pub const SATURATED: f64 = 0.95;
 
 /// The overload check of `run` of `scenario` (see [`Overload`]).
 pub fn overload(scenario: &Scenario, run: &Run) -> Overload {
@@ -341,19 +354,11 @@ pub fn overload(scenario: &Scenario, run: &Run) -> Overload {
         "decode" => s.transfer_wait_ms.mean + s.decode_queue_ms.mean,
         _ => s.transfer_time_ms.mean,
     };
-    // The busiest role, or of the saturated ones the one with the longest
-    // wait; on a tie, the first of prefill, aggregated, decode, link.
-    let order = ["prefill", "aggregated", "decode", "link"];
-    let roles: Vec<(&'static str, f64)> = order.iter().filter_map(|k| busy_share.get(k).map(|&b| (*k, b))).collect();
-    let saturated: Vec<(&'static str, f64)> =
-        roles.iter().filter(|(_, b)| *b >= SATURATED).map(|&(k, _)| (k, wait(k))).collect();
-    let pick = |v: &[(&'static str, f64)]| {
-        v.iter().fold(None, |best: Option<(&'static str, f64)>, &(k, x)| match best {
-            Some((_, bx)) if bx >= x => best,
-            _ => Some((k, x)),
-        })
-    };
-    let bottleneck = if saturated.len() > 1 { pick(&saturated) } else { pick(&roles) }.map(|(k, _)| k);
+    let wait_ms: BTreeMap<&'static str, f64> = busy_share.keys().map(|&k| (k, wait(k))).collect();
+    let bottleneck = bottleneck(&busy_share, &wait_ms);
+    let bottleneck_ttft_share = bottleneck
+        .filter(|_| s.ttft_ms.count > 0 && s.ttft_ms.mean > 0.0)
+        .map(|b| wait_ms.get(b).copied().unwrap_or(0.0) / s.ttft_ms.mean);
     let open = matches!(scenario.workload().arrival_mode(), ArrivalMode::Open);
     let overloaded = open
         && arrival_rate.is_some_and(|lambda| {
@@ -371,7 +376,32 @@ pub fn overload(scenario: &Scenario, run: &Run) -> Overload {
         early_ttft_ms: l.early_ttft_ms,
         late_ttft_ms: l.late_ttft_ms,
         bottleneck,
+        bottleneck_ttft_share,
+        wait_ms,
         busy_share,
+    }
+}
+
+/// [`Overload::bottleneck`]: the role with the longest mean wait in front
+/// of it, or, when no role has a wait, the busiest; on a tie, the first of
+/// prefill, aggregated, decode, link.
+pub fn bottleneck(
+    busy_share: &BTreeMap<&'static str, f64>,
+    wait_ms: &BTreeMap<&'static str, f64>,
+) -> Option<&'static str> {
+    let order = ["prefill", "aggregated", "decode", "link"];
+    let pick = |of: &BTreeMap<&'static str, f64>| {
+        order.iter().filter_map(|k| of.get(k).map(|&x| (*k, x))).fold(
+            None,
+            |best: Option<(&'static str, f64)>, (k, x)| match best {
+                Some((_, bx)) if bx >= x => best,
+                _ => Some((k, x)),
+            },
+        )
+    };
+    match pick(wait_ms) {
+        Some((k, w)) if w > 0.0 => Some(k),
+        _ => pick(busy_share).map(|(k, _)| k),
     }
 }
 
@@ -427,6 +457,23 @@ pub struct Report<'a> {
     pub interrupted: bool,
     /// Broken conservation invariants (empty unless pdsim has a bug).
     pub violations: &'a [String],
+    /// With `--sketch-above N`: the latency statistics over more than N
+    /// values come from a quantile sketch (absent: every one exact).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_sketch: Option<LatencySketch>,
+}
+
+/// `report.json`'s `latency_sketch`: how the latency statistics were
+/// bounded (`pdsim run --sketch-above N`).
+#[derive(Debug, Serialize)]
+pub struct LatencySketch {
+    /// Values each latency statistic kept exactly (a statistic over at
+    /// most this many, rounded up to 65,536, is exact).
+    pub exact_up_to: u64,
+    /// The bound on the relative error of each percentile, median and
+    /// (in `bench`) `pN_` field of a sketched statistic; count, mean and
+    /// max are exact, std up to float rounding.
+    pub relative_error: f64,
 }
 
 /// The resolved scenario as JSON, with `seed` and (when given) the request
@@ -471,6 +518,9 @@ pub fn report<'a>(scenario: &'a Scenario, label: &'a str, run: &'a Run) -> Repor
         digest: digest_hex(out.digest),
         interrupted: run.interrupted,
         violations: &out.violations,
+        latency_sketch: run
+            .sketch_above
+            .map(|n| LatencySketch { exact_up_to: n, relative_error: actors::sketch::RELATIVE_ERROR }),
     }
 }
 
@@ -954,12 +1004,14 @@ pub fn write_trace_json(
         }
         w.write_all(&buf)?;
     }
-    let timelines = out.ranks.iter().map(|r| &r.timeline).chain(out.links.iter().map(|l| &l.timeline));
-    for (i, tl) in timelines.enumerate() {
+    let no_groups: Vec<String> = Vec::new();
+    let timelines =
+        out.ranks.iter().map(|r| (&r.timeline, &r.groups)).chain(out.links.iter().map(|l| (&l.timeline, &no_groups)));
+    for (i, (tl, groups)) in timelines.enumerate() {
         for chunk in tl.samples.chunks(4096) {
             buf.clear();
             for sample in chunk {
-                trace_counter(&mut buf, i as u32, sample);
+                trace_counter(&mut buf, i as u32, sample, groups);
             }
             w.write_all(&buf)?;
         }
@@ -1007,19 +1059,44 @@ pub fn write_trace_head(
     Ok(())
 }
 
+/// The counter of each timeline metric in `trace.json`: (event name, arg
+/// key); Perfetto names its track "`<event name> <arg key>`". Every
+/// metric of timeline.csv has one, so the trace's counters are the
+/// timeline's rows; a cache group's is `kv used_blocks[<group>]` (the
+/// group named as timeline.csv names it, [`metric_name`]).
+pub const TRACE_COUNTERS: [(Metric, &str, &str); 13] = [
+    (Metric::KvUsed, "kv", "used_blocks"),
+    (Metric::KvFree, "kv", "free_blocks"),
+    (Metric::KvCachedFree, "kv", "cached_free_blocks"),
+    (Metric::Waiting, "seqs", "waiting"),
+    (Metric::Running, "seqs", "running"),
+    (Metric::HeldSources, "handoffs", "held_sources"),
+    (Metric::PendingReservations, "handoffs", "pending_reservations"),
+    (Metric::Transferring, "handoffs", "transferring"),
+    (Metric::ActiveTransfers, "transfers", "active"),
+    (Metric::QueuedTransfers, "transfers", "queued"),
+    (Metric::BytesInFlight, "bytes", "in_flight"),
+    (Metric::Requests, "requests", "in_system"),
+    (Metric::Busy, "state", "busy"),
+];
+
 /// Appends the counter event of one timeline row of entity `entity`
-/// (pid `entity + 1`), if its metric is one the trace shows. Perfetto
-/// names a counter track "`<event name> <arg key>`".
-pub fn trace_counter(out: &mut Vec<u8>, entity: u32, sample: &actors::metrics::Sample) {
-    let (name, key) = match sample.metric {
-        Metric::KvUsed => ("kv", "used_blocks"),
-        Metric::Waiting => ("seqs", "waiting"),
-        Metric::Running => ("seqs", "running"),
-        Metric::ActiveTransfers => ("transfers", "active"),
-        Metric::BytesInFlight => ("bytes", "in_flight"),
-        Metric::Requests => ("requests", "in_system"),
-        Metric::Busy => ("state", "busy"),
-        _ => return,
+/// (pid `entity + 1`, whose cache groups are `groups`), as
+/// [`TRACE_COUNTERS`] names it.
+pub fn trace_counter(out: &mut Vec<u8>, entity: u32, sample: &actors::metrics::Sample, groups: &[String]) {
+    let group_key;
+    let (name, key): (&str, &str) = match sample.metric {
+        Metric::KvGroupUsed(i) => {
+            let g = groups.get(usize::from(i)).map_or_else(|| i.to_string(), Clone::clone);
+            // A JSON string's inside: the group's name escaped.
+            let quoted = serde_json::to_string(&format!("used_blocks[{g}]")).unwrap_or_default();
+            group_key = quoted.trim_matches('"').to_owned();
+            ("kv", &group_key)
+        }
+        m => match TRACE_COUNTERS.iter().find(|c| c.0 == m) {
+            Some(&(_, name, key)) => (name, key),
+            None => return,
+        },
     };
     out.extend_from_slice(b",\n{\"ph\":\"C\",\"name\":\"");
     out.extend_from_slice(name.as_bytes());

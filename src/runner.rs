@@ -47,6 +47,8 @@ pub struct Run {
     /// The run was stopped early by its `stop` flag (requests in flight at
     /// that point failed as unfinished; later ones never entered).
     pub interrupted: bool,
+    /// [`Keep::sketch_above`], as the run was made.
+    pub sketch_above: Option<u64>,
 }
 
 /// Passes requests through and keeps the source's counters where the caller
@@ -82,6 +84,11 @@ pub struct Keep {
     /// The percentiles of the `bench` statistics (`--percentiles`; each
     /// within 0..=100, see [`actors::bench::check_percentiles`]).
     pub percentiles: Vec<f64>,
+    /// `--sketch-above N`: each latency statistic keeps N values exactly,
+    /// then a quantile sketch, so the summary's memory stops growing
+    /// ([`actors::sim::Built::set_exact_latency_limit`]); `None` keeps
+    /// every value.
+    pub sketch_above: Option<u64>,
 }
 
 /// Makes a sample sink from the run's entities: see [`Keep::sample_sink`].
@@ -94,6 +101,7 @@ impl Default for Keep {
             record_sink: None,
             sample_sink: None,
             percentiles: actors::bench::DEFAULT_PERCENTILES.to_vec(),
+            sketch_above: None,
         }
     }
 }
@@ -154,6 +162,7 @@ pub fn simulate_with(
     };
     let mut built = actors::sim::build(&dep, input).map_err(sim_error)?;
     built.set_percentiles(&keep.percentiles);
+    built.set_exact_latency_limit(keep.sketch_above.map(|n| usize::try_from(n).unwrap_or(usize::MAX)));
     if let Some(sink) = keep.record_sink {
         built.set_record_sink(sink);
     }
@@ -161,6 +170,7 @@ pub fn simulate_with(
         let sink = make(&built.entities());
         built.set_sample_sink(sink);
     }
+    let sketch_above = keep.sketch_above;
     let mut stopped = false;
     let output = built
         .run_in_slices(PROGRESS_SLICE, |p| {
@@ -172,7 +182,7 @@ pub fn simulate_with(
     // A run that ended on its own in its last slice is whole.
     let interrupted = stopped && output.cut_short;
     let workload = stats.borrow().clone();
-    Ok(Run { seed, requests, output, workload, wall: start.elapsed(), interrupted })
+    Ok(Run { seed, requests, output, workload, wall: start.elapsed(), interrupted, sketch_above })
 }
 
 /// Runs `work(i)` for every `i` in `0..count` on `jobs` threads and hands

@@ -132,6 +132,75 @@ pub fn value_text(v: &toml::Value) -> String {
     }
 }
 
+/// The longest folder name [`point_folder`] makes (bytes); most file
+/// systems allow 255.
+pub const MAX_FOLDER_NAME: usize = 200;
+
+/// The folder name of a sweep point (`--reports`' `points/<name>/`): its
+/// value on each axis, then its seed, as `key=value` joined by `,`
+/// (`count=1,rate_per_s=4.0,seed=1`), a function of those alone, so a
+/// point keeps its name when the sweep grows. Each key is the shortest
+/// tail of dotted components of the axis path that no other axis path
+/// ends with (`rate_per_s` for `workload.arrival.rate_per_s`;
+/// `prefill.count` beside `decode.count`). `paths` and `values` are the
+/// axis columns of `sweep.csv` and a row's cells ([`value_text`]).
+///
+/// One plain path component: every byte but ASCII letters, digits, `.`,
+/// `_`, `+` and `-` is written `%XX` (so `/`, `,`, `=` and `%` in a value
+/// cannot split or mimic the name, and two different points never get one
+/// name), and a name longer than [`MAX_FOLDER_NAME`] is cut and ends in
+/// `~` and the 16 hex digits of the FNV-1a hash of the whole name.
+pub fn point_folder(paths: &[&str], values: &[&str], seed: u64) -> String {
+    let keys = short_keys(paths);
+    let mut name = String::new();
+    for (k, v) in keys.iter().zip(values) {
+        escape_into(&mut name, k);
+        name.push('=');
+        escape_into(&mut name, v);
+        name.push(',');
+    }
+    name.push_str(&format!("seed={seed}"));
+    if name.len() > MAX_FOLDER_NAME {
+        let hash =
+            name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        // The escaped name is ASCII: any byte is a char boundary.
+        name.truncate(MAX_FOLDER_NAME - 17);
+        name.push_str(&format!("~{hash:016x}"));
+    }
+    name
+}
+
+/// Each path's shortest tail of dotted components that no other path
+/// ends with (the whole path when another path ends with all of it).
+fn short_keys(paths: &[&str]) -> Vec<String> {
+    let tail = |p: &str, k: usize| -> String {
+        let parts: Vec<&str> = p.split('.').collect();
+        parts[parts.len().saturating_sub(k)..].join(".")
+    };
+    paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let n = p.split('.').count();
+            (1..=n)
+                .map(|k| tail(p, k))
+                .find(|t| paths.iter().enumerate().all(|(j, q)| j == i || !(*q == t || q.ends_with(&format!(".{t}")))))
+                .unwrap_or_else(|| (*p).to_owned())
+        })
+        .collect()
+}
+
+/// Appends `s` with every byte outside `[A-Za-z0-9._+-]` as `%XX`.
+fn escape_into(out: &mut String, s: &str) {
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"._+-".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+}
+
 struct Doc<'a> {
     file: &'a str,
     text: &'a str,
@@ -522,6 +591,16 @@ impl Sweep {
         Ok(Point { index, values, seed, scenario })
     }
 
+    /// The folder name of point `index` under `--reports`' `points/`
+    /// ([`point_folder`] of its axis values and seed).
+    pub fn point_folder(&self, index: usize) -> String {
+        let (values, seed) = self.coordinates(index);
+        let paths: Vec<&str> = self.axes.iter().map(|a| a.path.as_str()).collect();
+        let texts: Vec<String> = values.iter().map(value_text).collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        point_folder(&paths, &texts, seed)
+    }
+
     /// Every point, built and checked, in order (each holds its
     /// scenario: for a large grid, build them one at a time with
     /// [`Sweep::point`]).
@@ -552,6 +631,11 @@ pub const OWN_COLUMNS: &[&str] = &[
     "prefill_peak_kv_used_fraction",
     "decode_peak_kv_used_fraction",
     "aggregated_peak_kv_used_fraction",
+    "overloaded",
+    "bottleneck",
+    "slo_ttft_ms",
+    "slo_tpot_ms",
+    "slo_e2e_ms",
     "digest",
 ];
 
@@ -629,6 +713,15 @@ fn own_cells(rep: &Report<'_>) -> String {
             .reduce(f64::max)
             .map_or_else(String::new, f6)
     }));
+    // The overload check and its bottleneck (report.json's `overload`),
+    // and the scenario's SLO bounds (empty when it sets none), so that a
+    // sweep's page can mark overloaded points and draw the bounds.
+    cells.push(rep.overload.overloaded.to_string());
+    cells.push(rep.overload.bottleneck.unwrap_or("").to_owned());
+    let slo = rep.scenario.resolved.get("slo");
+    for bound in ["ttft_ms", "tpot_ms", "e2e_ms"] {
+        cells.push(slo.and_then(|s| s.get(bound)).and_then(serde_json::Value::as_f64).map_or_else(String::new, f6));
+    }
     cells.push(rep.digest.clone());
     cells.join(",")
 }
@@ -654,6 +747,7 @@ pub fn run_point(
         record_sink: Some(Box::new(|_| {})),
         sample_sink: None,
         percentiles: percentiles.to_vec(),
+        sketch_above: None,
     };
     crate::runner::simulate_with(scenario, seed, requests, |_| {}, stop, keep)
 }
@@ -700,6 +794,32 @@ impl fmt::Display for Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn point_folders_name_their_values() {
+        // A zip of two counts and a rate: the counts keep a component to
+        // tell them apart, the rate its last one.
+        let paths = ["prefill.count", "decode.count", "workload.arrival.rate_per_s"];
+        assert_eq!(point_folder(&paths, &["1", "3", "4.0"], 2), "prefill.count=1,decode.count=3,rate_per_s=4.0,seed=2");
+        // No axes: the seed alone.
+        assert_eq!(point_folder(&[], &[], 7), "seed=7");
+        // A path that is another's whole tail keeps all of itself.
+        assert_eq!(short_keys(&["count", "decode.count"]), ["count", "decode.count"]);
+        // Separators, slashes and dots-only values are escaped, so the name
+        // is one component and different values give different names.
+        let odd = point_folder(&["link.sharing"], &["../a/b,c=d%"], 1);
+        assert_eq!(odd, "sharing=..%2Fa%2Fb%2Cc%3Dd%25,seed=1");
+        assert!(!odd.contains('/'));
+        assert_ne!(point_folder(&["x"], &["a b"], 1), point_folder(&["x"], &["a_b"], 1));
+        assert_eq!(point_folder(&["x"], &["a b"], 1), "x=a%20b,seed=1");
+        // Too long: cut, with the hash of the whole name.
+        let long = "v".repeat(400);
+        let a = point_folder(&["x"], &[&long], 1);
+        let b = point_folder(&["x"], &[&long], 2);
+        assert_eq!(a.len(), MAX_FOLDER_NAME);
+        assert!(a.starts_with("x=vvv") && a.as_bytes()[MAX_FOLDER_NAME - 17] == b'~');
+        assert_ne!(a, b);
+    }
 
     #[test]
     fn shards_parse() {

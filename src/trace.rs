@@ -9,6 +9,22 @@
 //!   `hash_ids` are chained ids of 512-token prompt blocks and become the
 //!   request's [`PrefixIds`] (block_tokens 512), so prefix caching sees the
 //!   trace's real reuse. Other keys are ignored.
+//! - `timed_trace` — vLLM 0.33's `timed_trace` dataset (`vllm bench serve
+//!   --dataset-name timed_trace`, `vllm/benchmarks/datasets/datasets.py`
+//!   `TimedTrace`, lines 1417–1576, options at 1689–1733): the same JSON
+//!   lines under field names and units the scenario chooses, with vLLM's
+//!   defaults: `chunk_hash_size` 16 (tokens per `hash_ids` entry: 16 for
+//!   the Qwen/Alibaba traces, 512 for Mooncake's),
+//!   `sec_multiplier` 1 (timestamps × it are seconds: 0.001 for ms),
+//!   `label_timestamp` `timestamp`, `label_input_length` `input_length`,
+//!   `label_output_length` `output_length`, `label_hash_ids` `hash_ids`
+//!   (vLLM's `--timed-trace-chunk-hash-size`, `--timed-trace-sec-multiplier`,
+//!   `--timed-trace-label-*`). A `mooncake` trace takes the same options,
+//!   with Mooncake's defaults (512, 0.001). One departure: vLLM builds a
+//!   prompt of `chunk_hash_size` tokens per hash id and cuts it at
+//!   `input_length`, so a row with too few ids (or none) sends a shorter
+//!   (or empty) prompt; pdsim's prompt is always `input_length` tokens,
+//!   its ids the prefix it shares.
 //! - `azure` — Azure LLM inference CSV (2023):
 //!   `TIMESTAMP,ContextTokens,GeneratedTokens` with wall-clock timestamps like
 //!   `2023-11-16 18:17:03.9799600` (read exactly, to the nanosecond, as UTC).
@@ -73,6 +89,29 @@ pub struct TraceSpec {
     /// Skip and count malformed rows instead of stopping at the first.
     #[serde(default)]
     pub skip_malformed: bool,
+    /// Tokens one `hash_ids` entry covers (`mooncake`, `timed_trace`;
+    /// vLLM's `--timed-trace-chunk-hash-size`): default 512 for
+    /// `mooncake`, 16 for `timed_trace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_hash_size: Option<u64>,
+    /// Timestamps times this are seconds (vLLM's
+    /// `--timed-trace-sec-multiplier`): default 0.001 for `mooncake`
+    /// (ms), 1 for `timed_trace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sec_multiplier: Option<f64>,
+    /// The field of the timestamp (default `timestamp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_timestamp: Option<String>,
+    /// The field of the prompt's tokens (default `input_length`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_input_length: Option<String>,
+    /// The field of the output's tokens (default `output_length`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_output_length: Option<String>,
+    /// The field of the prompt's chained block ids (default `hash_ids`;
+    /// a row without it shares no prefix).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_hash_ids: Option<String>,
 }
 
 fn one() -> f64 {
@@ -85,6 +124,9 @@ fn one() -> f64 {
 pub enum TraceFormat {
     /// Mooncake JSON lines.
     Mooncake,
+    /// vLLM's `timed_trace` JSON lines.
+    #[serde(rename = "timed_trace")]
+    TimedTrace,
     /// Azure LLM inference CSV.
     Azure,
     /// BurstGPT CSV.
@@ -96,6 +138,7 @@ impl TraceFormat {
     pub const fn as_str(self) -> &'static str {
         match self {
             TraceFormat::Mooncake => "mooncake",
+            TraceFormat::TimedTrace => "timed_trace",
             TraceFormat::Azure => "azure",
             TraceFormat::Burstgpt => "burstgpt",
         }
@@ -118,7 +161,130 @@ impl TraceSpec {
         if let Some(limit) = self.limit {
             at_least_one("limit", limit)?;
         }
+        let json = matches!(self.format, TraceFormat::Mooncake | TraceFormat::TimedTrace);
+        let set = [
+            ("chunk_hash_size", self.chunk_hash_size.is_some()),
+            ("sec_multiplier", self.sec_multiplier.is_some()),
+            ("label_timestamp", self.label_timestamp.is_some()),
+            ("label_input_length", self.label_input_length.is_some()),
+            ("label_output_length", self.label_output_length.is_some()),
+            ("label_hash_ids", self.label_hash_ids.is_some()),
+        ];
+        if let Some((field, _)) = set.iter().find(|(_, given)| *given && !json) {
+            return Err(FieldError::new(
+                *field,
+                format!("only the mooncake and timed_trace formats take it, not {}", self.format),
+            ));
+        }
+        if let Some(c) = self.chunk_hash_size {
+            at_least_one("chunk_hash_size", c)?;
+        }
+        if let Some(m) = self.sec_multiplier {
+            positive("sec_multiplier", m)?;
+        }
+        for (field, label) in [
+            ("label_timestamp", &self.label_timestamp),
+            ("label_input_length", &self.label_input_length),
+            ("label_output_length", &self.label_output_length),
+            ("label_hash_ids", &self.label_hash_ids),
+        ] {
+            if label.as_deref().is_some_and(str::is_empty) {
+                return Err(FieldError::new(field, "must not be empty"));
+            }
+        }
         Ok(())
+    }
+
+    /// A trace of `format` at `path` with every other field at its default.
+    pub fn new(format: TraceFormat, path: impl Into<PathBuf>) -> Self {
+        TraceSpec {
+            format,
+            path: path.into(),
+            time_scale: 1.0,
+            limit: None,
+            skip_malformed: false,
+            chunk_hash_size: None,
+            sec_multiplier: None,
+            label_timestamp: None,
+            label_input_length: None,
+            label_output_length: None,
+            label_hash_ids: None,
+        }
+    }
+
+    /// Tokens one `hash_ids` entry covers: `chunk_hash_size`, or the
+    /// format's default (512 for `mooncake`, 16 for `timed_trace`).
+    pub fn chunk_tokens(&self) -> u64 {
+        self.chunk_hash_size.unwrap_or(match self.format {
+            TraceFormat::TimedTrace => TIMED_TRACE_CHUNK_TOKENS,
+            _ => MOONCAKE_BLOCK_TOKENS,
+        })
+    }
+
+    /// Seconds per timestamp unit: `sec_multiplier`, or the format's
+    /// default (0.001 for `mooncake`, 1 for `timed_trace`).
+    pub fn seconds_per_unit(&self) -> f64 {
+        self.sec_multiplier.unwrap_or(match self.format {
+            TraceFormat::TimedTrace => 1.0,
+            _ => 0.001,
+        })
+    }
+
+    /// The JSON fields (timestamp, input length, output length, hash ids).
+    fn labels(&self) -> [String; 4] {
+        let or = |l: &Option<String>, d: &str| l.clone().unwrap_or_else(|| d.to_owned());
+        [
+            or(&self.label_timestamp, "timestamp"),
+            or(&self.label_input_length, "input_length"),
+            or(&self.label_output_length, "output_length"),
+            or(&self.label_hash_ids, "hash_ids"),
+        ]
+    }
+}
+
+/// Tokens one `hash_ids` entry covers in a `timed_trace` by default
+/// (vLLM's `--timed-trace-chunk-hash-size` default).
+pub const TIMED_TRACE_CHUNK_TOKENS: u64 = 16;
+
+/// How a JSON-lines trace's rows are read: the field names and the units.
+#[derive(Clone, Debug)]
+struct JsonRows {
+    /// The fields (timestamp, input length, output length, hash ids), or
+    /// `None` for the default names (read by a derived parser, faster).
+    labels: Option<[String; 4]>,
+    /// Nanoseconds per timestamp unit, when a whole number (exact).
+    unit_ns: Option<u64>,
+    /// Nanoseconds per timestamp unit as a float (otherwise).
+    unit_ns_f64: f64,
+    /// How a timestamp's unit is named in messages: `ms`, `s`, or
+    /// `× 0.25 s`.
+    unit_name: String,
+}
+
+impl JsonRows {
+    fn of(spec: &TraceSpec) -> Self {
+        let labels = spec.labels();
+        let default = labels == ["timestamp", "input_length", "output_length", "hash_ids"];
+        let per = spec.seconds_per_unit() * 1e9;
+        let whole = per.round();
+        let unit_ns = ((per - whole).abs() <= 1e-6 * whole.max(1.0) && whole >= 1.0 && whole < u64::MAX as f64)
+            .then_some(whole as u64);
+        let unit_name = match unit_ns {
+            Some(1_000_000) => "ms".to_owned(),
+            Some(1_000_000_000) => "s".to_owned(),
+            _ => format!("× {} s", short_float(spec.seconds_per_unit())),
+        };
+        JsonRows { labels: (!default).then_some(labels), unit_ns, unit_ns_f64: per, unit_name }
+    }
+
+    fn time_ns(&self, n: &serde_json::Number) -> Option<u64> {
+        match self.unit_ns {
+            Some(u) => number_ns(n, u),
+            None => {
+                let ns = (n.as_f64()? * self.unit_ns_f64).round();
+                (ns.is_finite() && ns >= 0.0 && ns < u64::MAX as f64).then_some(ns as u64)
+            }
+        }
     }
 }
 
@@ -167,6 +333,10 @@ pub struct TraceReader {
     use_timestamps: bool,
     time_scale: f64,
     skip_malformed: bool,
+    /// How JSON-lines rows are read (`mooncake`, `timed_trace`).
+    json: JsonRows,
+    /// Tokens per `hash_ids` entry.
+    chunk: u64,
     limit: Option<u64>,
     first_ns: Option<u64>,
     prev: Option<(u64, String)>,
@@ -196,13 +366,15 @@ impl TraceReader {
             use_timestamps,
             time_scale: spec.time_scale,
             skip_malformed: spec.skip_malformed,
+            json: JsonRows::of(spec),
+            chunk: spec.chunk_tokens(),
             limit: spec.limit,
             first_ns: None,
             prev: None,
             stats: TraceStats::default(),
         };
         let wanted: Option<[&str; 3]> = match spec.format {
-            TraceFormat::Mooncake => None,
+            TraceFormat::Mooncake | TraceFormat::TimedTrace => None,
             TraceFormat::Azure => Some(["TIMESTAMP", "ContextTokens", "GeneratedTokens"]),
             TraceFormat::Burstgpt => Some(["Timestamp", "Request tokens", "Response tokens"]),
         };
@@ -292,7 +464,7 @@ impl TraceReader {
 
     fn parse_row(&self, text: &str) -> Result<Row, String> {
         match (self.format, self.columns) {
-            (TraceFormat::Mooncake, _) => parse_mooncake(text),
+            (TraceFormat::Mooncake | TraceFormat::TimedTrace, _) => parse_json_row(text, &self.json),
             (format, Some(cols)) => parse_csv_row(format, cols, text),
             (format, None) => Err(format!("{format} trace read without its header")),
         }
@@ -360,7 +532,7 @@ impl RequestSource for TraceReader {
                     let prefix = if ids.is_empty() {
                         PrefixIds::none()
                     } else {
-                        PrefixIds { block_tokens: Tokens::new(MOONCAKE_BLOCK_TOKENS), ids }
+                        PrefixIds { block_tokens: Tokens::new(self.chunk), ids }
                     };
                     return Ok(Some(RequestSpec {
                         arrival,
@@ -392,8 +564,42 @@ struct MooncakeRow {
     hash_ids: Vec<u64>,
 }
 
-fn parse_mooncake(text: &str) -> Result<Row, String> {
-    let row: MooncakeRow = serde_json::from_str(text).map_err(|e| {
+fn parse_json_row(text: &str, how: &JsonRows) -> Result<Row, String> {
+    let row = match &how.labels {
+        None => parse_mooncake(text)?,
+        Some(labels) => parse_labelled(text, labels)?,
+    };
+    let [time_label, input_label, output_label] = match &how.labels {
+        None => ["timestamp", "input_length", "output_length"],
+        Some(l) => [l[0].as_str(), l[1].as_str(), l[2].as_str()],
+    };
+    let unit = &how.unit_name;
+    let time_ns = how.time_ns(&row.timestamp).ok_or_else(|| {
+        if row.timestamp.as_f64().is_some_and(|t| t >= 0.0) {
+            format!("{time_label}: {} {unit} is 2^64 ns or more", row.timestamp)
+        } else {
+            format!("{time_label}: must be a non-negative number ({unit}), got {}", row.timestamp)
+        }
+    })?;
+    if row.input_length == 0 {
+        return Err(format!("{input_label}: must be >= 1, got 0"));
+    }
+    if row.output_length == 0 {
+        return Err(format!("{output_label}: must be >= 1, got 0"));
+    }
+    token_cap(input_label, output_label, row.input_length, row.output_length)?;
+    Ok(Row::Request {
+        time_ns,
+        time_text: format!("{} {unit}", row.timestamp),
+        prompt: row.input_length,
+        output: row.output_length,
+        ids: row.hash_ids,
+    })
+}
+
+/// A row under the default field names, by the derived parser.
+fn parse_mooncake(text: &str) -> Result<MooncakeRow, String> {
+    serde_json::from_str(text).map_err(|e| {
         let msg = e.to_string();
         let msg = msg.rfind(" at line ").map_or(msg.as_str(), |i| &msg[..i]).to_owned();
         // The field the error is in, when it is in one (`timestamp: expected
@@ -405,28 +611,44 @@ fn parse_mooncake(text: &str) -> Result<Row, String> {
         };
         let field = if matches!(path.as_str(), "" | "." | "?") { String::new() } else { format!("{path}: ") };
         format!("{field}{msg} (column {})", e.column())
-    })?;
-    let time_ns = number_ns(&row.timestamp, 1_000_000).ok_or_else(|| {
-        if row.timestamp.as_f64().is_some_and(|t| t >= 0.0) {
-            format!("timestamp: {} ms is 2^64 ns ({:.3e} ms) or more", row.timestamp, u64::MAX as f64 / 1e6)
-        } else {
-            format!("timestamp: must be a non-negative number of ms, got {}", row.timestamp)
-        }
-    })?;
-    if row.input_length == 0 {
-        return Err("input_length: must be >= 1, got 0".into());
-    }
-    if row.output_length == 0 {
-        return Err("output_length: must be >= 1, got 0".into());
-    }
-    token_cap("input_length", "output_length", row.input_length, row.output_length)?;
-    Ok(Row::Request {
-        time_ns,
-        time_text: format!("{} ms", row.timestamp),
-        prompt: row.input_length,
-        output: row.output_length,
-        ids: row.hash_ids,
     })
+}
+
+/// A row under the fields `labels` (timestamp, input length, output
+/// length, hash ids) names; other fields are ignored.
+fn parse_labelled(text: &str, labels: &[String; 4]) -> Result<MooncakeRow, String> {
+    let mut map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(text).map_err(|e| format!("{e}"))?;
+    let missing = |l: &str| format!("{l}: missing (the row has {})", map_keys(text));
+    let number = |map: &mut serde_json::Map<String, serde_json::Value>, l: &str| match map.remove(l) {
+        Some(serde_json::Value::Number(n)) => Ok(n),
+        Some(other) => Err(format!("{l}: expected a number, got {other}")),
+        None => Err(missing(l)),
+    };
+    let count = |map: &mut serde_json::Map<String, serde_json::Value>, l: &str| -> Result<u64, String> {
+        let n = number(map, l)?;
+        n.as_u64().ok_or_else(|| format!("{l}: expected a whole number of tokens, got {n}"))
+    };
+    let timestamp = number(&mut map, &labels[0])?;
+    let input_length = count(&mut map, &labels[1])?;
+    let output_length = count(&mut map, &labels[2])?;
+    let hash_ids = match map.remove(&labels[3]) {
+        None | Some(serde_json::Value::Null) => Vec::new(),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v.as_u64().ok_or_else(|| format!("{}[{i}]: expected a block id (u64), got {v}", labels[3])))
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(format!("{}: expected a list of block ids, got {other}", labels[3])),
+    };
+    Ok(MooncakeRow { timestamp, input_length, output_length, hash_ids })
+}
+
+/// The keys of a JSON object row, for a message.
+fn map_keys(text: &str) -> String {
+    match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text) {
+        Ok(m) => m.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "),
+        Err(_) => "no fields".to_owned(),
+    }
 }
 
 /// `x` as a scenario file would spell it briefly: `2.5`, `1e308`.
@@ -665,10 +887,69 @@ mod tests {
         assert_eq!(split_csv(r#""a"b,1"#).unwrap_err().0, 0);
     }
 
+    /// vLLM's timed_trace options: other field names, seconds (or any
+    /// unit), 16-token hash chunks; the errors name the scenario's labels.
+    #[test]
+    fn timed_trace_rows_follow_their_labels_and_units() {
+        let mut spec = TraceSpec::new(TraceFormat::TimedTrace, "t.jsonl");
+        assert_eq!((spec.chunk_tokens(), spec.seconds_per_unit()), (16, 1.0));
+        spec.label_timestamp = Some("ts".into());
+        spec.label_input_length = Some("in".into());
+        spec.label_output_length = Some("out".into());
+        spec.label_hash_ids = Some("hashes".into());
+        let how = JsonRows::of(&spec);
+        let row = |t: &str| match parse_json_row(t, &how) {
+            Ok(Row::Request { time_ns, prompt, output, ids, .. }) => Ok((time_ns, prompt, output, ids)),
+            Ok(Row::Failed) => Err("failed".to_owned()),
+            Err(e) => Err(e),
+        };
+        // 1.25 s, exactly; other fields ignored, hash ids optional.
+        assert_eq!(
+            row(r#"{"ts": 1.25, "in": 40, "out": 3, "hashes": [7, 8, 9], "x": 1}"#),
+            Ok((1_250_000_000, 40, 3, vec![7, 8, 9]))
+        );
+        assert_eq!(row(r#"{"ts": 2, "in": 1, "out": 1}"#), Ok((2_000_000_000, 1, 1, vec![])));
+        assert!(row(r#"{"timestamp": 2, "in": 1, "out": 1}"#).unwrap_err().starts_with("ts: missing"));
+        assert!(row(r#"{"ts": 2, "in": 0, "out": 1}"#).unwrap_err().starts_with("in: must be >= 1"));
+        assert!(row(r#"{"ts": 2, "in": 1.5, "out": 1}"#).unwrap_err().starts_with("in: expected a whole number"));
+        assert!(row(r#"{"ts": 2, "in": 1, "out": 1, "hashes": [1, -2]}"#).unwrap_err().starts_with("hashes[1]: "));
+        assert!(row(r#"{"ts": -1, "in": 1, "out": 1}"#).unwrap_err().contains("non-negative"));
+        // A unit of 0.25 s (not whole nanoseconds per unit: float, rounded).
+        spec.sec_multiplier = Some(0.25);
+        let how = JsonRows::of(&spec);
+        match parse_json_row(r#"{"ts": 3, "in": 1, "out": 1}"#, &how) {
+            Ok(Row::Request { time_ns, time_text, .. }) => {
+                assert_eq!(time_ns, 750_000_000);
+                assert_eq!(time_text, "3 × 0.25 s");
+            }
+            _ => panic!("a row"),
+        }
+        // Mooncake's defaults: ms and 512-token chunks.
+        let m = TraceSpec::new(TraceFormat::Mooncake, "t.jsonl");
+        assert_eq!((m.chunk_tokens(), m.seconds_per_unit()), (512, 0.001));
+        assert_eq!(JsonRows::of(&m).unit_ns, Some(1_000_000));
+        assert!(JsonRows::of(&m).labels.is_none(), "the default names take the derived parser");
+        // The options belong to the JSON formats only.
+        let mut azure = TraceSpec::new(TraceFormat::Azure, "a.csv");
+        azure.chunk_hash_size = Some(512);
+        let e = azure.check().unwrap_err();
+        assert_eq!(e.field, "chunk_hash_size", "{e:?}");
+        let mut zero = TraceSpec::new(TraceFormat::TimedTrace, "t.jsonl");
+        zero.chunk_hash_size = Some(0);
+        assert_eq!(zero.check().unwrap_err().field, "chunk_hash_size");
+        zero.chunk_hash_size = None;
+        zero.sec_multiplier = Some(0.0);
+        assert_eq!(zero.check().unwrap_err().field, "sec_multiplier");
+        zero.sec_multiplier = None;
+        zero.label_hash_ids = Some(String::new());
+        assert_eq!(zero.check().unwrap_err().field, "label_hash_ids");
+    }
+
     /// A malformed row's error names the field it is in.
     #[test]
     fn row_errors_name_their_field() {
-        let mooncake = |t: &str| parse_mooncake(t).err().unwrap();
+        let how = JsonRows::of(&TraceSpec::new(TraceFormat::Mooncake, "t.jsonl"));
+        let mooncake = |t: &str| parse_json_row(t, &how).err().unwrap();
         assert!(mooncake(r#"{"timestamp": NaN, "input_length": 1, "output_length": 1}"#).starts_with("timestamp: "));
         assert!(mooncake(r#"{"timestamp": 1, "input_length": -3, "output_length": 1}"#).starts_with("input_length: "));
         assert!(

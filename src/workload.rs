@@ -781,13 +781,7 @@ mod tests {
             spec(ArrivalSpec::ClosedLoop { concurrency: 1 }, u64::MAX).check_arrival_span(None, "--requests").is_ok()
         );
         let mut traced = spec(poisson(1e-6), 20_000);
-        traced.trace = Some(TraceSpec {
-            format: crate::trace::TraceFormat::Mooncake,
-            path: "t.jsonl".into(),
-            time_scale: 1.0,
-            limit: None,
-            skip_malformed: false,
-        });
+        traced.trace = Some(TraceSpec::new(crate::trace::TraceFormat::Mooncake, "t.jsonl"));
         assert!(traced.check_arrival_span(None, "--requests").is_ok());
         // u64::MAX requests at 1e9/s: 1.8e10 s, refused, with no overflow.
         assert!(spec(poisson(1e9), u64::MAX).check_arrival_span(None, "--requests").is_err());

@@ -43,7 +43,7 @@ pub use deploy::{config, sim, steps, validate};
 pub use models::{arch, hardware, model, steptime, tp};
 pub use requests::{request, workload};
 pub use serving::router;
-pub use stats::{bench, records};
+pub use stats::{bench, records, sketch};
 
 /// A run's statistics: its summary, the instruments it is made of, and
 /// the exact timelines of its ranks and links.

@@ -86,6 +86,8 @@ struct Trace {
     fmt: Option<TraceSlices>,
     /// Per entity, counter events not yet spilled.
     pending: Vec<Vec<u8>>,
+    /// Per entity, its cache groups' names (for their counters).
+    groups: Vec<Vec<String>>,
     pending_bytes: usize,
     /// (entity, offset, length) of each spilled block, in spill order.
     index: Vec<(u32, u64, u64)>,
@@ -158,6 +160,7 @@ impl Live {
                 counters: Out::create(dir.join(TRACE_SPILLS[1]), &named("trace.json"))?,
                 fmt: None,
                 pending: Vec::new(),
+                groups: Vec::new(),
                 pending_bytes: 0,
                 index: Vec::new(),
                 topology,
@@ -206,6 +209,7 @@ impl Live {
                     let names: Vec<String> = entities.iter().map(|(n, _)| n.clone()).collect();
                     t.fmt = Some(TraceSlices::new(&names, t.topology, t.disaggregated));
                     t.pending = vec![Vec::new(); names.len()];
+                    t.groups = entities.iter().map(|(_, g)| g.clone()).collect();
                 }
             }
             Box::new(move |samples: &[EntitySample]| {
@@ -223,7 +227,8 @@ impl Live {
                     for s in samples {
                         if let Some(buf) = t.pending.get_mut(s.entity as usize) {
                             let before = buf.len();
-                            report::trace_counter(buf, s.entity, &s.sample);
+                            let groups = t.groups.get(s.entity as usize).map_or(&[][..], Vec::as_slice);
+                            report::trace_counter(buf, s.entity, &s.sample, groups);
                             t.pending_bytes += buf.len() - before;
                         }
                     }
@@ -244,16 +249,16 @@ impl Live {
 
     /// Finishes the files of `run` (labelled `label`), each still under
     /// its partial name (the trace joined from its spills under its
-    /// header), then `last` (report.json, written under its partial name
-    /// once the others are whole), then moves them into place, `last`
-    /// after the others. When one cannot be finished or placed, none of the run's
+    /// header), then `last`'s files (made from the whole requests.csv,
+    /// given under its partial name: vllm-bench.json, then report.json),
+    /// then moves them into place, `last`'s after the others, in order. When one cannot be finished or placed, none of the run's
     /// files is left: neither a `.partial` file nor a spill, nor a file
     /// already placed, so the folder holds no part of a failed run.
     pub fn finish(
         self,
         label: &str,
         run: &Run,
-        last: impl FnOnce() -> Result<TempFile, CmdError>,
+        last: impl FnOnce(&Path) -> Result<Vec<TempFile>, CmdError>,
     ) -> Result<(), CmdError> {
         let mut placed = Vec::new();
         let finished = self.place_all(label, run, last, &mut placed);
@@ -270,7 +275,7 @@ impl Live {
         &self,
         label: &str,
         run: &Run,
-        last: impl FnOnce() -> Result<TempFile, CmdError>,
+        last: impl FnOnce(&Path) -> Result<Vec<TempFile>, CmdError>,
         placed: &mut Vec<PathBuf>,
     ) -> Result<(), CmdError> {
         let dir = &self.dir;
@@ -292,14 +297,20 @@ impl Live {
             }
             ready.push((partial(&target), target));
         }
-        let last = last()?;
+        // The files made from these, whole (their partial names given).
+        let last = last(&f.requests.path)?;
         // Then each into place, report.json last.
         for (from, to) in ready {
             output::check_target(&to).map_err(CmdError::BadInput)?;
             std::fs::rename(&from, &to).map_err(|e| write_error(&to, &e))?;
             placed.push(to);
         }
-        last.commit().map_err(CmdError::BadInput)
+        for file in last {
+            let target = file.target().to_path_buf();
+            file.commit().map_err(CmdError::BadInput)?;
+            placed.push(target);
+        }
+        Ok(())
     }
 }
 

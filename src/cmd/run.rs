@@ -51,12 +51,23 @@ pub struct Args {
     /// Do not write timeline.csv (nothing else changes).
     #[arg(long)]
     pub no_timeline: bool,
+    /// Do not write vllm-bench.json (the run as `vllm bench serve
+    /// --save-result --save-detailed` writes it; its per-request lists
+    /// hold one number per output token).
+    #[arg(long)]
+    pub no_vllm_bench: bool,
     /// The percentiles of report.json's `bench` statistics (and of
     /// replicas.csv's columns), comma-separated, in the form of vLLM's
     /// `--metric-percentiles` and named as vLLM names them (`p99`,
     /// `p99.9`); pdsim's default is 50,90,95,99 (vLLM's is 99 alone).
     #[arg(long, value_name = "P,...", default_value = "50,90,95,99", value_parser = super::percentiles_arg, allow_hyphen_values = true)]
     pub percentiles: super::Percentiles,
+    /// Keep at most N values of each latency statistic exactly, then a
+    /// quantile sketch (percentiles within 0.2 % of the exact ones; count,
+    /// mean, max exact), so that memory stops growing with the requests:
+    /// for runs of 10^7 requests and more. Default: every value exact.
+    #[arg(long, value_name = "N")]
+    pub sketch_above: Option<u64>,
     /// Also write report.html (as `pdsim report DIR` does) once the other
     /// files are whole; with --replicas, one in each replica's folder.
     #[arg(long)]
@@ -64,7 +75,8 @@ pub struct Args {
 }
 
 /// The files of one run, in the order they are written.
-pub const FILES: &[&str] = &["report.json", "requests.csv", "timeline.csv", "trace.json"];
+pub const FILES: &[&str] =
+    &["report.json", "requests.csv", "timeline.csv", "trace.json", pdsim::vllm_result::FILE_NAME];
 
 /// Files made from a run's files (`--html`): removed with them before a
 /// run, so that none is left from an earlier one.
@@ -76,7 +88,11 @@ impl Args {
         FILES
             .iter()
             .copied()
-            .filter(|f| !(self.no_timeline && *f == "timeline.csv" || self.no_trace && *f == "trace.json"))
+            .filter(|f| {
+                !(self.no_timeline && *f == "timeline.csv"
+                    || self.no_trace && *f == "trace.json"
+                    || self.no_vllm_bench && *f == pdsim::vllm_result::FILE_NAME)
+            })
             .chain(self.html.then_some(pdsim::html::FILE_NAME))
             .collect()
     }
@@ -136,7 +152,7 @@ fn single(args: &Args, scenario: &Scenario, label: &str, dir: &Path) -> Result<(
     });
     progress.finish();
     let (run, live) = result?;
-    write_files(scenario, label, &run, dir, live)?;
+    write_files(args, scenario, label, &run, dir, live)?;
     write_html(args, dir)?;
     check_violations(&run)?;
     if !args.quiet {
@@ -174,6 +190,7 @@ fn simulate_live(
         record_sink: Some(live.record_sink()),
         sample_sink: live.sample_sink(),
         percentiles: args.percentiles.0.clone(),
+        sketch_above: args.sketch_above,
     };
     match runner::simulate_with(scenario, scenario.seed(), args.requests, on_progress, &INTERRUPTED, keep) {
         Ok(run) => Ok((run, live)),
@@ -304,13 +321,38 @@ const REPLICA_FILES: [&str; 2] = ["replicas.csv", "replicas_summary.csv"];
 /// report.json last, once the others are whole. So the folder never mixes
 /// two runs, and a folder with a report.json holds all of its run's
 /// files, whatever stopped the writing (a full disk, a second Ctrl-C).
-fn write_files(scenario: &Scenario, label: &str, run: &Run, dir: &Path, live: Live) -> Result<(), CmdError> {
+fn write_files(
+    args: &Args,
+    scenario: &Scenario,
+    label: &str,
+    run: &Run,
+    dir: &Path,
+    live: Live,
+) -> Result<(), CmdError> {
     let rep = report::report(scenario, label, run);
     let path = dir.join("report.json");
-    live.finish(label, run, || {
+    live.finish(label, run, |requests| {
+        let mut last = Vec::new();
+        if !args.no_vllm_bench {
+            // From requests.csv (whole, not yet in place), before
+            // report.json, which comes last.
+            let model = scenario.model_spec().name.as_deref().or(scenario.name()).unwrap_or(label);
+            let setup = pdsim::vllm_result::Setup {
+                label: scenario.name(),
+                model,
+                num_prompts: run.output.summary.requests,
+                workload: scenario.workload(),
+                bench: rep.bench,
+            };
+            let target = dir.join(pdsim::vllm_result::FILE_NAME);
+            let mut f = pdsim::output::TempFile::create(&target).map_err(CmdError::BadInput)?;
+            pdsim::vllm_result::write(f.writer(), requests, &setup).map_err(|e| super::write_error(&target, &e))?;
+            last.push(f);
+        }
         let mut f = pdsim::output::TempFile::create(&path).map_err(CmdError::BadInput)?;
         report::write_report(f.writer(), &rep).map_err(|e| super::write_error(&path, &e))?;
-        Ok(f)
+        last.push(f);
+        Ok(last)
     })
 }
 
@@ -352,21 +394,17 @@ fn setup_line(scenario: &Scenario) -> Option<String> {
 }
 
 /// The summary's line for an overloaded run (see [`report::Overload`]):
-/// offered and served rates, the backlog, and the busiest role.
+/// offered and served rates, the backlog, and the bottleneck with its
+/// wait and every role's busy share.
 pub fn overload_line(o: &report::Overload) -> Option<String> {
     if !o.overloaded {
         return None;
     }
-    let others: Vec<String> = o
-        .busy_share
-        .iter()
-        .filter(|(k, _)| Some(**k) != o.bottleneck)
-        .map(|(k, b)| format!("{k} {:.1}%", 100.0 * b))
-        .collect();
+    let busy: Vec<String> = o.busy_share.iter().map(|(k, b)| format!("{k} {:.1}%", 100.0 * b)).collect();
     let bottleneck = o.bottleneck.map_or_else(String::new, |b| {
-        let share = o.busy_share.get(b).copied().unwrap_or(0.0);
-        let rest = if others.is_empty() { String::new() } else { format!("; {}", others.join(", ")) };
-        format!("; bottleneck {b} (busy {:.1}%{rest})", 100.0 * share)
+        let wait = o.wait_ms.get(b).copied().unwrap_or(0.0);
+        let share = o.bottleneck_ttft_share.map(|x| format!(", {:.0}% of mean TTFT", 100.0 * x)).unwrap_or_default();
+        format!("; bottleneck {b} (waited in front of it {wait:.1} ms{share}; busy {})", busy.join(", "))
     });
     Some(format!(
         "overload     offered {:.2} req/s > served {:.2} req/s: {} requests in the system at the last arrival, growing {:.2}/s{bottleneck}",
@@ -518,7 +556,7 @@ fn replicas(args: &Args, scenario: &Scenario, label: &str, dir: &Path, count: u6
                     "replica {k} was stopped and not written; replicas.csv lists the replicas before it"
                 )));
             }
-            write_files(&scenario, label, &run, &sub, live)?;
+            write_files(args, &scenario, label, &run, &sub, live)?;
             write_html(args, &sub)?;
             check_violations(&run)?;
             let s = &run.output.summary;

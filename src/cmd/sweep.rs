@@ -198,11 +198,11 @@ fn short_axis_names(axes: &[pdsim::sweep::Axis]) -> Vec<String> {
         .collect()
 }
 
-/// The folder of point `index`'s files under the output folder `dir`
-/// (`--reports`): `DIR/points/<index>/`, the index as in sweep.csv's
-/// `point` column.
-pub fn point_dir(dir: &Path, index: usize) -> PathBuf {
-    dir.join(POINTS_DIR).join(index.to_string())
+/// The folder of a point's files under the output folder `dir`
+/// (`--reports`): `DIR/points/<name>/`, `name` from
+/// [`Sweep::point_folder`] (its axis values and seed).
+pub fn point_dir(dir: &Path, name: &str) -> PathBuf {
+    dir.join(POINTS_DIR).join(name)
 }
 
 /// The folder of the points' reports, in the sweep's folder.
@@ -418,7 +418,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     let own = |p: &Path| pdsim::output::remove_file_if_own(p).map_err(CmdError::BadInput);
     match args.shard {
         None => clear_points(&points_dir)?,
-        Some(_) => mine.clone().try_for_each(|i| clear_point(&point_dir(&dir, i)))?,
+        Some(_) => mine.clone().try_for_each(|i| clear_point(&point_dir(&dir, &sweep.point_folder(i))))?,
     }
     // The page describes rows that are being rewritten, whichever shard
     // this is.
@@ -491,7 +491,7 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             // A point's report is whole before its row is written, so
             // that every row of sweep.csv has its report.
             if let Some(bytes) = out.report {
-                let sub = point_dir(&dir, index);
+                let sub = point_dir(&dir, &sweep.point_folder(index));
                 pdsim::output::own_dir(&dir, &sub).map_err(CmdError::BadInput)?;
                 write_file(&sub.join("report.json"), |w| w.write_all(&bytes))?;
             }
@@ -543,7 +543,12 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
             let _ = writeln!(t, "wrote        {}", summary_path.display());
         }
         if args.reports {
-            let _ = writeln!(t, "wrote        {}/<point>/report.json", dir.join(POINTS_DIR).display());
+            let _ = writeln!(
+                t,
+                "wrote        {}/<point>/report.json (<point>: {}, …)",
+                dir.join(POINTS_DIR).display(),
+                sweep.point_folder(0)
+            );
         }
         emit(&t)?;
     }

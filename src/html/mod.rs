@@ -23,7 +23,7 @@
 use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
 
-mod read;
+pub(crate) mod read;
 mod run_page;
 pub mod svg;
 mod sweep_page;
@@ -177,7 +177,8 @@ table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:6px 0 10
 th,td{padding:3px 10px;border-bottom:1px solid var(--line);text-align:right;white-space:nowrap}
 th{font-weight:600;background:var(--card)}
 th:first-child,td:first-child{text-align:left}
-td.t{text-align:left}
+td.t,th.t{text-align:left}
+td.wrap{white-space:normal;min-width:160px;max-width:320px}
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(540px,1fr));gap:14px}
 .charts.small{grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:10px}
 figure.chart{margin:0;border:1px solid var(--line);border-radius:6px;padding:8px 10px;min-width:0}

@@ -78,6 +78,10 @@ pub struct Overload {
     pub backlog_growth_per_s: f64,
     pub bottleneck: Option<String>,
     #[serde(default)]
+    pub bottleneck_ttft_share: Option<f64>,
+    #[serde(default)]
+    pub wait_ms: BTreeMap<String, f64>,
+    #[serde(default)]
     pub busy_share: BTreeMap<String, f64>,
 }
 

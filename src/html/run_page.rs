@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::read::{self, Grid, Rank, Requests, RunReport, STAGES, Stat, StepSeries, Timeline};
-use super::svg::{self, Axis, Bar, BarChart, Series, Style, XyChart, esc};
+use super::svg::{self, Axis, Bar, BarChart, LINE_STROKES, Series, Style, XyChart, esc};
 use super::{Kind, Page, ReportError, document, figure, int, missing, num, pct, slug};
 
 /// A run chart's size (viewBox units).
@@ -144,8 +144,14 @@ fn header(b: &mut Body, r: &RunReport) {
     }
     if let Some(o) = r.overload.as_ref().filter(|o| o.overloaded) {
         let bottleneck = o.bottleneck.as_ref().map_or_else(String::new, |k| {
-            let share = o.busy_share.get(k).copied().unwrap_or(0.0);
-            format!("; bottleneck: {k} (busy {})", pct(share))
+            let wait = o.wait_ms.get(k).copied().unwrap_or(0.0);
+            let share = o.bottleneck_ttft_share.map(|x| format!(", {} of mean TTFT", pct(x))).unwrap_or_default();
+            let busy: Vec<String> = o.busy_share.iter().map(|(r, b)| format!("{r} {}", pct(*b))).collect();
+            format!(
+                "; bottleneck: {k} (requests waited {} ms in front of it{share}; busy {})",
+                num(wait),
+                busy.join(", ")
+            )
         });
         let _ = writeln!(
             b.html,
@@ -161,6 +167,10 @@ fn header(b: &mut Body, r: &RunReport) {
         "<nav><a href=\"#summary\">Summary</a><a href=\"#latency\">Latency</a><a href=\"#kv\">KV cache</a><a href=\"#queues\">Queues and busy</a><a href=\"#links\">Links</a></nav>\n",
     );
 }
+
+/// What a decode rank's busy share says, beside the ranks' table and the
+/// busy chart.
+const BUSY_NOTE: &str = "<p class=\"note\" data-note=\"busy\">Busy: the share of the run with a step in flight. A decode rank steps whenever it holds anything to decode, however small its batch, so its busy share is near 100 % well below its capacity; where requests wait (the stage breakdown, the queues) tells the bottleneck.</p>\n";
 
 fn card(k: &str, v: &str, s: &str) -> String {
     format!(
@@ -234,12 +244,14 @@ fn summary(b: &mut Body, r: &RunReport) {
     }
     b.html.push_str("</table></div>\n");
 
-    b.html.push_str("<h3>Ranks</h3><div class=\"scroll\"><table data-table=\"ranks\"><tr><th>rank</th><th>role</th><th>steps</th><th>tokens</th><th>busy</th><th>KV pool (blocks)</th><th>peak KV (blocks)</th><th>peak KV</th><th>evicted blocks</th><th>preemptions</th><th>cache groups</th></tr>\n");
+    // Narrow enough for a 1,200 px window: the cache groups (a list of
+    // names) wrap in their cell, the peak is one cell of blocks and share.
+    b.html.push_str("<h3>Ranks</h3><div class=\"scroll\"><table data-table=\"ranks\"><tr><th>rank</th><th>role</th><th>steps</th><th>tokens</th><th>busy</th><th>KV pool<br>(blocks)</th><th>peak KV<br>(blocks, share)</th><th>evicted<br>blocks</th><th>preemp&shy;tions</th><th class=\"t\">cache groups</th></tr>\n");
     for k in &r.ranks {
         let peak = if k.num_blocks > 0 { k.peak_used_blocks as f64 / k.num_blocks as f64 } else { 0.0 };
         let _ = writeln!(
             b.html,
-            "<tr><td>{}</td><td class=\"t\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"t\">{}</td></tr>",
+            "<tr><td>{}</td><td class=\"t\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({})</td><td>{}</td><td>{}</td><td class=\"t wrap\">{}</td></tr>",
             esc(&k.name),
             esc(&k.role),
             int(k.steps),
@@ -254,6 +266,9 @@ fn summary(b: &mut Body, r: &RunReport) {
         );
     }
     b.html.push_str("</table></div>\n");
+    if r.ranks.iter().any(|k| k.role == "decode") {
+        b.html.push_str(BUSY_NOTE);
+    }
     if !r.links.is_empty() {
         b.html.push_str("<h3>Links</h3><div class=\"scroll\"><table data-table=\"links\"><tr><th>link</th><th>transfers</th><th>GB started</th><th>GB completed</th><th>busy</th><th>mean GB/s while busy</th><th>peak transfers at once</th></tr>\n");
         for l in &r.links {
@@ -415,9 +430,11 @@ fn latency(b: &mut Body, r: &RunReport, q: Option<&Requests>, grid: &Grid) {
     let Some(q) = q else {
         b.missing(
             "requests.csv",
-            "requests.csv is not in this folder: the latency distributions, the stage breakdown, and TTFT and the request rates over time need it.",
+            "requests.csv is not in this folder (a sweep point's folder holds report.json alone): the latency distributions, the stage breakdown by E2E band, and TTFT and the request rates over time need it. Below, what report.json gives: each latency's statistics and each stage's mean.",
         );
         b.open_charts();
+        latency_stats(b, r);
+        stage_means(b, r);
         outcomes(b, r);
         b.close_charts();
         b.html.push_str("</section>\n");
@@ -439,6 +456,79 @@ fn latency(b: &mut Body, r: &RunReport, q: Option<&Requests>, grid: &Grid) {
     outcomes(b, r);
     b.close_charts();
     b.html.push_str("</section>\n");
+}
+
+/// TTFT, TPOT, ITL and E2E at each of report.json's statistics (mean,
+/// median, p90, p95, p99, max), on a log scale: a run's latencies without
+/// its requests.csv (a sweep point's page).
+fn latency_stats(b: &mut Body, r: &RunReport) {
+    let s = &r.summary;
+    let stats = ["mean", "median", "p90", "p95", "p99", "max"];
+    let x = Axis::categories("statistic", stats.iter().map(|s| (*s).to_owned()).collect());
+    let mut c = XyChart::new(x, Axis::log("ms (log scale)"), W, H);
+    let mut legend = Vec::new();
+    for (i, (name, st)) in
+        [("TTFT", &s.ttft_ms), ("TPOT", &s.tpot_ms), ("ITL", &s.itl_ms), ("E2E", &s.e2e_ms)].into_iter().enumerate()
+    {
+        if st.count == 0 {
+            continue;
+        }
+        let values = [st.mean, st.median, st.p90, st.p95, st.p99, st.max];
+        let pts: Vec<(f64, f64)> = values.iter().enumerate().map(|(k, v)| (k as f64, *v)).collect();
+        let titles = stats.iter().zip(values).map(|(k, v)| format!("{name} {k}: {} ms", num(v))).collect();
+        // Lines that coincide (TPOT and ITL often do) stay apart: a wide
+        // one under a narrower dashed one.
+        let (width, dash) = LINE_STROKES[i % LINE_STROKES.len()];
+        c.push(Series::new(name, i, Style::LineDots, pts).titles(titles).stroke(width, dash));
+        legend.push((i, name.to_owned(), dash.is_some()));
+    }
+    if legend.is_empty() {
+        return;
+    }
+    let sub = format!("{} completed requests (ITL: every gap), from report.json", int(s.ttft_ms.count));
+    b.chart("latency_stats", "Latency statistics", &sub, &c.svg(), &svg::legend(&legend));
+}
+
+/// Each stage's mean (report.json's summary), one stacked bar, and what
+/// is left of the mean E2E after them (the first token and the decode):
+/// where the time goes without requests.csv.
+fn stage_means(b: &mut Body, r: &RunReport) {
+    let s = &r.summary;
+    let stages: [(&str, &Stat); 5] = [
+        ("prefill queue", &s.prefill_queue_ms),
+        ("prefill", &s.prefill_time_ms),
+        ("transfer wait", &s.transfer_wait_ms),
+        ("transfer", &s.transfer_time_ms),
+        ("decode queue", &s.decode_queue_ms),
+    ];
+    let used: Vec<(&str, f64)> = stages.iter().filter(|(_, st)| st.count > 0).map(|(n, st)| (*n, st.mean)).collect();
+    if used.is_empty() || s.e2e_ms.count == 0 {
+        return;
+    }
+    let before: f64 = used.iter().map(|u| u.1).sum();
+    let rest = (s.e2e_ms.mean - before).max(0.0);
+    let mut names: Vec<String> = used.iter().map(|u| u.0.to_owned()).collect();
+    names.push("first token and decode".to_owned());
+    let mut chart = BarChart::new("ms (mean)", names, W, 1);
+    let mut values: Vec<f64> = used.iter().map(|u| u.1).collect();
+    values.push(rest);
+    chart.push(Bar { label: "mean request".to_owned(), values });
+    let wait = r.overload.as_ref().and_then(|o| {
+        let k = o.bottleneck.as_ref()?;
+        Some(format!("; requests waited longest in front of the {k} ranks"))
+    });
+    let sub = format!(
+        "each stage's mean over the requests that reached it, the rest of the mean E2E ({} ms) after them{}",
+        num(s.e2e_ms.mean),
+        wait.unwrap_or_default()
+    );
+    b.chart(
+        "stage_means",
+        "Where the time goes: stage means",
+        &sub,
+        &chart.svg(),
+        &svg::block_legend(chart.segments()),
+    );
 }
 
 /// Mean time in each stage, for all completed requests and for the E2E
@@ -583,7 +673,7 @@ type Line<'a> = (String, Vec<(&'a StepSeries, f64)>);
 /// is the sum of their means per window (exact: a mean is linear). Without
 /// `bands` (many lines on one chart), no band is drawn. The flag says
 /// whether any line was drawn per window.
-fn lines_chart(grid: &Grid, y: Axis, lines: Vec<Line<'_>>, bands: bool) -> Option<(String, String, bool)> {
+fn lines_chart(grid: &Grid, y: Axis, lines: Vec<Line<'_>>, bands: bool) -> Option<(String, String, Coarse)> {
     if lines.is_empty() {
         return None;
     }
@@ -591,6 +681,7 @@ fn lines_chart(grid: &Grid, y: Axis, lines: Vec<Line<'_>>, bands: bool) -> Optio
     let mut legend = Vec::new();
     let mut over = Vec::new();
     let mut coarse = false;
+    let (mut banded, mut peaks) = (false, false);
     for (i, (label, parts)) in lines.into_iter().enumerate() {
         match parts.as_slice() {
             [] => continue,
@@ -598,7 +689,18 @@ fn lines_chart(grid: &Grid, y: Axis, lines: Vec<Line<'_>>, bands: bool) -> Optio
                 Some(pts) => over.push(Series::new(label.clone(), i, Style::Step, pts)),
                 None => {
                     coarse = true;
-                    if bands {
+                    if bands && s.peak() <= SMALL_COUNTS {
+                        // A count of a few (sequences running, transfers)
+                        // changes between its lowest and highest value in
+                        // almost every bucket: its band would fill solid.
+                        // Its highest per bucket, a thin line, instead.
+                        peaks = true;
+                        c.push(
+                            Series::new(format!("{label}: highest"), i, Style::Step, window_highs(s, grid, *scale))
+                                .thin(),
+                        );
+                    } else if bands {
+                        banded = true;
                         c.push(Series::band(format!("{label}: lowest to highest"), i, &s.band(grid, *scale)));
                     }
                     over.push(Series::new(label.clone(), i, Style::Line, s.window_means(grid, *scale)));
@@ -624,7 +726,43 @@ fn lines_chart(grid: &Grid, y: Axis, lines: Vec<Line<'_>>, bands: bool) -> Optio
     for l in over {
         c.push(l);
     }
-    Some((c.svg(), svg::legend(&legend), coarse))
+    Some((c.svg(), svg::legend(&legend), Coarse { means: coarse, bands: banded, peaks }))
+}
+
+/// A series' highest value per window (from its fine buckets' highest),
+/// as a step function: (window start s, highest × `scale`), closed at the
+/// run's end.
+fn window_highs(s: &StepSeries, grid: &Grid, scale: f64) -> Vec<(f64, f64)> {
+    let mut highs = vec![f64::NEG_INFINITY; grid.windows()];
+    for (mid_s, _, hi) in s.band(grid, scale) {
+        let w = grid.window_of((mid_s * 1e9) as u64).min(highs.len().saturating_sub(1));
+        if let Some(h) = highs.get_mut(w) {
+            *h = h.max(hi);
+        }
+    }
+    let mut pts: Vec<(f64, f64)> = highs
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| h.is_finite())
+        .map(|(w, &h)| (window_bounds(grid, w).0 as f64 / 1e9, h))
+        .collect();
+    if let Some(&(_, last)) = pts.last() {
+        pts.push((grid.end_ns as f64 / 1e9, last));
+    }
+    pts
+}
+
+/// A series whose highest value is at most this is drawn, when coarse,
+/// over its highest value per bucket rather than a band.
+const SMALL_COUNTS: u64 = 32;
+
+/// How a chart over time drew its lines: any as window means, any over a
+/// band, any over its highest values.
+#[derive(Clone, Copy, Debug, Default)]
+struct Coarse {
+    means: bool,
+    bands: bool,
+    peaks: bool,
 }
 
 /// [`lines_chart`] of one line per entity of `metric`, each times its
@@ -635,7 +773,7 @@ fn step_chart(
     entities: &[(&str, f64)],
     metric: &str,
     y: Axis,
-) -> Option<(String, String, bool)> {
+) -> Option<(String, String, Coarse)> {
     let lines: Vec<Line<'_>> = entities
         .iter()
         .filter_map(|(e, scale)| tl.get(e, metric).map(|s| ((*e).to_owned(), vec![(s, *scale)])))
@@ -658,16 +796,19 @@ fn share_chart(tl: &Timeline, grid: &Grid, entities: &[&str], metric: &str, y: &
     Some((c.svg(), svg::legend(&legend)))
 }
 
-fn resolution(grid: &Grid, coarse: bool) -> String {
-    if coarse {
-        format!(
-            "; line: time-weighted mean per {} window, band: lowest to highest per {}",
-            duration_label(grid.window_ns),
-            duration_label(grid.fine_ns)
-        )
-    } else {
-        String::new()
+fn resolution(grid: &Grid, coarse: Coarse) -> String {
+    if !coarse.means {
+        return String::new();
     }
+    let mut s = format!("; line: time-weighted mean per {} window", duration_label(grid.window_ns));
+    let fine = duration_label(grid.fine_ns);
+    if coarse.bands {
+        let _ = write!(s, ", band: lowest to highest per {fine}");
+    }
+    if coarse.peaks {
+        let _ = write!(s, ", thin steps: highest per {} window", duration_label(grid.window_ns));
+    }
+    s
 }
 
 fn pool_scale(k: &Rank) -> f64 {
@@ -679,7 +820,7 @@ fn kv(b: &mut Body, r: &RunReport, tl: Option<&Timeline>, grid: &Grid) {
     let Some(tl) = tl else {
         b.missing(
             "timeline.csv",
-            "timeline.csv is not in this folder (a run with --no-timeline writes none): the KV use by rank and cache group over time needs it.",
+            "timeline.csv is not in this folder (a run with --no-timeline writes none, a sweep point's folder holds report.json alone): the KV use by rank and cache group over time needs it; the ranks table above has each rank's peak.",
         );
         b.html.push_str("</section>\n");
         return;
@@ -748,7 +889,7 @@ fn kv(b: &mut Body, r: &RunReport, tl: Option<&Timeline>, grid: &Grid) {
             let y = Axis::linear("blocks in use (% of pool)").from_zero().suffix("%");
             let Some((svg, legend, coarse)) = lines_chart(grid, y, lines, false) else { continue };
             let (who, sub) = if of.len() == 1 {
-                let how = if coarse {
+                let how = if coarse.means {
                     format!("; time-weighted mean per {} window", duration_label(grid.window_ns))
                 } else {
                     String::new()
@@ -784,8 +925,11 @@ fn queues(b: &mut Body, r: &RunReport, tl: Option<&Timeline>, grid: &Grid) {
     let Some(tl) = tl else {
         b.missing(
             "timeline.csv",
-            "timeline.csv is not in this folder (a run with --no-timeline writes none): the queue lengths and busy shares over time need it.",
+            "timeline.csv is not in this folder (a run with --no-timeline writes none, a sweep point's folder holds report.json alone): the queue lengths and busy shares over time need it. Below, each rank's busy share and peak KV use over the whole run (report.json).",
         );
+        b.open_charts();
+        rank_bars(b, r);
+        b.close_charts();
         b.html.push_str("</section>\n");
         return;
     };
@@ -825,11 +969,49 @@ fn queues(b: &mut Body, r: &RunReport, tl: Option<&Timeline>, grid: &Grid) {
         }
     }
     if let Some((svg, legend)) = share_chart(tl, grid, &names, "busy", "busy (%)") {
-        let sub = format!("share of each {} window with a step in flight", duration_label(grid.window_ns));
+        let decode = if r.ranks.iter().any(|k| k.role == "decode") {
+            " (a decode rank steps whenever it holds anything to decode: near 100 % is not saturation)"
+        } else {
+            ""
+        };
+        let sub = format!("share of each {} window with a step in flight{decode}", duration_label(grid.window_ns));
         b.chart("rank_busy", "Busy share by rank", &sub, &svg, &legend);
     }
     b.close_charts();
     b.html.push_str("</section>\n");
+}
+
+/// Each rank's busy share and peak KV use over the run, from report.json.
+fn rank_bars(b: &mut Body, r: &RunReport) {
+    if r.ranks.is_empty() {
+        return;
+    }
+    let mut busy = BarChart::new("% of the run", vec!["busy".into()], W, 1);
+    let mut kv = BarChart::new("% of the pool", vec!["peak KV blocks in use".into()], W, 1);
+    for k in &r.ranks {
+        busy.push(Bar { label: k.name.clone(), values: vec![100.0 * k.busy_fraction] });
+        let peak = if k.num_blocks > 0 { 100.0 * k.peak_used_blocks as f64 / k.num_blocks as f64 } else { 0.0 };
+        kv.push(Bar { label: k.name.clone(), values: vec![peak] });
+    }
+    let decode = if r.ranks.iter().any(|k| k.role == "decode") {
+        " (a decode rank steps whenever it holds anything to decode: near 100 % is not saturation)"
+    } else {
+        ""
+    };
+    b.chart(
+        "rank_busy_share",
+        "Busy share by rank",
+        &format!("share of the run with a step in flight{decode}"),
+        &busy.svg(),
+        "",
+    );
+    b.chart(
+        "rank_peak_kv",
+        "Peak KV use by rank",
+        "the most KV blocks in use at once, as a share of the pool",
+        &kv.svg(),
+        "",
+    );
 }
 
 fn what_axis(metric: &str) -> &'static str {

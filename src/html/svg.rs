@@ -155,6 +155,11 @@ pub enum Style {
     Band,
 }
 
+/// Strokes (width px, dash pattern) that keep lines drawn over one
+/// another apart, by line index: wide and solid under narrow and dashed,
+/// so two lines on the same points show both.
+pub const LINE_STROKES: [(f64, Option<&str>); 4] = [(3.4, None), (2.4, Some("7 3")), (1.6, None), (1.2, Some("2 2"))];
+
 /// One series of an [`XyChart`].
 #[derive(Clone, Debug)]
 pub struct Series {
@@ -165,13 +170,33 @@ pub struct Series {
     /// A band's high values, one per point (its `points` hold the low ones).
     highs: Vec<f64>,
     dashed: bool,
+    /// A stroke pattern other than solid or the plain dash (`6 2 1 2`).
+    dash: Option<&'static str>,
+    /// Stroke width of a line, px.
+    width: f64,
+    /// Stroke opacity of a line.
+    opacity: f64,
     titles: Vec<String>,
+    /// Dots drawn hollow (a ring), e.g. points of an overloaded run.
+    hollow: bool,
 }
 
 impl Series {
     /// A series named `name` in colour `color` ([`color`]).
     pub fn new(name: impl Into<String>, color: usize, style: Style, points: Vec<(f64, f64)>) -> Self {
-        Series { name: name.into(), color, style, points, highs: Vec::new(), dashed: false, titles: Vec::new() }
+        Series {
+            name: name.into(),
+            color,
+            style,
+            points,
+            highs: Vec::new(),
+            dashed: false,
+            dash: None,
+            width: 1.6,
+            opacity: 1.0,
+            titles: Vec::new(),
+            hollow: false,
+        }
     }
 
     /// A band from `low` to `high` at each `x`: (x, low, high).
@@ -185,6 +210,31 @@ impl Series {
     #[must_use]
     pub fn dashed(mut self) -> Self {
         self.dashed = true;
+        self
+    }
+
+    /// A thin, faint line (an envelope behind the main lines).
+    #[must_use]
+    pub fn thin(mut self) -> Self {
+        self.width = 0.9;
+        self.opacity = 0.5;
+        self
+    }
+
+    /// Stroked `width` px wide with the dash pattern `dash` (SVG's
+    /// `stroke-dasharray`; `None` solid), so that lines drawn over one
+    /// another stay apart: a wide one under a narrow dashed one.
+    #[must_use]
+    pub fn stroke(mut self, width: f64, dash: Option<&'static str>) -> Self {
+        self.width = width;
+        self.dash = dash;
+        self
+    }
+
+    /// Its dots drawn as rings.
+    #[must_use]
+    pub fn hollow(mut self) -> Self {
+        self.hollow = true;
         self
     }
 
@@ -677,19 +727,35 @@ impl XyChart {
                     d.push_str("h0.01");
                 }
             }
-            let dash = if series.dashed { r#" stroke-dasharray="5 3""# } else { "" };
+            let dash = match (series.dash, series.dashed) {
+                (Some(p), _) => format!(r#" stroke-dasharray="{p}""#),
+                (None, true) => r#" stroke-dasharray="5 3""#.to_owned(),
+                (None, false) => String::new(),
+            };
+            let opacity = if series.opacity < 1.0 {
+                format!(r#" stroke-opacity="{}""#, px(series.opacity))
+            } else {
+                String::new()
+            };
             let _ = write!(
                 s,
-                r#"<path class="mark" d="{d}" fill="none" stroke="{col}" stroke-width="1.6" stroke-linejoin="round"{dash}><title>{title}</title></path>"#
+                r#"<path class="mark" d="{d}" fill="none" stroke="{col}" stroke-width="{}" stroke-linejoin="round"{dash}{opacity}><title>{title}</title></path>"#,
+                px(series.width)
             );
         }
         if matches!(series.style, Style::Dots | Style::LineDots | Style::FaintDots) {
             let (r, op) = if series.style == Style::FaintDots { (2.0, r#" fill-opacity="0.45""#) } else { (3.0, "") };
             for (k, (x, y)) in pts.iter().enumerate() {
                 let t = series.titles.get(keep_idx[k]).map_or_else(|| title.clone(), |t| esc(t));
+                let paint = if series.hollow {
+                    format!(r##"fill="#fff" stroke="{col}" stroke-width="1.8""##)
+                } else {
+                    format!(r#"fill="{col}""#)
+                };
+                let r = if series.hollow { r + 1.0 } else { r };
                 let _ = write!(
                     s,
-                    r#"<circle class="mark" cx="{}" cy="{}" r="{}" fill="{col}"{op}><title>{t}</title></circle>"#,
+                    r#"<circle class="mark" cx="{}" cy="{}" r="{}" {paint}{op}><title>{t}</title></circle>"#,
                     px(*x),
                     px(*y),
                     px(r)

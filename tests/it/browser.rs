@@ -8,7 +8,9 @@
 //! capture phase), unhandled rejections and `console.error` calls; a script
 //! run on `load` measures every `figure.chart` (its SVG's box, each `.mark`'s
 //! bounding box, and that the box lies within the SVG's viewBox) and writes
-//! a verdict into the DOM, which `chromium --dump-dom` prints.
+//! a verdict into the DOM, which `chromium --dump-dom` prints, with the
+//! width each table needs against the width it has (a 1,200 px window:
+//! the ranks table must not scroll sideways).
 //!
 //! It needs Chromium, so it is ignored unless asked for, and says so:
 //! `cargo test -- --include-ignored` (as `.ci/run` runs it, after
@@ -65,6 +67,11 @@ window.addEventListener('load', function () {
     }
     if (drawn === 0) { lines.push('FAIL ' + name + ' no drawn mark (' + marks.length + ' marks, ' + outside + ' outside)'); continue; }
     lines.push('OK ' + name + ' ' + drawn);
+  }
+  var tables = document.querySelectorAll('table[data-table]');
+  for (var t = 0; t < tables.length; t++) {
+    var holder = tables[t].parentElement;
+    lines.push('TABLE ' + tables[t].getAttribute('data-table') + ' ' + holder.scrollWidth + ' ' + holder.clientWidth);
   }
   lines.push('ERRORS ' + window.__errors.length);
   for (var j = 0; j < window.__errors.length; j++) lines.push(window.__errors[j]);
@@ -205,12 +212,25 @@ fn report_pages_render_in_headless_chromium() {
     for want in RUN_CHARTS {
         assert!(drawn.iter().any(|d| d == want), "{want} not drawn: {drawn:?}");
     }
+    // At 1,200 px the ranks table (six cache groups a rank) fits its
+    // column: no sideways scrolling.
+    let work = scratch_dir("browser-run-tables");
+    let lines = verdict(&browser, &instrumented(&run.join("report.html"), &work), &work);
+    let ranks = lines.iter().find(|l| l.starts_with("TABLE ranks ")).unwrap_or_else(|| panic!("{lines:?}"));
+    let w: Vec<u64> = ranks.split(' ').skip(2).map(|x| x.parse().unwrap()).collect();
+    assert!(w[0] <= w[1], "the ranks table needs {} px of its {} px: {ranks}", w[0], w[1]);
     // A sweep.
     let sweep = tiny_sweep("browser-sweep");
     let (code, _, stderr) = outcome(&pdsim(&["report", sweep.to_str().unwrap(), "--quiet"]));
     assert_eq!(code, 0, "{stderr}");
     let drawn = check_page(&browser, &sweep.join("report.html"), "browser-sweep-page");
     assert!(drawn.iter().any(|d| d == "mean_ttft_ms@decode.count"), "{drawn:?}");
+    // A sweep point's page, from its report.json alone.
+    let point = sweep.join("points").join("count=1,rate_per_s=2.0,seed=1");
+    let (code, _, stderr) = outcome(&pdsim(&["report", point.to_str().unwrap(), "--quiet"]));
+    assert_eq!(code, 0, "{stderr}");
+    let drawn = check_page(&browser, &point.join("report.html"), "browser-point-page");
+    assert!(drawn.iter().any(|d| d == "latency_stats") && drawn.len() >= 5, "{drawn:?}");
     // The instrumentation itself works: a page with an error fails.
     let work = scratch_dir("browser-canary");
     let canary = work.join("canary.html");

@@ -71,7 +71,8 @@ pub fn run_with_html(scenario: &str, name: &str, extra: &[&str]) -> PathBuf {
     dir
 }
 
-/// A tiny sweep over the scratch scenario: 2 x 2 axis points x 2 seeds.
+/// A tiny sweep over the scratch scenario: 2 x 2 axis points x 2 seeds,
+/// each point's report.json written (`--reports`).
 pub fn tiny_sweep(name: &str) -> PathBuf {
     let scenario = scratch(&format!("{name}-scenario.toml"), &crate::common::base_scenario());
     let file = scratch(
@@ -82,7 +83,7 @@ pub fn tiny_sweep(name: &str) -> PathBuf {
         ),
     );
     let dir = scratch_dir(name);
-    ok(&["sweep", file.to_str().unwrap(), "--out", dir.to_str().unwrap(), "--quiet"]);
+    ok(&["sweep", file.to_str().unwrap(), "--out", dir.to_str().unwrap(), "--quiet", "--reports"]);
     dir
 }
 
@@ -187,14 +188,16 @@ fn missing_files_give_notes_in_place_of_their_charts() {
     for n in REQUEST_CHARTS.iter().chain(&["outcomes", "link_bytes"]) {
         assert!(names.iter().any(|x| x == n), "no {n}");
     }
-    // Without requests.csv as well: only report.json's charts remain.
+    // Without requests.csv as well: only report.json's charts remain (its
+    // latency statistics and stage means, each rank's busy share and peak
+    // KV, the outcomes, the links' bytes).
     std::fs::remove_file(dir.join("requests.csv")).unwrap();
     let stdout = ok(&["report", dir.to_str().unwrap()]);
     assert!(stdout.contains("no requests.csv, no timeline.csv"), "{stdout}");
     let html = read(&dir.join("report.html"));
     assert!(html.contains("data-missing=\"requests.csv\""));
     let names: Vec<String> = figures(&html).into_iter().map(|f| f.0).collect();
-    assert_eq!(names, ["outcomes", "link_bytes"]);
+    assert_eq!(names, ["latency_stats", "stage_means", "outcomes", "rank_busy_share", "rank_peak_kv", "link_bytes"]);
 }
 
 #[test]
@@ -467,4 +470,96 @@ fn a_zip_with_a_repeated_value_is_one_dimension() {
     let zip = "link.sharing / workload.arrival.rate_per_s";
     assert_eq!(names, ["x@n".to_owned(), format!("x@{zip}")], "{names:?}");
     assert!(html.contains("fifo / 2.0, processor_sharing / 5.0, fifo / 9.0"), "the zip's values, paired");
+}
+
+/// A count of a few (sequences running on a rank) that changes hundreds of
+/// times is drawn over its highest value per window, thin steps, not a
+/// lowest-to-highest band: between 0 and 3 in every bucket, the band filled
+/// the chart solid. A large count (KV blocks) keeps its band.
+#[test]
+fn small_counts_are_not_drawn_as_solid_bands() {
+    let dir = scratch_dir("report-small-bands");
+    let f = scenario_file("glm-5.3-flash-1p1d.toml");
+    let args =
+        ["run", f.to_str().unwrap(), "--requests", "600", "--no-trace", "-q", "--html", "--out", dir.to_str().unwrap()];
+    let (code, _, stderr) = outcome(&pdsim(&args));
+    assert_eq!(code, 0, "{stderr}");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    let charts = figures(&html);
+    let chart = |name: &str| &charts.iter().find(|f| f.0 == name).unwrap_or_else(|| panic!("no {name}")).1;
+    let running = chart("running");
+    assert!(running.contains("time-weighted mean per"), "the running chart is coarse here: {running:.300}");
+    assert!(!running.contains("mark band"), "no band for a small count");
+    assert!(running.contains("thin steps: highest per") && running.contains(r#"stroke-opacity="0.5""#));
+    assert!(chart("kv_used").contains("mark band"), "KV blocks keep their band");
+}
+
+/// A sweep point's folder holds report.json alone; its page draws what
+/// that gives (each latency's statistics, the stage means, each rank's busy
+/// share and peak KV, outcomes, the links' bytes) beside the notes of what
+/// needs requests.csv or timeline.csv.
+#[test]
+fn a_sweep_points_page_draws_what_its_report_gives() {
+    let dir = tiny_sweep("report-point-page");
+    let point = dir.join("points").join("count=2,rate_per_s=50.0,seed=1");
+    ok(&["report", point.to_str().unwrap(), "--quiet"]);
+    let html = read(&point.join("report.html"));
+    let names: Vec<String> = figures(&html).into_iter().map(|f| f.0).collect();
+    assert_eq!(
+        names,
+        ["latency_stats", "stage_means", "outcomes", "rank_busy_share", "rank_peak_kv", "link_bytes"],
+        "the point's charts"
+    );
+    for file in ["requests.csv", "timeline.csv"] {
+        assert!(html.contains(&format!("data-missing=\"{file}\"")), "{file} said missing");
+    }
+    assert!(
+        html.contains("a sweep point&#39;s folder holds report.json alone")
+            || html.contains("a sweep point's folder holds report.json alone")
+    );
+}
+
+/// The sweep page: titles in words with units, lines that coincide kept
+/// apart, overloaded points marked, a log scale where an overloaded
+/// point's TTFT dwarfs the others', and the scenario's SLO drawn. The GLM
+/// 1P1D scenario (TTFT SLO 2 s) serves about 6 req/s: at 12 req/s it is
+/// overloaded, at 4 it is not.
+#[test]
+fn sweep_page_marks_overload_and_the_slo_in_words() {
+    let base = scenario_file("glm-5.3-flash-1p1d.toml");
+    let file = scratch(
+        "report-sweep-overload.toml",
+        &format!(
+            "scenario = {:?}\nrequests = 300\n[axes]\n\"workload.arrival.rate_per_s\" = [4.0, 12.0]\n\"link.sharing\" = [\"fifo\", \"processor_sharing\"]\n",
+            base.display().to_string()
+        ),
+    );
+    let dir = scratch_dir("report-sweep-overload");
+    ok(&["sweep", file.to_str().unwrap(), "--out", dir.to_str().unwrap(), "--quiet"]);
+    let csv = Csv::read(&dir.join("sweep.csv"));
+    assert_eq!(csv.column("overloaded"), ["false", "false", "true", "true"]);
+    assert_eq!(csv.column("bottleneck")[2], "prefill");
+    assert_eq!(csv.column("slo_ttft_ms"), ["2000.000000"; 4]);
+    ok(&["report", dir.to_str().unwrap(), "--quiet"]);
+    let html = read(&dir.join("report.html"));
+    // Axes and metrics in words with units.
+    assert!(html.contains("Metrics against arrival rate (req/s) (<code>workload.arrival.rate_per_s</code>)"));
+    let charts = figures(&html);
+    let chart = |name: &str| &charts.iter().find(|f| f.0 == name).unwrap_or_else(|| panic!("no {name}")).1;
+    let ttft = chart("mean_ttft_ms@workload.arrival.rate_per_s");
+    assert!(ttft.contains("<figcaption>TTFT mean (ms)"), "{ttft:.200}");
+    // fifo and processor sharing give the same numbers on an idle link:
+    // two lines on the same points, one wide and solid, one narrow and
+    // dashed over it.
+    assert!(ttft.contains(r#"stroke-width="3.4""#) && ttft.contains(r#"stroke-dasharray="7 3""#));
+    // The overloaded point (about 30 s of TTFT against 0.4 s) is a ring,
+    // on a log scale, and the 2 s SLO is drawn.
+    assert!(ttft.contains("(log scale)") && ttft.contains(r##"fill="#fff""##), "{ttft}");
+    assert!(ttft.contains(r#"class="ref""#) && ttft.contains("SLO 2000.0"), "{ttft}");
+    assert!(
+        html.contains("a ring marks a point where a seed&#39;s run was overloaded")
+            || html.contains("a ring marks a point where a seed's run was overloaded")
+    );
+    // A share keeps its linear axis.
+    assert!(!chart("slo_attainment@workload.arrival.rate_per_s").contains("log scale"));
 }

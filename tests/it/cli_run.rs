@@ -261,7 +261,7 @@ fn big_files_can_be_left_out() {
     run_into("llama-3.1-8b-1p1d.toml", &dir, &["--requests", "10", "-q"]);
     assert!(dir.join("trace.json").is_file() && dir.join("timeline.csv").is_file());
     let stdout = run_into("llama-3.1-8b-1p1d.toml", &dir, &["--requests", "10", "--no-trace", "--no-timeline"]);
-    assert!(stdout.contains("/{report.json, requests.csv}"), "{stdout}");
+    assert!(stdout.contains("/{report.json, requests.csv, vllm-bench.json}"), "{stdout}");
     assert!(dir.join("report.json").is_file() && dir.join("requests.csv").is_file());
     assert!(!dir.join("trace.json").exists() && !dir.join("timeline.csv").exists());
 }
@@ -322,7 +322,7 @@ fn replica_folders_are_replaced_as_a_set() {
     assert_eq!(names_in(&dir.join("replica-3")), ["notes.txt"], "only pdsim's files are removed");
     assert_eq!(Csv::read(&dir.join("replicas.csv")).column("replica"), ["0", "1"]);
     run_into("default.toml", &dir, &["--requests", "5", "--no-trace", "--quiet"]);
-    assert_eq!(names_in(&dir), ["replica-3", "report.json", "requests.csv", "timeline.csv"]);
+    assert_eq!(names_in(&dir), ["replica-3", "report.json", "requests.csv", "timeline.csv", "vllm-bench.json"]);
     run_into("default.toml", &dir, &["--requests", "5", "--replicas", "1", "--no-trace", "--quiet"]);
     assert_eq!(names_in(&dir), ["replica-0", "replica-3", "replicas.csv", "replicas_summary.csv"]);
     // A replicas run that stops early (here its first replica cannot write
@@ -397,6 +397,28 @@ fn streamed_files_are_those_written_from_memory() {
         let mut names: Vec<String> =
             std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         names.sort();
-        assert_eq!(names, ["report.json", "requests.csv", "timeline.csv", "trace.json"], "{file}");
+        assert_eq!(names, ["report.json", "requests.csv", "timeline.csv", "trace.json", "vllm-bench.json"], "{file}");
     }
+}
+
+/// `--sketch-above N`: report.json says so (`latency_sketch`, with the
+/// sketch's bound, 2^-9), and a run whose statistics hold fewer values
+/// than a chunk (65,536) is still exact: every field of the summary and
+/// of `bench`, the digest and requests.csv are those of the exact run.
+#[test]
+fn a_bounded_run_below_its_limit_is_the_exact_run() {
+    let exact = scratch_dir("run-sketch-exact");
+    let bounded = scratch_dir("run-sketch-bounded");
+    let s = "glm-5.3-flash-1p1d.toml";
+    run_into(s, &exact, &["--requests", "200", "--no-trace", "--no-timeline"]);
+    run_into(s, &bounded, &["--requests", "200", "--no-trace", "--no-timeline", "--sketch-above", "0"]);
+    let (e, b) = (json(&exact.join("report.json")), json(&bounded.join("report.json")));
+    assert!(e.get("latency_sketch").is_none());
+    assert_eq!(b["latency_sketch"]["exact_up_to"], 0);
+    assert_eq!(b["latency_sketch"]["relative_error"].as_f64(), Some(0.001953125));
+    for k in ["summary", "bench", "digest", "overload", "ranks"] {
+        assert_eq!(e[k], b[k], "{k}");
+    }
+    let csv = |d: &Path| std::fs::read(d.join("requests.csv")).unwrap();
+    assert!(csv(&exact) == csv(&bounded));
 }

@@ -409,7 +409,9 @@ fn json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
 }
 
-/// `--reports`: one report.json per point in out/points/<point>/, the very
+/// `--reports`: one report.json per point in out/points/<point>/ (named by
+/// the point's axis values and seed, `num_blocks=100,rate_per_s=4.0,seed=1`),
+/// the very
 /// bytes `pdsim run` writes for the point's scenario (here each zip
 /// coordinate written out as a file at the same relative path,
 /// `s/base.toml`, so that the label matches) with the point's seed and
@@ -419,7 +421,7 @@ fn reports_are_the_bytes_of_a_direct_run_and_rows_match_them() {
     let cwd = scratch_dir("sweep-reports");
     // What an earlier, larger sweep left: point reports past this sweep's
     // and a page; neither may survive into this sweep's folder.
-    for stale in ["out/points/6", "out/points/17"] {
+    for stale in ["out/points/6", "out/points/num_blocks=300,rate_per_s=4.0,seed=1"] {
         std::fs::create_dir_all(cwd.join(stale)).unwrap();
         std::fs::write(cwd.join(stale).join("report.json"), "{}").unwrap();
     }
@@ -431,8 +433,26 @@ fn reports_are_the_bytes_of_a_direct_run_and_rows_match_them() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
+    // In point order: the zip's coordinates, each with seeds 1 to 3.
+    let names: Vec<String> = csv
+        .rows
+        .iter()
+        .map(|row| {
+            let cell = |c: &str| row[csv.col(c)].as_str();
+            format!(
+                "num_blocks={},rate_per_s={},seed={}",
+                cell("decode.num_blocks"),
+                cell("workload.arrival.rate_per_s"),
+                cell("seed")
+            )
+        })
+        .collect();
+    assert_eq!(names[0], "num_blocks=100,rate_per_s=4.0,seed=1");
+    assert_eq!(names[5], "num_blocks=200,rate_per_s=8.0,seed=3");
+    let mut sorted = names.clone();
+    sorted.sort();
     listed.sort();
-    assert_eq!(listed, ["0", "1", "2", "3", "4", "5"]);
+    assert_eq!(listed, sorted);
     for (i, row) in csv.rows.iter().enumerate() {
         let cell = |c: &str| row[csv.col(c)].as_str();
         let (blocks, rate, seed) = (cell("decode.num_blocks"), cell("workload.arrival.rate_per_s"), cell("seed"));
@@ -442,7 +462,7 @@ fn reports_are_the_bytes_of_a_direct_run_and_rows_match_them() {
         let args = ["run", "s/base.toml", "--seed", seed, "--requests", "8", "--out", "o", "-q", "--no-trace"];
         let (code, _, stderr) = outcome(&pdsim_in(&direct, &args));
         assert_eq!(code, 0, "{stderr}");
-        let ours = cwd.join(format!("out/points/{i}/report.json"));
+        let ours = cwd.join("out/points").join(&names[i]).join("report.json");
         let (a, b) = (std::fs::read(&ours).unwrap(), std::fs::read(direct.join("o/report.json")).unwrap());
         assert!(a == b, "point {i}: {} differs from pdsim run's report.json", ours.display());
 

@@ -188,7 +188,7 @@ fn output_files_are_replaced_as_a_set() {
     let mut names: Vec<String> =
         std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
-    assert_eq!(names, ["report.json", "requests.csv", "timeline.csv"]);
+    assert_eq!(names, ["report.json", "requests.csv", "timeline.csv", "vllm-bench.json"]);
     assert_ne!(std::fs::read_to_string(dir.join("timeline.csv")).unwrap(), "stale");
     // A file that cannot be replaced (a folder in its place) is exit 2
     // naming it, not an internal error, before anything in the folder is

@@ -200,3 +200,85 @@ fn the_timeline_is_exact_on_a_bursty_trace() {
         }
     }
 }
+
+/// The timeline metric a trace.json counter (event name, arg key) stands
+/// for: Perfetto's track "`<name> <key>`"; a cache group's
+/// `kv used_blocks[<group>]` is timeline.csv's `kv_used_blocks[<group>]`.
+fn counter_metric(name: &str, key: &str) -> String {
+    let metric = match (name, key) {
+        ("kv", k) if k.starts_with("used_blocks[") => return format!("kv_{k}"),
+        ("kv", "used_blocks") => "kv_used_blocks",
+        ("kv", "free_blocks") => "kv_free_blocks",
+        ("kv", "cached_free_blocks") => "kv_cached_free_blocks",
+        ("seqs", "waiting") => "waiting",
+        ("seqs", "running") => "running",
+        ("handoffs", "held_sources") => "held_sources",
+        ("handoffs", "pending_reservations") => "pending_reservations",
+        ("handoffs", "transferring") => "transferring",
+        ("transfers", "active") => "active_transfers",
+        ("transfers", "queued") => "queued_transfers",
+        ("bytes", "in_flight") => "bytes_in_flight",
+        ("requests", "in_system") => "requests",
+        ("state", "busy") => "busy",
+        other => panic!("a counter no timeline metric stands for: {other:?}"),
+    };
+    metric.to_owned()
+}
+
+/// trace.json's counters are timeline.csv's rows, every series of every
+/// metric (cache groups, handoffs held and waiting, FIFO queues included):
+/// a run of the GLM 2P1D scenario under memory pressure (sources held,
+/// reservations waiting, six cache groups) on FIFO links.
+#[test]
+fn trace_counters_are_every_timeline_row() {
+    let dir = scratch_dir("timeline-trace-counters");
+    let base = crate::common::scenario_file("glm-5.3-flash-2p1d-pressure.toml");
+    let text = std::fs::read_to_string(&base).unwrap();
+    let model = crate::common::scenario_file("models/glm-5.3-flash-tp4-fp8.toml");
+    let text = text
+        .replace(r#"include = ["models/glm-5.3-flash-tp4-fp8.toml"]"#, &format!("include = [{model:?}]"))
+        .replace(r#"sharing = "processor_sharing""#, r#"sharing = "fifo""#);
+    assert!(text.contains(r#"sharing = "fifo""#), "the scenario's link shares FIFO");
+    let file = crate::common::scratch("timeline-trace-counters.toml", &text);
+    let args = ["run", file.to_str().unwrap(), "--requests", "300", "--quiet", "--out", dir.to_str().unwrap()];
+    let (code, _, stderr) = outcome(&pdsim(&args));
+    assert_eq!(code, 0, "{stderr}");
+    let timeline = Csv::read(&dir.join("timeline.csv"));
+    let mut want: BTreeMap<(String, String), Rows> = BTreeMap::new();
+    for row in &timeline.rows {
+        want.entry((row[1].clone(), row[2].clone())).or_default().push((ns(&row[0]), row[3].parse().unwrap()));
+    }
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("trace.json")).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    // pid -> entity, from the metadata events.
+    let names: BTreeMap<u64, String> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+        .map(|e| (e["pid"].as_u64().unwrap(), e["args"]["name"].as_str().unwrap().to_owned()))
+        .collect();
+    let mut got: BTreeMap<(String, String), Rows> = BTreeMap::new();
+    for e in events.iter().filter(|e| e["ph"] == "C") {
+        let entity = names[&e["pid"].as_u64().unwrap()].clone();
+        let args = e["args"].as_object().unwrap();
+        assert_eq!(args.len(), 1, "one value per counter event: {e}");
+        let (key, value) = args.iter().next().unwrap();
+        let t = (e["ts"].as_f64().unwrap() * 1000.0).round() as u64;
+        got.entry((entity, counter_metric(e["name"].as_str().unwrap(), key)))
+            .or_default()
+            .push((t, value.as_u64().unwrap()));
+    }
+    let metrics = |m: &BTreeMap<(String, String), Rows>| -> std::collections::BTreeSet<String> {
+        m.keys().map(|k| k.1.clone()).collect()
+    };
+    // Every metric of the timeline, the groups' among them.
+    let all = metrics(&want);
+    for m in ["kv_free_blocks", "held_sources", "pending_reservations", "transferring", "queued_transfers"] {
+        assert!(all.contains(m), "the run's timeline has {m}: {all:?}");
+    }
+    assert!(all.iter().filter(|m| m.starts_with("kv_used_blocks[")).count() >= 5, "{all:?}");
+    assert_eq!(metrics(&got), all);
+    for (k, rows) in &want {
+        assert_eq!(got.get(k), Some(rows), "{k:?}: trace.json's counter against timeline.csv");
+    }
+    assert_eq!(got.len(), want.len());
+}

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use actors::workload::{RequestSource, RequestSpec};
 use pdsim::trace::{TraceFormat, TraceReader, TraceSpec};
 
-use crate::common::fixture;
+use crate::common::{fixture, outcome, pdsim};
 
 fn spec(format: TraceFormat, file: &str) -> TraceSpec {
-    TraceSpec { format, path: fixture(file), time_scale: 1.0, limit: None, skip_malformed: false }
+    TraceSpec::new(format, fixture(file))
 }
 
 fn read_all(spec: &TraceSpec) -> Vec<RequestSpec> {
@@ -143,13 +143,54 @@ fn burstgpt_skips_failed_requests() {
 
 #[test]
 fn missing_file_names_the_path() {
-    let s = TraceSpec {
-        format: TraceFormat::Mooncake,
-        path: PathBuf::from("no/such/trace.jsonl"),
-        time_scale: 1.0,
-        limit: None,
-        skip_malformed: false,
-    };
+    let s = TraceSpec::new(TraceFormat::Mooncake, PathBuf::from("no/such/trace.jsonl"));
     let err = TraceReader::open(&s, true).unwrap_err().0;
     assert!(err.starts_with("cannot open no/such/trace.jsonl: "), "{err}");
+}
+
+/// vLLM's timed_trace options map onto the Mooncake reader: the same rows
+/// under other names, in seconds, with 512-token chunks, are the same
+/// requests; with vLLM's default chunk (16 tokens) the ids cover 16 tokens
+/// each.
+#[test]
+fn timed_trace_rows_are_the_mooncake_rows_they_rename() {
+    let mooncake = read_all(&spec(TraceFormat::Mooncake, "traces/mooncake.jsonl"));
+    let mut timed = spec(TraceFormat::TimedTrace, "traces/timed-trace.jsonl");
+    timed.chunk_hash_size = Some(512);
+    timed.label_timestamp = Some("ts".into());
+    timed.label_input_length = Some("in".into());
+    timed.label_output_length = Some("out".into());
+    timed.label_hash_ids = Some("hashes".into());
+    assert_eq!(read_all(&timed), mooncake);
+    timed.chunk_hash_size = None;
+    let reqs = read_all(&timed);
+    assert!(reqs.iter().all(|r| r.prefix.block_tokens.get() == 16));
+    assert_eq!(reqs[2].prefix.ids, [0, 1, 3]);
+    // Timestamps in ms, as Mooncake's: sec_multiplier 0.001.
+    timed.sec_multiplier = Some(0.001);
+    assert_eq!(arrivals_ms(&read_all(&timed)), [0.0, 1.0, 1.0, 2.5, 4.0]);
+}
+
+/// A scenario names them as vLLM's flags do (`chunk_hash_size`,
+/// `sec_multiplier`, `label_*`); `validate` reads the whole trace with
+/// them, and an option a CSV format cannot take is exit 2 naming it.
+#[test]
+fn timed_trace_scenarios_validate_and_run() {
+    let f = fixture("trace-timed.toml");
+    let (code, stdout, stderr) = outcome(&pdsim(&["validate", f.to_str().unwrap()]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("5 rows"), "{stdout}");
+    let text = std::fs::read_to_string(&f).unwrap().replace(r#"format = "timed_trace""#, r#"format = "azure""#);
+    let bad = crate::common::scratch(
+        "trace-timed-azure.toml",
+        &text
+            .replace("../../scenarios", &format!("{}/scenarios", crate::common::root().display()))
+            .replace("traces/timed-trace.jsonl", &fixture("traces/timed-trace.jsonl").display().to_string()),
+    );
+    let (code, _, stderr) = outcome(&pdsim(&["validate", bad.to_str().unwrap()]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("workload.trace.chunk_hash_size") && stderr.contains("only the mooncake and timed_trace"),
+        "{stderr}"
+    );
 }

@@ -453,3 +453,130 @@ fn overload_is_reported_when_the_offered_load_exceeds_what_is_served() {
     assert_eq!(shares.keys().collect::<Vec<_>>(), ["decode", "link", "prefill"]);
     assert!(!stdout.contains("overload"), "{stdout}");
 }
+
+/// The bottleneck is where requests wait, not the busiest role. The GLM
+/// 1P1D scenario at 5 req/s with bursty (gamma, cv 3) arrivals: its decode
+/// rank steps whenever it holds anything (busy 95.0 % of the time), its
+/// prefill rank 79.2 %, and a busiest-role rule said "decode" (the old
+/// one: decode was the only role at 95 % or more, so the busiest won).
+/// Yet the requests queued in front of the prefill rank: mean prefill
+/// queue 2,913.8 ms of a mean TTFT of 3,462.2 ms (84 %), against a transfer
+/// wait of 2.1 ms plus a decode queue of 1.8 ms in front of the decode rank.
+#[test]
+fn the_bottleneck_is_where_the_time_goes_not_the_busiest_role() {
+    let shipped = std::fs::read_to_string(scenario_file("glm-5.3-flash-1p1d.toml")).unwrap();
+    let model = scenario_file("models/glm-5.3-flash-tp4-fp8.toml");
+    let bursty = shipped
+        .replace(r#"include = ["models/glm-5.3-flash-tp4-fp8.toml"]"#, &format!("include = [{model:?}]"))
+        .replace(r#"{ kind = "poisson", rate_per_s = 4.0 }"#, r#"{ kind = "gamma", rate_per_s = 5.0, cv = 3.0 }"#);
+    assert_ne!(bursty, shipped);
+    let file = scratch("bench-bottleneck.toml", &bursty);
+    let dir = scratch_dir("bench-bottleneck");
+    let (report, _) = run(&file, &dir, &["--requests", "2000", "--no-timeline"]);
+    let v: Value = serde_json::from_str(&report).unwrap();
+    let (o, s) = (&v["overload"], &v["summary"]);
+    let f = |x: &Value| x.as_f64().unwrap();
+    let busy = &o["busy_share"];
+    // The old answer: decode is the only role busy 95 % of the time or
+    // more, and the busiest.
+    assert!(f(&busy["decode"]) >= 0.95 && f(&busy["prefill"]) < 0.95, "{o}");
+    assert!(f(&busy["decode"]) > f(&busy["prefill"]), "{o}");
+    // Where the time went: the prefill queue holds most of the mean TTFT.
+    let pq = f(&s["prefill_queue_ms"]["mean"]);
+    let decode_wait = f(&s["transfer_wait_ms"]["mean"]) + f(&s["decode_queue_ms"]["mean"]);
+    let ttft = f(&s["ttft_ms"]["mean"]);
+    assert!(
+        pq > 0.5 * ttft && pq > 100.0 * decode_wait,
+        "prefill queue {pq} ms, decode {decode_wait} ms, TTFT {ttft} ms"
+    );
+    assert_eq!(o["bottleneck"], "prefill", "{o}");
+    assert_eq!(f(&o["wait_ms"]["prefill"]), pq);
+    assert_eq!(f(&o["wait_ms"]["decode"]), decode_wait);
+    assert_eq!(f(&o["wait_ms"]["link"]), f(&s["transfer_time_ms"]["mean"]));
+    assert_eq!(f(&o["bottleneck_ttft_share"]), pq / ttft);
+}
+
+/// The JSON kind of a value, as Python's json gives it: `int` for a whole
+/// number written without a point or exponent, `float` for other numbers.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_u64() || n.is_i64() => "int",
+        Value::Number(_) => "float",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
+/// `vllm-bench.json` has the keys of a file vLLM 0.33.0's `vllm bench
+/// serve --save-result --save-detailed` wrote (tests/fixtures/vllm-bench/,
+/// see its README), in the same order, each with a value of the same
+/// type (lists' items too); its statistics are report.json's `bench`, and
+/// its per-request lists are requests.csv's, in seconds.
+#[test]
+fn vllm_bench_json_is_the_file_vllm_writes() {
+    let recorded: Value =
+        serde_json::from_str(&std::fs::read_to_string(crate::common::fixture("vllm-bench/recorded.json")).unwrap())
+            .unwrap();
+    let dir = scratch_dir("bench-vllm-file");
+    // With an SLO, as the recording's --goodput: request_goodput a number.
+    let (report, _) = run(&scenario_file("glm-5.3-flash-2p2d.toml"), &dir, &["--requests", "40", "--no-timeline"]);
+    let report: Value = serde_json::from_str(&report).unwrap();
+    let ours: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("vllm-bench.json")).unwrap()).unwrap();
+    let (r, o) = (recorded.as_object().unwrap(), ours.as_object().unwrap());
+    assert_eq!(o.keys().collect::<Vec<_>>(), r.keys().collect::<Vec<_>>(), "the keys, in vLLM's order");
+    for (k, rv) in r {
+        let ov = &o[k];
+        // vLLM's label is null unless --label is given; pdsim's is the
+        // scenario's name.
+        if k == "label" {
+            assert_eq!(ov, "glm-5.3-flash-2p2d");
+            continue;
+        }
+        assert_eq!(kind(ov), kind(rv), "{k}: {ov} against vLLM's {rv}");
+        if let (Value::Array(oa), Value::Array(ra)) = (ov, rv) {
+            assert_eq!(oa.len(), 40, "{k}: one item per request");
+            for item in oa {
+                assert_eq!(kind(item), kind(&ra[0]), "{k}: an item {item} against vLLM's {}", ra[0]);
+                if let (Value::Array(inner), Value::Array(rinner)) = (item, &ra[0]) {
+                    assert!(inner.iter().all(|x| kind(x) == kind(&rinner[0])), "{k}: {item}");
+                }
+            }
+        }
+    }
+    assert_eq!(ours["date"], "19700101-000000");
+    assert_eq!((ours["request_rate"].as_f64(), ours["burstiness"].as_f64()), (Some(8.0), Some(1.0)));
+    // The statistics are bench's, bit for bit.
+    for (k, v) in report["bench"].as_object().unwrap() {
+        assert_eq!(&ours[k], v, "{k}");
+    }
+    assert_eq!(ours["num_prompts"], 40);
+    // The lists are requests.csv's, in seconds: ttft + the gaps is the
+    // latency, the gaps one fewer than the output tokens.
+    let csv = Csv::read(&dir.join("requests.csv"));
+    let f = |v: &Value| v.as_f64().unwrap();
+    for (i, row) in csv.rows.iter().enumerate() {
+        let cell = |c: &str| row[csv.col(c)].as_str();
+        assert_eq!(ours["input_lens"][i].to_string(), cell("prompt_tokens"));
+        assert_eq!(ours["output_lens"][i].to_string(), cell("generated_tokens"));
+        let (a, first, end) =
+            (ns(cell("arrival_ms")).unwrap(), ns(cell("first_token_ms")).unwrap(), ns(cell("finished_ms")).unwrap());
+        assert_eq!(f(&ours["start_times"][i]), a as f64 / 1e9);
+        assert_eq!(f(&ours["ttfts"][i]), (first - a) as f64 / 1e9);
+        assert_eq!(f(&ours["latencies"][i]), (end - a) as f64 / 1e9);
+        let gaps = ours["itls"][i].as_array().unwrap();
+        assert_eq!(gaps.len() as u64 + 1, cell("generated_tokens").parse::<u64>().unwrap());
+        let sum: f64 = gaps.iter().map(f).sum();
+        // Each gap to the nanosecond: within half a nanosecond a gap.
+        let within = 0.5e-9 * gaps.len() as f64 + 1e-12;
+        assert!((f(&ours["ttfts"][i]) + sum - f(&ours["latencies"][i])).abs() <= within, "request {i}");
+        assert_eq!(ours["errors"][i], "");
+        assert_eq!(ours["generated_texts"][i], "");
+    }
+    // --no-vllm-bench leaves it out.
+    let none = scratch_dir("bench-vllm-file-none");
+    run(&scenario_file("glm-5.3-flash-2p2d.toml"), &none, &["--requests", "5", "--no-vllm-bench"]);
+    assert!(!none.join("vllm-bench.json").exists());
+}

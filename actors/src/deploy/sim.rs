@@ -443,6 +443,16 @@ impl Built<'_> {
         self.sim.actor_mut::<Router>(self.router).expect("router").records.set_percentiles(ps);
     }
 
+    /// Keeps at most `limit` values of each latency statistic exactly,
+    /// then folds them into a quantile sketch ([`crate::stats::sketch`]), so that
+    /// the summary's memory stops growing with the requests; its
+    /// percentiles are then within [`crate::stats::sketch::RELATIVE_ERROR`] of
+    /// the exact ones (count, max and mean exact). `None`, the default,
+    /// keeps every value. Call it before the run.
+    pub fn set_exact_latency_limit(&mut self, limit: Option<usize>) {
+        self.sim.actor_mut::<Router>(self.router).expect("router").records.set_exact_limit(limit);
+    }
+
     /// Hands the timelines' samples to `sink` as the run goes, in slices,
     /// ordered by time, then entity (the ranks in report order, then the
     /// links), then the order the entity took them; the reports' timelines

@@ -319,8 +319,9 @@ impl Router {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        // Up front, so that the records never move while they grow (capped:
-        // a hint is not a promise).
+        // So that kept records never move while they grow (capped: a hint
+        // is not a promise); made only once a record is kept, so a run
+        // that streams its records reserves nothing.
         self.records.reserve(expected.unwrap_or(0).min(1 << 20) as usize);
         self.next = self.pull()?;
         Ok(self.next.as_ref().map(|s| match self.arrivals {

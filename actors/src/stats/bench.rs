@@ -50,7 +50,8 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use sim_core::{SimDuration, SimTime};
 
 use crate::requests::request::{Outcome, Request};
-use crate::stats::histogram::{Column, Histogram};
+use crate::stats::histogram::{Column, Histogram, Values};
+use crate::stats::sketch::Sketch;
 use crate::stats::slo::SloSpec;
 
 /// vLLM's `--metric-percentiles` default.
@@ -171,6 +172,25 @@ impl Dist {
             median: numpy_median(n, &at),
             std: (sq.value() / n as f64).sqrt(),
             percentiles: ps.iter().map(|&p| (p, numpy_percentile(n, &at, p))).collect(),
+        }
+    }
+
+    /// The statistics of a sketch's values over `per_ms` (1e6 for
+    /// nanoseconds, 1 for milliseconds): the median and percentiles within
+    /// [`crate::stats::sketch::RELATIVE_ERROR`] of numpy's over the exact values
+    /// (each an interpolation of order statistics, each within it), the
+    /// mean and std from the sketch's running moments.
+    pub fn of_sketch(s: &Sketch, per_ms: f64, ps: &[f64]) -> Dist {
+        let n = usize::try_from(s.count()).unwrap_or(usize::MAX);
+        let at = |i: usize| s.order_statistic(i as u64) / per_ms;
+        if n == 0 {
+            return Dist { percentiles: ps.iter().map(|&p| (p, 0.0)).collect(), ..Dist::default() };
+        }
+        Dist {
+            mean: s.mean() / per_ms,
+            median: numpy_median(n, at),
+            std: s.std() / per_ms,
+            percentiles: ps.iter().map(|&p| (p, numpy_percentile(n, at, p))).collect(),
         }
     }
 
@@ -579,7 +599,7 @@ impl Default for BenchBuilder {
             input_tokens: 0,
             output_tokens: 0,
             good: 0,
-            tpot: Column::default(),
+            tpot: Column::of_f64_bits(),
             itl_sum: 0,
             itl_sq_sum: Some(0),
             itl_sq_sum_f64: 0.0,
@@ -598,6 +618,12 @@ fn window_of(t: SimTime, origin: SimTime) -> u64 {
 impl BenchBuilder {
     pub(crate) fn set_percentiles(&mut self, ps: &[f64]) {
         self.percentiles = ps.to_vec();
+    }
+
+    /// As [`crate::stats::summary::SummaryBuilder::set_exact_limit`], for the
+    /// TPOT column.
+    pub(crate) fn set_exact_limit(&mut self, limit: Option<usize>) {
+        self.tpot.set_exact_limit(limit);
     }
 
     /// Adds one request (its outcome decided).
@@ -667,19 +693,21 @@ impl BenchBuilder {
         let duration = run.duration_s;
         let per_s = |x: f64| if duration > 0.0 { x / duration } else { 0.0 };
         let any_slo = slo.ttft_ms.is_some() || slo.tpot_ms.is_some() || slo.e2e_ms.is_some();
-        let tpot_bits = self.tpot.take_sorted();
-        let tpot = Dist::of_sorted(
-            tpot_bits.len(),
-            |i| f64::from_bits(tpot_bits[i]),
-            {
-                let mut sum = Sum::default();
-                for &b in &tpot_bits {
-                    sum.add(f64::from_bits(b));
-                }
-                if tpot_bits.is_empty() { 0.0 } else { sum.value() / tpot_bits.len() as f64 }
-            },
-            ps,
-        );
+        let tpot = match self.tpot.take_values() {
+            Values::Sorted(tpot_bits) => Dist::of_sorted(
+                tpot_bits.len(),
+                |i| f64::from_bits(tpot_bits[i]),
+                {
+                    let mut sum = Sum::default();
+                    for &b in &tpot_bits {
+                        sum.add(f64::from_bits(b));
+                    }
+                    if tpot_bits.is_empty() { 0.0 } else { sum.value() / tpot_bits.len() as f64 }
+                },
+                ps,
+            ),
+            Values::Sketch(sk) => Dist::of_sketch(&sk, 1.0, ps),
+        };
         Bench {
             duration,
             completed: run.completed,

@@ -5,6 +5,8 @@
 use serde::Serialize;
 use sim_core::SimDuration;
 
+use crate::stats::sketch::Sketch;
+
 /// A histogram of durations with under 1% relative error: exact below 256
 /// ns, then 128 sub-buckets per power of two. Exact count, sum and max.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -191,6 +193,33 @@ impl Stat {
         Stat::of_sorted_nanos(&values)
     }
 
+    /// The statistics of a sketch's values over `per_ms` (1e6 for
+    /// nanoseconds), as [`Stat::of_sorted_nanos`] computes them from the
+    /// exact values: the percentiles within [`crate::stats::sketch::RELATIVE_ERROR`]
+    /// of the exact ones, the count and maximum exact, the mean exact up
+    /// to float rounding.
+    pub fn of_sketch(s: &Sketch, per_ms: f64) -> Stat {
+        let n = s.count();
+        if n == 0 {
+            return Stat::default();
+        }
+        let pct = |q: f64| {
+            let pos = q * (n - 1) as f64;
+            let (lo, hi) = (pos.floor() as u64, pos.ceil() as u64);
+            let (a, b) = (s.order_statistic(lo) / per_ms, s.order_statistic(hi) / per_ms);
+            a + (b - a) * (pos - lo as f64)
+        };
+        Stat {
+            count: n,
+            mean: s.mean() / per_ms,
+            median: pct(0.5),
+            p90: pct(0.9),
+            p95: pct(0.95),
+            p99: pct(0.99),
+            max: s.max() / per_ms,
+        }
+    }
+
     /// [`Stat::of_nanos`] of values already sorted.
     pub fn of_sorted_nanos(values: &[u64]) -> Stat {
         if values.is_empty() {
@@ -231,13 +260,50 @@ enum Chunk {
 /// never holds twice the column), each 4 bytes a value until a value
 /// needs 8. The summary statistics are computed from them exactly as
 /// [`Stat::of`] computes them from milliseconds.
+///
+/// Bounded: with [`Column::set_exact_limit`], once the column holds that
+/// many values it moves them into a [`Sketch`] and from then on adds
+/// each chunk to it as the chunk fills, so it holds at most the limit
+/// (rounded up to a chunk) plus the sketch's buckets, however many values
+/// come; its statistics are then the sketch's ([`Values::Sketch`], within
+/// [`crate::stats::sketch::RELATIVE_ERROR`]).
 #[derive(Clone, Debug, Default)]
 pub struct Column {
     chunks: Vec<Chunk>,
     len: usize,
+    /// Values kept exactly at most, if bounded.
+    limit: Option<usize>,
+    /// The values are `f64` bits rather than nanoseconds.
+    f64_bits: bool,
+    /// The values past the limit (and those before it), once it was met.
+    sketch: Option<Box<Sketch>>,
+}
+
+/// A column's values, taken for its statistics: every value sorted, or
+/// the sketch they went into (each as the column reads its values:
+/// nanoseconds, or the `f64` its bits are).
+#[derive(Clone, Debug)]
+pub enum Values {
+    /// Every value, sorted.
+    Sorted(Vec<u64>),
+    /// The sketch of a bounded column that passed its limit.
+    Sketch(Box<Sketch>),
 }
 
 impl Column {
+    /// A column of `f64` values pushed as their bits (non-negative, so
+    /// their bits order as they do).
+    pub fn of_f64_bits() -> Self {
+        Column { f64_bits: true, ..Column::default() }
+    }
+
+    /// Keeps at most `limit` values exactly (rounded up to a whole chunk
+    /// of 65,536), then sketches them; `None` keeps every value. Set it
+    /// before the first value.
+    pub fn set_exact_limit(&mut self, limit: Option<usize>) {
+        self.limit = limit;
+    }
+
     /// Adds one value.
     #[inline]
     pub fn push(&mut self, ns: u64) {
@@ -260,11 +326,33 @@ impl Column {
         self.push_new_chunk_or_wider(ns);
     }
 
+    /// A value as a number.
+    fn number(&self, v: u64) -> f64 {
+        if self.f64_bits { f64::from_bits(v) } else { v as f64 }
+    }
+
+    /// Moves every chunk's values into the sketch.
+    fn drain_into_sketch(&mut self) {
+        let mut sketch = self.sketch.take().unwrap_or_default();
+        for c in std::mem::take(&mut self.chunks) {
+            match c {
+                Chunk::Narrow(v) => v.iter().for_each(|&n| sketch.add(self.number(u64::from(n)))),
+                Chunk::Wide(v) => v.iter().for_each(|&n| sketch.add(self.number(n))),
+            }
+        }
+        self.sketch = Some(sketch);
+    }
+
     /// [`Column::push`] of a value that starts a chunk or needs a narrow
     /// chunk widened.
     #[inline(never)]
     fn push_new_chunk_or_wider(&mut self, ns: u64) {
         if self.len.is_multiple_of(CHUNK) {
+            // A bounded column past its limit: the full chunks go into
+            // the sketch.
+            if self.limit.is_some_and(|l| self.len >= l) && !self.chunks.is_empty() {
+                self.drain_into_sketch();
+            }
             self.chunks.push(Chunk::Narrow(Vec::with_capacity(CHUNK)));
         }
         self.len += 1;
@@ -283,6 +371,17 @@ impl Column {
         }
     }
 
+    /// Its values (the column is emptied): sorted, or, when it passed its
+    /// limit, the sketch of every value.
+    pub fn take_values(&mut self) -> Values {
+        if self.sketch.is_some() {
+            self.drain_into_sketch();
+            self.len = 0;
+            return Values::Sketch(self.sketch.take().expect("drained into it"));
+        }
+        Values::Sorted(self.take_sorted())
+    }
+
     /// Values held.
     pub fn len(&self) -> usize {
         self.len
@@ -293,12 +392,17 @@ impl Column {
         self.len == 0
     }
 
-    /// The statistics of its values, in ms (the column is emptied).
+    /// The statistics of its values (nanoseconds), in ms (the column is
+    /// emptied).
     pub fn take_stat(&mut self) -> Stat {
-        Stat::of_sorted_nanos(&self.take_sorted())
+        match self.take_values() {
+            Values::Sorted(v) => Stat::of_sorted_nanos(&v),
+            Values::Sketch(s) => Stat::of_sketch(&s, 1e6),
+        }
     }
 
-    /// Its values, sorted (the column is emptied).
+    /// Its values, sorted (the column is emptied; a sketched column's
+    /// values are those it has not sketched: use [`Column::take_values`]).
     pub fn take_sorted(&mut self) -> Vec<u64> {
         let mut all: Vec<u64> = Vec::with_capacity(self.len);
         for c in std::mem::take(&mut self.chunks) {
@@ -410,6 +514,62 @@ mod tests {
         }
         assert!(c.chunks.iter().all(|k| matches!(k, Chunk::Narrow(_))));
         assert_eq!(c.take_sorted(), (0..(CHUNK as u64 + 3)).map(|v| v * 3).collect::<Vec<_>>());
+    }
+
+    /// A bounded column holds at most its limit (a whole chunk) plus one
+    /// chunk exactly, and its statistics are within the sketch's bound of
+    /// the exact column's: 5 chunks of values over six decades, limit one
+    /// chunk.
+    #[test]
+    fn a_bounded_column_sketches_past_its_limit_within_the_bound() {
+        let n = 5 * CHUNK + 123;
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let values: Vec<u64> = (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (1e3 * 10f64.powf((s >> 11) as f64 / (1u64 << 53) as f64 * 6.0)) as u64
+            })
+            .collect();
+        let (mut exact, mut bounded) = (Column::default(), Column::default());
+        bounded.set_exact_limit(Some(CHUNK));
+        for &v in &values {
+            exact.push(v);
+            bounded.push(v);
+            assert!(bounded.chunks.len() <= 2, "at most the limit and one chunk exact");
+        }
+        assert!(bounded.sketch.is_some());
+        let (e, b) = (exact.take_stat(), bounded.take_stat());
+        assert_eq!((b.count, b.max), (e.count, e.max));
+        assert!((b.mean - e.mean).abs() <= 1e-9 * e.mean, "{} {}", b.mean, e.mean);
+        for (x, y) in [(b.median, e.median), (b.p90, e.p90), (b.p95, e.p95), (b.p99, e.p99)] {
+            assert!((x - y).abs() <= crate::stats::sketch::RELATIVE_ERROR * y, "{x} against {y}");
+            assert_ne!(x, 0.0);
+        }
+        // Below its limit a bounded column is exact, bit for bit.
+        let mut small = Column::default();
+        small.set_exact_limit(Some(CHUNK));
+        let mut plain = Column::default();
+        for &v in &values[..CHUNK] {
+            small.push(v);
+            plain.push(v);
+        }
+        assert_eq!(small.take_stat(), plain.take_stat());
+        // An f64 column (bench's TPOT, ms as bits) sketches the values, not
+        // the bits.
+        let mut tpot = Column::of_f64_bits();
+        tpot.set_exact_limit(Some(0));
+        for i in 0..(2 * CHUNK as u64) {
+            tpot.push((4.0 + (i % 100) as f64 / 100.0).to_bits());
+        }
+        match tpot.take_values() {
+            Values::Sketch(sk) => {
+                assert_eq!(sk.count(), 2 * CHUNK as u64);
+                assert_eq!((sk.min(), sk.max()), (4.0, 4.99));
+            }
+            Values::Sorted(_) => panic!("a column past its limit is sketched"),
+        }
     }
 
     proptest! {

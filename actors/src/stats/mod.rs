@@ -8,6 +8,7 @@
 pub mod bench;
 pub(crate) mod histogram;
 pub mod records;
+pub mod sketch;
 pub(crate) mod slo;
 pub(crate) mod summary;
 pub(crate) mod timeline;

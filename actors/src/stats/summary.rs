@@ -8,7 +8,7 @@ use sim_core::SimTime;
 
 use crate::requests::request::{Outcome, Request};
 use crate::stats::bench::{Bench, BenchBuilder, Dist, Load, LoadBuilder, RunTotals};
-use crate::stats::histogram::{Column, Histogram, Stat};
+use crate::stats::histogram::{Column, Histogram, Stat, Values};
 use crate::stats::slo::{SloSpec, meets_slo};
 
 /// The run's summary, in the terms of vLLM's `bench serve`.
@@ -125,6 +125,19 @@ impl SummaryBuilder {
         self.bench.set_percentiles(ps);
     }
 
+    /// Keeps at most `limit` values of each latency column exactly, then
+    /// sketches them ([`Column::set_exact_limit`]): the summary's and
+    /// `bench`'s percentiles are then within
+    /// [`crate::stats::sketch::RELATIVE_ERROR`] of the exact ones, and memory no
+    /// longer grows with the requests. `None` (the default) keeps every
+    /// value. Set it before the first request.
+    pub fn set_exact_limit(&mut self, limit: Option<usize>) {
+        for c in &mut self.cols {
+            c.set_exact_limit(limit);
+        }
+        self.bench.set_exact_limit(limit);
+    }
+
     /// Adds one request.
     pub fn add(&mut self, r: &Request) {
         self.bench.add(r, &self.slo);
@@ -204,14 +217,14 @@ impl SummaryBuilder {
         let [ttft, tpot, e2e, pq, pt, tw, tt, dq] = &mut self.cols;
         // One column's values at a time, sorted, for both statistics.
         let ps = self.bench.percentiles();
-        let sorted = ttft.take_sorted();
-        s.ttft_ms = Stat::of_sorted_nanos(&sorted);
-        let bench_ttft = Dist::of_sorted_nanos(&sorted, ps);
-        drop(sorted);
-        let sorted = e2e.take_sorted();
-        s.e2e_ms = Stat::of_sorted_nanos(&sorted);
-        let bench_e2e = Dist::of_sorted_nanos(&sorted, ps);
-        drop(sorted);
+        let both = |col: &mut Column| match col.take_values() {
+            Values::Sorted(sorted) => (Stat::of_sorted_nanos(&sorted), Dist::of_sorted_nanos(&sorted, ps)),
+            Values::Sketch(sk) => (Stat::of_sketch(&sk, 1e6), Dist::of_sketch(&sk, 1e6, ps)),
+        };
+        let (ttft_stat, bench_ttft) = both(ttft);
+        s.ttft_ms = ttft_stat;
+        let (e2e_stat, bench_e2e) = both(e2e);
+        s.e2e_ms = e2e_stat;
         s.tpot_ms = tpot.take_stat();
         s.prefill_queue_ms = pq.take_stat();
         s.prefill_time_ms = pt.take_stat();
