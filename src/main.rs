@@ -40,6 +40,7 @@ enum Command {
     /// Find the cheapest deployment (GPUs, aggregated or P/D, TP per role,
     /// batch limits) that meets a scenario's SLOs, by simulating every
     /// candidate within [plan] max_gpus on its traffic.
+    #[command(long_about = cmd::plan::LONG_ABOUT)]
     Plan(cmd::plan::Args),
     /// Write report.html, a self-contained page of tables and charts, for a
     /// run folder (report.json, requests.csv, timeline.csv) or a sweep

@@ -10,7 +10,6 @@ use super::{CmdError, INTERRUPTED, ProgressGate, create_dir, emit, interrupted, 
 
 /// Arguments of `pdsim plan`.
 #[derive(Debug, clap::Args)]
-#[command(long_about = LONG_ABOUT)]
 pub struct Args {
     /// The plan file: a scenario (model, hardware, workload or trace,
     /// [slo]) with a [plan] table (`max_gpus = N` at least).
@@ -28,7 +27,7 @@ pub struct Args {
 }
 
 /// `pdsim plan --help`'s text after the usage.
-const LONG_ABOUT: &str = "\
+pub const LONG_ABOUT: &str = "\
 Find the cheapest deployment that meets a scenario's SLOs, by simulating every candidate on its traffic.
 
 FILE is a scenario (model, [hardware], workload or trace, [slo]) plus a [plan] table:

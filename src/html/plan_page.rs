@@ -71,7 +71,7 @@ pub fn plan_page(plan: &Plan, result: &PlanResult) -> String {
             b.push_str(&card(
                 "goodput per GPU",
                 &num(tr.goodput / f64::from(best.candidate.gpus())),
-                "req/s meeting every bound",
+                "req/s meeting every bound, at the target",
             ));
             if let Some(m) = best.max_rate {
                 b.push_str(&card("highest rate", &num(m), "req/s meeting the SLO"));
@@ -171,7 +171,8 @@ pub fn plan_page(plan: &Plan, result: &PlanResult) -> String {
     // Launch lines.
     if let Some(best) = result.best.map(|i| &result.outcomes[i]) {
         b.push_str("<h2 id=\"launch\">Launch lines (vLLM 0.33)</h2>\n");
-        let _ = writeln!(b, "<pre>{}</pre>", esc(&output::launch_lines(plan, &best.candidate)));
+        let _ =
+            writeln!(b, "<div class=\"scroll\"><pre>{}</pre></div>", esc(&output::launch_lines(plan, &best.candidate)));
     }
 
     // The candidates.

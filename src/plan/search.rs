@@ -34,8 +34,9 @@
 //! **Bisection** (`search = "max_rate"`): first the target rate; from a
 //! pass, up (to the bound, or four times the last pass, whichever is
 //! less; doubling past the bound) until a trial fails; from a failure,
-//! down by halves until one passes (or the rate falls below 1/64 of the
-//! target: the candidate meets the SLO at no rate worth naming); then
+//! down by halves until one passes (after two failures, one trial at
+//! 1/64 of the target first: a candidate that fails there meets the SLO
+//! at no rate worth naming, and is done); then
 //! geometric bisection until the lowest failing and highest passing rates
 //! are within `rate_tolerance`. Each rate is simulated once. Attainment
 //! is taken to fall as the rate rises; the highest passing rate found is
@@ -469,6 +470,7 @@ pub fn evaluate(plan: &Plan, t: &Traffic, c: &Candidate, interrupt: &AtomicBool)
         if first.pass { (Some(first), None) } else { (None, Some(first)) };
     let floor = t.target / 64.0;
     let mut past_bound = 0;
+    let mut tried_floor = false;
     loop {
         if interrupt.load(Ordering::Relaxed) {
             break;
@@ -486,10 +488,18 @@ pub fn evaluate(plan: &Plan, t: &Traffic, c: &Candidate, interrupt: &AtomicBool)
                 }
             }
             (None, Some(h)) => {
-                if h.rate / 2.0 < floor {
+                if h.rate <= floor {
                     break;
                 }
-                h.rate / 2.0
+                // After two failures, the floor: a candidate that misses
+                // even there (a prompt whose prefill alone breaks the TTFT
+                // bound) is done in one more trial.
+                if h.rate < t.target && !tried_floor {
+                    tried_floor = true;
+                    floor
+                } else {
+                    h.rate / 2.0
+                }
             }
             (Some(l), Some(h)) => {
                 if h.rate - l.rate <= p.rate_tolerance * h.rate {
@@ -587,4 +597,83 @@ pub fn run(
     )?;
     let (best, frontier) = choose(&outcomes);
     Ok(PlanResult { traffic, outcomes, best, frontier })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::space::{Knobs, Shape};
+
+    fn traffic(requests: u64) -> Traffic {
+        Traffic {
+            requests,
+            own_rate: 1.0,
+            target: 1.0,
+            mean_prompt: 1.0,
+            mean_output: 1.0,
+            mean_uncached: 1.0,
+            prompts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn misses_allowed_by_the_attainment() {
+        // 0.99 of 1,000: 990 must meet it, so 10 may miss (990/1000 = 0.99
+        // passes, 989/1000 does not).
+        assert_eq!(traffic(1000).allowed_misses(0.99), 10);
+        // 0.99 of 400: 396 (0.99), so 4.
+        assert_eq!(traffic(400).allowed_misses(0.99), 4);
+        // 0.99 of 150: 148.5 rounds up to 149 meeting, so 1.
+        assert_eq!(traffic(150).allowed_misses(0.99), 1);
+        // Every request: none may miss; 0.5 of 3: 2 meeting, 1 missing.
+        assert_eq!(traffic(7).allowed_misses(1.0), 0);
+        assert_eq!(traffic(3).allowed_misses(0.5), 1);
+    }
+
+    fn outcome(index: usize, shape: Shape, meets: bool, goodput: f64, tpot_ms: f64) -> Outcome {
+        let trial = Trial {
+            rate: 1.0,
+            pass: meets,
+            stopped_early: false,
+            attainment: 1.0,
+            goodput,
+            output_tokens_per_s: 0.0,
+            ttft_p99_ms: 0.0,
+            tpot_p99_ms: 0.0,
+            tpot_mean_ms: tpot_ms,
+            bottleneck: None,
+            simulated: 1,
+            digest: 0,
+        };
+        Outcome {
+            candidate: Candidate { index, shape, knobs: Knobs::default() },
+            status: Status::Simulated,
+            bound: None,
+            meets,
+            max_rate: Some(1.0),
+            min_failing: None,
+            at: Some(trial.clone()),
+            bottleneck: None,
+            trials: vec![trial],
+        }
+    }
+
+    #[test]
+    fn the_best_is_the_fewest_gpus_then_the_most_goodput_per_gpu() {
+        let agg = |ranks, tp| Shape::Aggregated { ranks, tp };
+        let outcomes = vec![
+            outcome(0, agg(1, 1), false, 10.0, 10.0), // 1 GPU, misses
+            outcome(1, agg(2, 1), true, 20.0, 20.0),  // 2 GPUs: 10 per GPU
+            outcome(2, agg(1, 2), true, 24.0, 10.0),  // 2 GPUs: 12 per GPU
+            outcome(3, agg(4, 1), true, 80.0, 25.0),  // 4 GPUs: 20 per GPU
+        ];
+        let (best, frontier) = choose(&outcomes);
+        assert_eq!(best, Some(2));
+        // Interactivity 1000/TPOT: #1 50, #2 100, #3 40 tok/s/user; per
+        // GPU: 10, 12, 20. #1 is dominated by #2 (more of both); #2 (most
+        // interactive) and #3 (most per GPU) are not.
+        assert_eq!(frontier, vec![2, 3]);
+        let (best, frontier) = choose(&outcomes[..1]);
+        assert_eq!((best, frontier), (None, vec![]));
+    }
 }

@@ -396,3 +396,51 @@ pub fn scenario(
         edit(t)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn spec(max_gpus: u32, hetero: bool) -> PlanSpec {
+        toml::from_str(&format!("max_gpus = {max_gpus}\nheterogeneous_tp = {hetero}")).unwrap()
+    }
+
+    #[test]
+    fn four_gpus_make_eighteen_shapes() {
+        // Aggregated: TP 1 x 1..4, TP 2 x 1..2, TP 4 x 1 = 7. P/D (p, d >= 1):
+        // TP 1/1, p + d <= 4: 6; TP 1/2, p + 2d <= 4: 2; TP 2/1: 2; TP 2/2: 1 = 11.
+        assert_eq!(shapes(&spec(4, true), &[1, 2, 4]).len(), 18);
+        // Without heterogeneous TP: 7 + 6 + 1.
+        assert_eq!(shapes(&spec(4, false), &[1, 2, 4]).len(), 14);
+    }
+
+    #[test]
+    fn slugs() {
+        assert_eq!(slug("2P x TP4 + 1D x TP8"), "2p-tp4-1d-tp8");
+        assert_eq!(slug("3 x TP1"), "3-tp1");
+    }
+
+    proptest! {
+        #[test]
+        fn shapes_fit_and_are_distinct(max_gpus in 1u32..24, hetero in any::<bool>(), mask in 1u8..16) {
+            let tps: Vec<u32> = [1u32, 2, 4, 8].iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, t)| *t).collect();
+            let all = shapes(&spec(max_gpus, hetero), &tps);
+            for (i, s) in all.iter().enumerate() {
+                prop_assert!(s.gpus() >= 1 && s.gpus() <= max_gpus);
+                prop_assert!(!all[..i].contains(s));
+                if let Shape::Disaggregated { prefill_tp, decode_tp, .. } = *s {
+                    prop_assert!(prefill_tp % decode_tp == 0 || decode_tp % prefill_tp == 0);
+                    prop_assert!(hetero || prefill_tp == decode_tp);
+                }
+            }
+            // Every aggregated shape within the budget is there.
+            for &tp in &tps {
+                for ranks in 1..=max_gpus / tp {
+                    let want = Shape::Aggregated { ranks, tp };
+                    prop_assert!(all.contains(&want), "missing {:?}", want);
+                }
+            }
+        }
+    }
+}
