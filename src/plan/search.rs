@@ -32,8 +32,8 @@
 //! final), which decides it exactly and makes failing trials cheap.
 //!
 //! **Bisection** (`search = "max_rate"`): first the target rate; from a
-//! pass, up (to the bound, or four times the last pass, whichever is
-//! less; doubling past the bound) until a trial fails; from a failure,
+//! pass, up (to 0.9 of the bound, then the bound, or four times the last
+//! pass, whichever is less; doubling past the bound) until a trial fails; from a failure,
 //! down by halves until one passes (after two failures, one trial at
 //! 1/64 of the target first: a candidate that fails there meets the SLO
 //! at no rate worth naming, and is done); then
@@ -60,6 +60,9 @@ use super::{DEFAULT_MAX_TRIAL_REQUESTS, Plan, SearchMode};
 use crate::runner::{self, Keep, RunError};
 use crate::scenario::Scenario;
 use crate::workload::ArrivalSpec;
+
+/// Where the bisection tries first above a pass: this share of the bound.
+const NEAR_BOUND: f64 = 0.9;
 
 /// The traffic every trial serves, as measured once.
 #[derive(Clone, Debug)]
@@ -483,6 +486,11 @@ pub fn evaluate(plan: &Plan, t: &Traffic, c: &Candidate, interrupt: &AtomicBool)
                         break;
                     }
                     l.rate * 2.0
+                } else if l.rate < NEAR_BOUND * bound.rate && NEAR_BOUND * bound.rate <= 4.0 * l.rate {
+                    // The bound is close to what a candidate serves (its
+                    // highest rate is mostly 0.85 to 0.95 of it): just
+                    // under it first, then the bound itself.
+                    NEAR_BOUND * bound.rate
                 } else {
                     bound.rate.min(4.0 * l.rate)
                 }
