@@ -67,11 +67,12 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
     });
     create_dir(&out_dir)?;
     let jobs = args.jobs.map_or_else(default_jobs, |j| usize::try_from(j).unwrap_or(usize::MAX));
-    let mut progress = ProgressGate::new(args.quiet, None, "candidates");
+    let total = plan::space::candidates(&plan.spec, &plan.base).map_or(0, |c| c.len() as u64);
+    let mut progress = ProgressGate::new(args.quiet, Some(total), "candidates");
     let mut met = 0usize;
-    let result = search::run(&plan, jobs, &INTERRUPTED, |done, total, o| {
+    let result = search::run(&plan, jobs, &INTERRUPTED, |done, _, o| {
         met += usize::from(o.meets);
-        progress.update(done as u64, || format!("of {total}; {met} meet the SLO"));
+        progress.update(done as u64, || format!("{met} meet the SLO"));
     });
     progress.finish();
     let result = result?;
