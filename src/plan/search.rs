@@ -455,7 +455,9 @@ pub fn evaluate(plan: &Plan, t: &Traffic, c: &Candidate, interrupt: &AtomicBool)
         let s = if rate == t.target {
             target_scenario.clone()
         } else {
-            at_rate(rate).map_err(|e| RunError::Internal(format!("a rate change made a bad scenario: {e}")))?
+            at_rate(rate).map_err(|e| {
+                RunError::BadInput(format!("at {rate:.4} req/s the workload makes no valid scenario: {e}"))
+            })?
         };
         let trial = trial(&s, rate, t, p.attainment, interrupt)?;
         out.trials.push(trial.clone());
