@@ -431,6 +431,17 @@ pub fn summary(plan: &Plan, result: &PlanResult, out_dir: &Path) -> String {
                     f(g, 3)
                 );
             }
+            let e = effective(plan, &b.candidate);
+            let _ = writeln!(
+                s,
+                "             candidate #{}: max_num_batched_tokens {}, max_num_seqs {}, router {}, step time {}{}",
+                b.candidate.index,
+                e.max_num_batched_tokens,
+                e.max_num_seqs,
+                e.router_policy,
+                e.step_time,
+                e.link_bandwidth_gb_s.map(|bw| format!(", link {bw} GB/s")).unwrap_or_default()
+            );
             let _ = writeln!(
                 s,
                 "             TTFT p99 {} ms, TPOT p99 {} ms; bottleneck {}",
@@ -471,7 +482,8 @@ pub fn summary(plan: &Plan, result: &PlanResult, out_dir: &Path) -> String {
                 .max_by(|a, b| pick(a).unwrap_or(0.0).total_cmp(&pick(b).unwrap_or(0.0)))
                 .map(|o| {
                     format!(
-                        "{} ({} req/s/GPU at {} tok/s/user)",
+                        "#{} {} ({} req/s/GPU at {} tok/s/user)",
+                        o.candidate.index,
                         o.candidate.shape.label(),
                         opt(o.goodput_per_gpu(), 3),
                         opt(o.interactivity(), 1)

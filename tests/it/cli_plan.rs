@@ -315,3 +315,38 @@ fn help_documents_the_plan_table() {
         assert!(stdout.contains(want), "{want} not in:\n{stdout}");
     }
 }
+
+#[test]
+fn axes_multiply_the_shapes() {
+    let base = std::fs::read_to_string(scenario_file("plans/llama-8b-aggregated-wins.toml")).unwrap();
+    let text = base.replace(
+        "max_gpus = 8",
+        "max_gpus = 3\nrequests = 200\nmax_num_batched_tokens = [2048, 8192]\nmax_num_seqs = [64, 256]\n\
+         link_bandwidth_gb_s = [25.0, 50.0]\nrouter_policy = [\"round_robin\", \"least_outstanding\"]\n\
+         step_time = [{ kind = \"roofline\" }, { kind = \"roofline\", gemm_efficiency = 0.5 }]",
+    );
+    let file = scratch("plan-axes.toml", &text);
+    let out = scratch_dir("plan-axes");
+    let (code, stdout, stderr) = outcome(&pdsim(&["plan", file.to_str().unwrap(), "--out", out.to_str().unwrap()]));
+    assert_eq!(code, 0, "{stderr}");
+    let csv = Csv::read(&out.join("candidates.csv"));
+    // 3 GPUs, TP 1 and 2: aggregated 3 + 1 = 4 shapes, P/D 3 (TP 1/1) + 1
+    // (1/2) + 1 (2/1) = 5. Each takes 2 x 2 x 2 x 2 = 16 axis values, a P/D
+    // one also 2 link bandwidths: 4 x 16 + 5 x 16 x 2 = 224.
+    assert_eq!(csv.rows.len(), 224);
+    let mut seen: Vec<String> = csv
+        .rows
+        .iter()
+        .map(|r| {
+            ["shape", "max_num_batched_tokens", "max_num_seqs", "link_bandwidth_gb_s", "router_policy", "step_time"]
+                .iter()
+                .map(|c| r[csv.col(c)].clone())
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 224, "every candidate distinct");
+    assert!(stdout.contains("candidate #"), "{stdout}");
+}
