@@ -372,7 +372,7 @@ impl Scenario {
         let text = toml::to_string(table)
             .map_err(|e| ScenarioError::new(label, None, None, format!("cannot serialize: {e}")))?;
         let files = Embedded(vec![(String::new(), text)]);
-        load_from(&files, Path::new(""), label, false, None)
+        load_from(&files, Path::new(""), label, false)
     }
 }
 
@@ -401,7 +401,7 @@ fn set_path(table: &mut toml::Table, path: &str, value: toml::Value) -> Result<(
 pub fn load(path: impl AsRef<Path>) -> Result<Scenario, ScenarioError> {
     let path = normalize(path.as_ref());
     let label = path.display().to_string();
-    load_from(&Disk, &path, &label, true, None)
+    load_from(&Disk, &path, &label, true)
 }
 
 /// [`load`] for a file that may hold one more top-level table, `key`,
@@ -433,7 +433,7 @@ pub fn load_with_table<T: DeserializeOwned>(
             Ok(())
         },
     };
-    let scenario = load_from(&Disk, &path, &label, true, Some(extra))?;
+    let scenario = load_from_with(&Disk, &path, &label, true, Some(extra))?;
     Ok((scenario, out))
 }
 
@@ -450,7 +450,7 @@ struct Extra<'f> {
 /// None in a released binary (a test loads it); an error would be a bug.
 pub fn load_default() -> Result<Scenario, ScenarioError> {
     let files = Embedded(EMBEDDED.iter().map(|(p, t)| ((*p).to_owned(), (*t).to_owned())).collect());
-    load_from(&files, Path::new(DEFAULT_SCENARIO), DEFAULT_SCENARIO_LABEL, true, None)
+    load_from(&files, Path::new(DEFAULT_SCENARIO), DEFAULT_SCENARIO_LABEL, true)
 }
 
 /// Path of the default scenario within the embedded files.
@@ -541,7 +541,12 @@ impl SourceFile {
     }
 }
 
-fn load_from(
+fn load_from(files: &dyn Files, path: &Path, label: &str, show_lines: bool) -> Result<Scenario, ScenarioError> {
+    load_from_with(files, path, label, show_lines, None)
+}
+
+/// [`load_from`], reading `extra` (another verb's table) as well.
+fn load_from_with(
     files: &dyn Files,
     path: &Path,
     label: &str,
