@@ -404,45 +404,6 @@ pub fn load(path: impl AsRef<Path>) -> Result<Scenario, ScenarioError> {
     load_from(&Disk, &path, &label, true)
 }
 
-/// [`load`] for a file that may hold one more top-level table, `key`,
-/// read by another verb (`pdsim plan`'s `[plan]`): the scenario and that
-/// table, deserialized (unknown fields refused) and then checked by
-/// `check` against the scenario; every error is placed as a scenario
-/// field's is (`file:line: plan.max_gpus: ...`; `check`'s
-/// [`FieldError`] names the field by its whole path, e.g.
-/// `plan.max_gpus` or `workload.arrival.kind`).
-///
-/// # Errors
-/// As [`load`], and the table's own problems.
-pub fn load_with_table<T: DeserializeOwned>(
-    path: impl AsRef<Path>,
-    key: &str,
-    check: &dyn Fn(&T, &Scenario) -> Result<(), FieldError>,
-) -> Result<(Scenario, Option<T>), ScenarioError> {
-    let path = normalize(path.as_ref());
-    let label = path.display().to_string();
-    let mut out = None;
-    let extra = Extra {
-        key,
-        read: &mut |ctx: &Ctx<'_>, scenario: &Scenario| {
-            let value: Option<T> = ctx.get(key)?;
-            if let Some(v) = &value {
-                check(v, scenario).map_err(|e| ctx.field(e))?;
-            }
-            out = value;
-            Ok(())
-        },
-    };
-    let scenario = load_from_with(&Disk, &path, &label, true, Some(extra))?;
-    Ok((scenario, out))
-}
-
-/// A top-level table besides the scenario's own, and what reads it.
-struct Extra<'f> {
-    key: &'f str,
-    read: &'f mut dyn FnMut(&Ctx<'_>, &Scenario) -> Result<(), ScenarioError>,
-}
-
 /// The scenario `pdsim` runs with no arguments: `scenarios/default.toml`,
 /// embedded in the binary with the files it includes.
 ///
@@ -539,6 +500,45 @@ impl SourceFile {
         let line = span.and_then(|s| self.line_of(s.start));
         ScenarioError::new(&self.label, line, field, message)
     }
+}
+
+/// [`load`] for a file that may hold one more top-level table, `key`,
+/// read by another verb (`pdsim plan`'s `[plan]`): the scenario and that
+/// table, deserialized (unknown fields refused) and then checked by
+/// `check` against the scenario; every error is placed as a scenario
+/// field's is (`file:line: plan.max_gpus: ...`; `check`'s
+/// [`FieldError`] names the field by its whole path, e.g.
+/// `plan.max_gpus` or `workload.arrival.kind`).
+///
+/// # Errors
+/// As [`load`], and the table's own problems.
+pub fn load_with_table<T: DeserializeOwned>(
+    path: impl AsRef<Path>,
+    key: &str,
+    check: &dyn Fn(&T, &Scenario) -> Result<(), FieldError>,
+) -> Result<(Scenario, Option<T>), ScenarioError> {
+    let path = normalize(path.as_ref());
+    let label = path.display().to_string();
+    let mut out = None;
+    let extra = Extra {
+        key,
+        read: &mut |ctx: &Ctx<'_>, scenario: &Scenario| {
+            let value: Option<T> = ctx.get(key)?;
+            if let Some(v) = &value {
+                check(v, scenario).map_err(|e| ctx.field(e))?;
+            }
+            out = value;
+            Ok(())
+        },
+    };
+    let scenario = load_from_with(&Disk, &path, &label, true, Some(extra))?;
+    Ok((scenario, out))
+}
+
+/// A top-level table besides the scenario's own, and what reads it.
+struct Extra<'f> {
+    key: &'f str,
+    read: &'f mut dyn FnMut(&Ctx<'_>, &Scenario) -> Result<(), ScenarioError>,
 }
 
 fn load_from(files: &dyn Files, path: &Path, label: &str, show_lines: bool) -> Result<Scenario, ScenarioError> {
