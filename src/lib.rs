@@ -13,6 +13,9 @@
 //!   `timeline.csv`, `trace.json`).
 //! - [`html`]: `report.html`, the page of tables and inline-SVG charts
 //!   made from a run folder's or a sweep folder's files.
+//! - [`plan`]: `pdsim plan`: the candidate deployments within a GPU
+//!   budget, their analytic bounds and trials, the cheapest that meets
+//!   the SLOs, and what the verb writes.
 //! - [`sweep`]: sweep files (a base scenario, axes, seeds) and their points.
 //! - [`calibrate`]: measured steps from CSV files, the step-time models
 //!   fitted to them and their error point by point; the batch of a step of
@@ -42,6 +45,7 @@ pub mod files;
 pub mod heap;
 pub mod html;
 pub mod output;
+pub mod plan;
 pub mod presets;
 pub mod report;
 pub mod runner;

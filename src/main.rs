@@ -37,6 +37,11 @@ enum Command {
     /// Run every point of a sweep file (axes x seeds) in parallel and write
     /// one row per point to sweep.csv.
     Sweep(cmd::sweep::Args),
+    /// Find the cheapest deployment (GPUs, aggregated or P/D, TP per role,
+    /// batch limits) that meets a scenario's SLOs, by simulating every
+    /// candidate within [plan] max_gpus on its traffic.
+    #[command(long_about = cmd::plan::LONG_ABOUT)]
+    Plan(cmd::plan::Args),
     /// Write report.html, a self-contained page of tables and charts, for a
     /// run folder (report.json, requests.csv, timeline.csv) or a sweep
     /// folder (sweep.csv).
@@ -63,6 +68,7 @@ fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
     match command {
         Command::Run(args) => cmd::run::run(args),
         Command::Sweep(args) => cmd::sweep::run(args),
+        Command::Plan(args) => cmd::plan::run(args),
         Command::Report(args) => cmd::report::run(args),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Transfer(args) => cmd::transfer::run(args),

@@ -162,6 +162,12 @@ impl ScenarioError {
         ScenarioError { file: file.to_owned(), line, field: field.map(str::to_owned), message }
     }
 
+    /// An error about `field` of `file` with no line (a table the file
+    /// lacks).
+    pub fn at(file: &str, field: Option<&str>, message: impl Into<String>) -> Self {
+        ScenarioError::new(file, None, field, message)
+    }
+
     /// The file, as the user named it (includes joined to the including
     /// file's folder).
     pub fn file(&self) -> &str {
@@ -219,6 +225,12 @@ pub struct Scenario {
     /// `config <path>`.
     #[serde(skip)]
     model_origin: Option<String>,
+    /// The `[model]` table as the file named its source (a preset or a
+    /// `config.json`, the path resolved), when it was derived: what
+    /// [`Scenario::with_edit`] derives the model from again at the edited
+    /// TP sizes.
+    #[serde(skip)]
+    model_source: Option<toml::Table>,
     #[serde(skip)]
     validated: Model,
     /// The files read from the disk to make it, each with the field that
@@ -262,6 +274,12 @@ impl Scenario {
     /// config.json).
     pub fn model_origin(&self) -> Option<&str> {
         self.model_origin.as_deref()
+    }
+    /// The `[model]` table as the file named its source (`preset` or a
+    /// resolved `config`, `kv_cache_dtype`, `name`), when the model was
+    /// derived rather than given.
+    pub fn model_source(&self) -> Option<&toml::Table> {
+        self.model_source.as_ref()
     }
     /// The validated model (it passed [`ModelSpec::validate`] for every role
     /// present, and the version and pairing gates).
@@ -365,15 +383,52 @@ impl Scenario {
         for (path, value) in overrides {
             set_path(&mut table, path, value.clone()).map_err(|m| ScenarioError::new(&label, None, Some(path), m))?;
         }
-        let text = toml::to_string(&table)
-            .map_err(|e| ScenarioError::new(&label, None, None, format!("cannot serialize: {e}")))?;
-        let files = Embedded(vec![(String::new(), text)]);
-        let mut made = load_from(&files, Path::new(""), &label, false)?;
+        let made = Self::from_table(&table, &label)?;
+        Ok(self.keep_origin(made))
+    }
+
+    /// `made` (built from this scenario's resolved table) with this
+    /// scenario's input files and folder: the same inputs, the same paths.
+    fn keep_origin(&self, mut made: Scenario) -> Scenario {
         let mut inputs: Vec<_> = self.inputs.iter().filter(|(f, _)| *f != "workload.trace.path").cloned().collect();
         inputs.append(&mut made.inputs);
         made.inputs = inputs;
         made.dir = self.dir.clone();
-        Ok(made)
+        made
+    }
+
+    /// A copy whose resolved form `edit` changes as a whole (roles added
+    /// or removed, say), checked again as a whole and named `label` in
+    /// errors. Unlike [`Scenario::with_overrides`], a model the file
+    /// derived from a preset or a `config.json` is derived again, at the
+    /// edited roles' TP sizes (as a file with those roles would derive
+    /// it), so a layout vLLM builds differently at another TP size is
+    /// refused, not scaled. This is how `pdsim plan` makes its candidates.
+    ///
+    /// # Errors
+    /// An `edit` that fails (its message, placed at no field), or any
+    /// check the result fails.
+    pub fn with_edit(
+        &self,
+        label: &str,
+        edit: impl FnOnce(&mut toml::Table) -> Result<(), String>,
+    ) -> Result<Scenario, ScenarioError> {
+        let mut table =
+            self.to_table().map_err(|e| ScenarioError::new(label, None, None, format!("cannot serialize: {e}")))?;
+        if let Some(source) = &self.model_source {
+            table.insert("model".to_owned(), toml::Value::Table(source.clone()));
+        }
+        edit(&mut table).map_err(|m| ScenarioError::new(label, None, None, m))?;
+        let made = Self::from_table(&table, label)?;
+        Ok(self.keep_origin(made))
+    }
+
+    /// Loads a resolved table (no file: errors carry `label` and no line).
+    fn from_table(table: &toml::Table, label: &str) -> Result<Scenario, ScenarioError> {
+        let text = toml::to_string(table)
+            .map_err(|e| ScenarioError::new(label, None, None, format!("cannot serialize: {e}")))?;
+        let files = Embedded(vec![(String::new(), text)]);
+        load_from(&files, Path::new(""), label, false)
     }
 }
 
@@ -591,7 +646,57 @@ impl SourceFile {
     }
 }
 
+/// [`load`] for a file that may hold one more top-level table, `key`,
+/// read by another verb (`pdsim plan`'s `[plan]`): the scenario and that
+/// table, deserialized (unknown fields refused) and then checked by
+/// `check` against the scenario; every error is placed as a scenario
+/// field's is (`file:line: plan.max_gpus: ...`; `check`'s
+/// [`FieldError`] names the field by its whole path, e.g.
+/// `plan.max_gpus` or `workload.arrival.kind`).
+///
+/// # Errors
+/// As [`load`], and the table's own problems.
+pub fn load_with_table<T: DeserializeOwned>(
+    path: impl AsRef<Path>,
+    key: &str,
+    check: &dyn Fn(&T, &Scenario) -> Result<(), FieldError>,
+) -> Result<(Scenario, Option<T>), ScenarioError> {
+    let path = normalize(path.as_ref());
+    let label = path.display().to_string();
+    let mut out = None;
+    let extra = Extra {
+        key,
+        read: &mut |ctx: &Ctx<'_>, scenario: &Scenario| {
+            let value: Option<T> = ctx.get(key)?;
+            if let Some(v) = &value {
+                check(v, scenario).map_err(|e| ctx.field(e))?;
+            }
+            out = value;
+            Ok(())
+        },
+    };
+    let scenario = load_from_with(&Disk, &path, &label, true, Some(extra))?;
+    Ok((scenario, out))
+}
+
+/// A top-level table besides the scenario's own, and what reads it.
+struct Extra<'f> {
+    key: &'f str,
+    read: &'f mut dyn FnMut(&Ctx<'_>, &Scenario) -> Result<(), ScenarioError>,
+}
+
 fn load_from(files: &dyn Files, path: &Path, label: &str, show_lines: bool) -> Result<Scenario, ScenarioError> {
+    load_from_with(files, path, label, show_lines, None)
+}
+
+/// [`load_from`], reading `extra` (another verb's table) as well.
+fn load_from_with(
+    files: &dyn Files,
+    path: &Path,
+    label: &str,
+    show_lines: bool,
+    extra: Option<Extra<'_>>,
+) -> Result<Scenario, ScenarioError> {
     let mut sources = Vec::new();
     let mut stack = Vec::new();
     gather(files, path, label.to_owned(), show_lines, None, &mut stack, &mut sources)?;
@@ -599,7 +704,7 @@ fn load_from(files: &dyn Files, path: &Path, label: &str, show_lines: bool) -> R
         .iter()
         .map(|s| DeTable::parse(&s.text).map_err(|e| s.error(e.span(), None, e.message())))
         .collect::<Result<_, _>>()?;
-    let ctx = Ctx::new(&sources, &docs, files)?;
+    let ctx = Ctx::new(&sources, &docs, files, extra.as_ref().map(|e| e.key))?;
     let mut scenario = ctx.build()?;
     scenario.source = label.to_owned();
     scenario.dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -618,6 +723,9 @@ fn load_from(files: &dyn Files, path: &Path, label: &str, show_lines: bool) -> R
     }
     if let Some(t) = &scenario.workload.trace {
         scenario.inputs.push(("workload.trace.path", t.path.clone()));
+    }
+    if let Some(extra) = extra {
+        (extra.read)(&ctx, &scenario)?;
     }
     Ok(scenario)
 }
@@ -710,16 +818,18 @@ impl<'a> Ctx<'a> {
         sources: &'a [SourceFile],
         docs: &'a [Spanned<DeTable<'a>>],
         files: &'a dyn Files,
+        extra: Option<&str>,
     ) -> Result<Self, ScenarioError> {
         let mut entries = BTreeMap::new();
         for (file, doc) in sources.iter().zip(docs) {
             for (key, value) in doc.get_ref().iter() {
                 let name: &str = key.get_ref();
-                if !TOP_LEVEL_KEYS.contains(&name) {
+                if !TOP_LEVEL_KEYS.contains(&name) && Some(name) != extra {
+                    let hint = if name == "plan" { " (a [plan] table is read by `pdsim plan`)" } else { "" };
                     return Err(file.error(
                         Some(key.span()),
                         Some(name),
-                        format!("unknown field `{name}`, expected one of {}", quoted(TOP_LEVEL_KEYS)),
+                        format!("unknown field `{name}`, expected one of {}{hint}", quoted(TOP_LEVEL_KEYS)),
                     ));
                 }
                 if name != "include" {
@@ -862,9 +972,9 @@ impl<'a> Ctx<'a> {
         let description: Option<String> = self.get("description")?;
         let seed: u64 = self.get("seed")?.unwrap_or(1);
         let deployment = self.deployment()?;
-        let (model, model_origin) = match self.model(&deployment)? {
-            Some((m, origin)) => (Some(m), origin),
-            None => (None, None),
+        let (model, model_origin, model_source) = match self.model(&deployment)? {
+            Some((m, origin, source)) => (Some(m), origin, source),
+            None => (None, None, None),
         };
         let workload: Option<WorkloadSpec> = self.get("workload")?;
         let slo: SloSpec = self.get("slo")?.unwrap_or_default();
@@ -904,6 +1014,7 @@ impl<'a> Ctx<'a> {
             slo,
             source: String::new(),
             model_origin,
+            model_source,
             validated,
             inputs: Vec::new(),
             dir: PathBuf::new(),
@@ -938,14 +1049,18 @@ impl<'a> Ctx<'a> {
 
     /// `[model]`: given whole, or derived from a HuggingFace `config.json`
     /// (a preset's, or a file's) at the first role's TP size.
-    fn model(&self, deployment: &DeploymentSpec) -> Result<Option<(ModelSpec, Option<String>)>, ScenarioError> {
+    #[allow(clippy::type_complexity)]
+    fn model(
+        &self,
+        deployment: &DeploymentSpec,
+    ) -> Result<Option<(ModelSpec, Option<String>, Option<toml::Table>)>, ScenarioError> {
         let Some(entry) = self.entries.get("model") else { return Ok(None) };
         let derived = match entry.value.get_ref() {
             DeValue::Table(t) => t.iter().any(|(k, _)| matches!(k.get_ref().as_ref(), "preset" | "config")),
             _ => false,
         };
         if !derived {
-            return Ok(self.get("model")?.map(|m| (m, None)));
+            return Ok(self.get("model")?.map(|m| (m, None, None)));
         }
         let src: ModelSource = self.get("model")?.expect("the entry is present");
         let (field, label, text) = match (&src.preset, &src.config) {
@@ -1006,7 +1121,18 @@ impl<'a> Ctx<'a> {
             }
         }
         let origin = if src.preset.is_some() { format!("preset {label}") } else { format!("config {label}") };
-        Ok(Some((spec, Some(origin))))
+        let mut source = toml::Table::new();
+        match &src.preset {
+            Some(id) => source.insert("preset".to_owned(), toml::Value::String(id.clone())),
+            None => source.insert("config".to_owned(), toml::Value::String(label.clone())),
+        };
+        if let Some(n) = &src.name {
+            source.insert("name".to_owned(), toml::Value::String(n.clone()));
+        }
+        if let Some(d) = &src.kv_cache_dtype {
+            source.insert("kv_cache_dtype".to_owned(), toml::Value::String(d.clone()));
+        }
+        Ok(Some((spec, Some(origin), Some(source))))
     }
 
     /// `[hardware]`, a preset's numbers filled in under the ones given.

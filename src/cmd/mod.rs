@@ -17,6 +17,7 @@ use pdsim::sweep::SweepError;
 
 pub mod calibrate;
 mod live;
+pub mod plan;
 pub mod report;
 pub mod run;
 pub mod steps;

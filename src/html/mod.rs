@@ -23,11 +23,13 @@
 use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
 
+mod plan_page;
 pub(crate) mod read;
 mod run_page;
 pub mod svg;
 mod sweep_page;
 
+pub use plan_page::plan_page;
 use svg::esc;
 
 /// A report that cannot be made: one line naming the file (and line,

@@ -244,3 +244,12 @@ fn report_pages_render_in_headless_chromium() {
     assert!(lines.iter().any(|l| l == "ERRORS 1") && lines.iter().any(|l| l == "console.error: boom"), "{lines:?}");
     eprintln!("browser test: two pages and a canary in {:.1} s", started.elapsed().as_secs_f64());
 }
+
+#[test]
+#[ignore = "needs chromium: cargo test -- --include-ignored runs it (as CI does)"]
+fn plan_page_renders_in_headless_chromium() {
+    let browser = browser();
+    let out = crate::cli_plan::plan("llama-8b-aggregated-wins.toml", "browser-plan", &["--quiet"]);
+    let drawn = check_page(&browser, &out.join("plan.html"), "browser-plan-page");
+    assert_eq!(drawn, vec!["frontier".to_owned(), "rate-by-gpus".to_owned()]);
+}

@@ -1,10 +1,11 @@
 //! Integration tests of the pdsim harness, in one test binary so that the
 //! suite links once: scenario files, workloads, trace readers, and the
-//! `validate`, `transfer`, `run`, `sweep` and `report` verbs run as a user
+//! `validate`, `transfer`, `run`, `sweep`, `plan` and `report` verbs run as a user
 //! runs them, and the report's page in a headless browser.
 
 mod browser;
 mod cli_calibrate;
+mod cli_plan;
 mod cli_report;
 mod cli_run;
 mod cli_steps;
