@@ -28,8 +28,9 @@
 //!   that minimise the worst relative error on the other prefill steps; the
 //!   decode grid from the decode steps, which must give every (batch,
 //!   context) of their distinct batches and contexts (a missing cell is an
-//!   error naming it, not filled in). Steps that mix prefill and decode are
-//!   not fitted, only reported. Repeated points are averaged.
+//!   error naming it, not filled in); and the composition of a mixed step
+//!   ([`MixedStep`]): one forward pass, unless the mixed steps given are
+//!   priced better with the two terms added. Repeated points are averaged.
 //! - `roofline` ([`fit_roofline`]): the six factors of
 //!   [`StepTimeSpec::Roofline`] for a given rank (a scenario's: its
 //!   model's layers, GPU, TP size, pool), by coordinate descent on the
@@ -42,7 +43,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use actors::config::{DecodeGrid, StepTimeSpec};
+use actors::config::{DecodeGrid, MixedStep, StepTimeSpec};
 use actors::steptime::roofline::{RankInputs, RooflineParams, RooflineStepTime};
 use actors::steptime::{self, BatchShape, StepTimeModel};
 
@@ -627,12 +628,35 @@ fn fit_table2d(points: &[Point]) -> Result<StepTimeSpec, String> {
     }
     let grid = DecodeGrid { seqs, context, us };
     let (a, b) = fit_pairs(&prefill, &table, &grid)?;
+    let (a, b) = (round_to(a, 1e-6), round_to(b, 1e-6));
+    let mixed = fit_mixed(points, &table, a, b, &grid);
     Ok(StepTimeSpec::Table2d {
         prefill: table,
-        prefill_self_pair_ns: round_to(a, 1e-6),
-        prefill_cached_pair_ns: round_to(b, 1e-6),
+        prefill_self_pair_ns: a,
+        prefill_cached_pair_ns: b,
         decode: grid,
+        mixed,
     })
+}
+
+/// How the fitted table2d prices mixed steps: the composition with the
+/// smaller mean relative error on the mixed steps given, one forward pass
+/// when none is (or on a tie): the table and grid were measured a part at
+/// a time, so only mixed steps can tell the compositions apart.
+fn fit_mixed(points: &[Point], table: &[[f64; 2]], a: f64, b: f64, grid: &DecodeGrid) -> MixedStep {
+    let mixed: Vec<&Point> = points.iter().filter(|p| Region::of(&p.shape) == Region::Mixed).collect();
+    let Some(model) = steptime::Table2dStepTime::from_spec(table, a, b, grid) else {
+        return MixedStep::OneForwardPass;
+    };
+    if mixed.is_empty() {
+        return MixedStep::OneForwardPass;
+    }
+    let error = |m: &steptime::Table2dStepTime| {
+        mixed.iter().map(|p| (price_us(m, &p.shape) / p.us - 1.0).abs()).sum::<f64>() / mixed.len() as f64
+    };
+    let one = error(&model.clone().with_mixed(MixedStep::OneForwardPass));
+    let sum = error(&model.with_mixed(MixedStep::PrefillPlusDecode));
+    if sum < one { MixedStep::PrefillPlusDecode } else { MixedStep::OneForwardPass }
 }
 
 /// The pair rates (ns, each ≥ 0) that minimise the worst relative error
@@ -811,13 +835,18 @@ pub fn step_time_toml(spec: &StepTimeSpec) -> String {
             num(p.allreduce_latency_us),
             num(p.overhead_us)
         ),
-        StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode } => {
+        StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode, mixed } => {
             let points: Vec<String> = prefill.iter().map(|p| format!("[{}]", list(p))).collect();
             let ints = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
             let rows: Vec<String> = decode.us.iter().map(|r| format!("[{}]", list(r))).collect();
+            // The default composition goes unsaid.
+            let mixed = match mixed {
+                MixedStep::OneForwardPass => "",
+                MixedStep::PrefillPlusDecode => ", mixed = \"prefill_plus_decode\"",
+            };
             format!(
                 "kind = \"table2d\", prefill = [{}], prefill_self_pair_ns = {}, prefill_cached_pair_ns = {}, \
-                 decode = {{ seqs = [{}], context = [{}], us = [{}] }}",
+                 decode = {{ seqs = [{}], context = [{}], us = [{}] }}{mixed}",
                 points.join(", "),
                 num(*prefill_self_pair_ns),
                 num(*prefill_cached_pair_ns),

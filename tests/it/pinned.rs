@@ -18,16 +18,16 @@ use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 11] = [
-    ("default.toml", 0xca4c_6c38_228c_19e2, 0x21f6_8370_4d3c_25a9, 0x273e_3717_d2d8_b675),
+    ("default.toml", 0x1d92_903e_6b72_90b2, 0x1016_d1ce_7908_5a0f, 0x6dfb_d23d_2846_357c),
     ("glm-5.3-flash-1p1d.toml", 0x2163_00da_485b_4fb1, 0x9eb0_1f13_dc88_0c51, 0xea7c_2ca2_2a96_5f94),
     ("glm-5.3-flash-2p1d-pressure.toml", 0x3ad9_ea1a_16b4_1b59, 0xecd9_3446_cecb_6199, 0x4e84_5171_de44_030c),
     ("glm-5.3-flash-2p2d.toml", 0x9ed1_0ad0_7355_47ae, 0x79dc_4927_d920_7515, 0x0678_3253_eb25_2af3),
     ("glm-5.3-flash-p4d8.toml", 0xde76_3772_1bd4_e50a, 0x2bd3_a37a_9687_41e0, 0xdfb2_781e_5337_95f7),
     ("gpt-oss-1p1d.toml", 0x6943_01a9_4193_8693, 0x5c74_d7c6_8f01_617a, 0xa6ab_27dd_2b64_1e30),
-    ("llama-3.1-8b-1p1d.toml", 0xd8db_c749_3bc6_e46d, 0x1d29_5e94_fcc3_1516, 0xe3c6_8609_2f1c_2cdf),
-    ("llama-3.1-8b-aggregated.toml", 0xb2e4_463f_8ca1_608c, 0x82da_4816_8d2f_a3fa, 0x9f76_0390_7cbc_bc39),
-    ("llama-3.1-8b-h200-tp1.toml", 0x8fee_a5e2_c3cf_0ec8, 0xe143_0827_41a4_55e9, 0xf377_9f63_5be2_2611),
-    ("llama-3.1-8b-h200-tp4.toml", 0xfd47_ba9d_9836_a2d4, 0xdf38_2258_9bbf_62db, 0xc738_fb79_3b09_abf8),
+    ("llama-3.1-8b-1p1d.toml", 0x9750_760f_7adc_a668, 0xdc20_6518_c144_83cb, 0x7dcc_1bd5_5fe1_e1c3),
+    ("llama-3.1-8b-aggregated.toml", 0xac29_38aa_244a_abf6, 0x3a63_e368_b477_587e, 0x8007_4ff4_9667_8555),
+    ("llama-3.1-8b-h200-tp1.toml", 0x2ce3_a63c_59f6_446a, 0xf331_6bc1_2236_9014, 0xf0f1_3517_8663_7498),
+    ("llama-3.1-8b-h200-tp4.toml", 0x50dc_98f4_783a_f5c3, 0x0ef0_bb5d_8c95_9209, 0x4327_1209_e278_0062),
     ("mamba2-hybrid-1p1d.toml", 0xee1b_2967_c553_9d9a, 0x14bd_7564_db8f_e8fb, 0x4261_a6ef_6c75_66d2),
 ];
 
