@@ -21,6 +21,8 @@
 //!   `pdsim steptime` and `pdsim validate` as functions.
 //! - [`columns`]: `requests.csv` and `timeline.csv` as typed columns, for
 //!   data frames.
+//! - [`accuracy`]: real vLLM runs (`validation/`) replayed with presets and
+//!   defaults, predicted against measured (`pdsim accuracy`).
 //! - [`files`]: bounded reads of input files (regular files only, size caps,
 //!   byte-order marks dropped).
 //!
@@ -31,6 +33,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod accuracy;
 pub mod calibrate;
 pub mod check;
 pub mod columns;

@@ -14,6 +14,7 @@ use pdsim::runner::RunError;
 use pdsim::scenario::ScenarioError;
 use pdsim::sweep::SweepError;
 
+pub mod accuracy;
 pub mod calibrate;
 mod live;
 pub mod report;
