@@ -31,7 +31,7 @@
 //!   error naming it, not filled in); and the composition of a mixed step
 //!   ([`MixedStep`]): one forward pass, unless the mixed steps given are
 //!   priced better with the two terms added. Repeated points are averaged.
-//! - `roofline` ([`fit_roofline`]): the six factors of
+//! - `roofline` ([`fit_roofline`]): the nine factors of
 //!   [`StepTimeSpec::Roofline`] for a given rank (a scenario's: its
 //!   model's layers, GPU, TP size, pool), by coordinate descent on the
 //!   mean squared relative error over every step.
@@ -427,7 +427,8 @@ pub fn fit(kind: Kind, points: &[Point]) -> Result<StepTimeSpec, String> {
 /// The factors of a roofline fitted to `points`, given the rank it prices
 /// (its layers, GPU, TP size and pool): coordinate descent, each factor in
 /// turn by golden-section search within its range (efficiencies 0.05 to
-/// 1, all-reduce latency 0 to 100 µs, overhead 0 to 20,000 µs), eight
+/// 1, all-reduce latency 0 to 100 µs, per-layer costs 0 to 1,000 µs,
+/// overhead 0 to 20,000 µs), eight
 /// rounds from the defaults, minimising the mean squared relative error.
 /// Deterministic: the same points give the same factors.
 pub fn fit_roofline(points: &[Point], rank: RankInputs<'_>) -> RooflineParams {
@@ -436,12 +437,15 @@ pub fn fit_roofline(points: &[Point], rank: RankInputs<'_>) -> RooflineParams {
         points.iter().map(|pt| sq(price_us(&m, &pt.shape) / pt.us - 1.0)).sum::<f64>() / points.len() as f64
     };
     type Field = fn(&mut RooflineParams) -> &mut f64;
-    let fields: [(Field, f64, f64); 6] = [
+    let fields: [(Field, f64, f64); 9] = [
         (|p| &mut p.gemm_efficiency, 0.05, 1.0),
         (|p| &mut p.attention_efficiency, 0.05, 1.0),
-        (|p| &mut p.memory_efficiency, 0.05, 1.0),
+        (|p| &mut p.weight_memory_efficiency, 0.05, 1.0),
+        (|p| &mut p.kv_memory_efficiency, 0.05, 1.0),
         (|p| &mut p.network_efficiency, 0.05, 1.0),
         (|p| &mut p.allreduce_latency_us, 0.0, 100.0),
+        (|p| &mut p.layer_overhead_us, 0.0, 1_000.0),
+        (|p| &mut p.prefill_attention_floor_us, 0.0, 1_000.0),
         (|p| &mut p.overhead_us, 0.0, 20_000.0),
     ];
     let mut best = RooflineParams::default();
@@ -826,13 +830,17 @@ pub fn step_time_toml(spec: &StepTimeSpec) -> String {
             )
         }
         StepTimeSpec::Roofline(p) => format!(
-            "kind = \"roofline\", gemm_efficiency = {}, attention_efficiency = {}, memory_efficiency = {}, \
-             network_efficiency = {}, allreduce_latency_us = {}, overhead_us = {}",
+            "kind = \"roofline\", gemm_efficiency = {}, attention_efficiency = {}, weight_memory_efficiency = {}, \
+             kv_memory_efficiency = {}, network_efficiency = {}, allreduce_latency_us = {}, layer_overhead_us = {}, \
+             prefill_attention_floor_us = {}, overhead_us = {}",
             num(p.gemm_efficiency),
             num(p.attention_efficiency),
-            num(p.memory_efficiency),
+            num(p.weight_memory_efficiency),
+            num(p.kv_memory_efficiency),
             num(p.network_efficiency),
             num(p.allreduce_latency_us),
+            num(p.layer_overhead_us),
+            num(p.prefill_attention_floor_us),
             num(p.overhead_us)
         ),
         StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode, mixed } => {
