@@ -43,3 +43,22 @@ fn a_missing_folder_is_named() {
     let e = accuracy::replay_dir(&root().join("no-such-folder"), 1).unwrap_err();
     assert!(e.contains("no-such-folder/measured.csv"), "{e}");
 }
+
+#[test]
+fn the_command_prints_the_recorded_table_and_refuses_a_bad_file_in_one_line() {
+    use crate::common::{outcome, pdsim, scratch_dir};
+    let (code, stdout, stderr) = outcome(&pdsim(&["accuracy", "--jobs", "2"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, std::fs::read_to_string(root().join("validation/accuracy.md")).unwrap());
+    // A measured.csv whose rate is not a number: exit 2, one line naming
+    // the file, the line and the column.
+    let good = std::fs::read_to_string(root().join("validation/measured.csv")).unwrap();
+    let bad = good.replacen(",5.0,600,", ",fast,600,", 1);
+    let dir = scratch_dir("accuracy-bad");
+    std::fs::write(dir.join("measured.csv"), bad).unwrap();
+    let dir = dir.to_str().unwrap().to_owned();
+    let (code, _, stderr) = outcome(&pdsim(&["accuracy", &dir]));
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("measured.csv:2: rate_per_s: expected a number >= 0, got \"fast\""), "{stderr}");
+}
