@@ -28,9 +28,10 @@
 //!   that minimise the worst relative error on the other prefill steps; the
 //!   decode grid from the decode steps, which must give every (batch,
 //!   context) of their distinct batches and contexts (a missing cell is an
-//!   error naming it, not filled in). Steps that mix prefill and decode are
-//!   not fitted, only reported. Repeated points are averaged.
-//! - `roofline` ([`fit_roofline`]): the six factors of
+//!   error naming it, not filled in); and the composition of a mixed step
+//!   ([`MixedStep`]): one forward pass, unless the mixed steps given are
+//!   priced better with the two terms added. Repeated points are averaged.
+//! - `roofline` ([`fit_roofline`]): the nine factors of
 //!   [`StepTimeSpec::Roofline`] for a given rank (a scenario's: its
 //!   model's layers, GPU, TP size, pool), by coordinate descent on the
 //!   mean squared relative error over every step.
@@ -42,7 +43,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use actors::config::{DecodeGrid, StepTimeSpec};
+use actors::config::{DecodeGrid, MixedStep, StepTimeSpec};
 use actors::steptime::roofline::{RankInputs, RooflineParams, RooflineStepTime};
 use actors::steptime::{self, BatchShape, StepTimeModel};
 
@@ -426,7 +427,8 @@ pub fn fit(kind: Kind, points: &[Point]) -> Result<StepTimeSpec, String> {
 /// The factors of a roofline fitted to `points`, given the rank it prices
 /// (its layers, GPU, TP size and pool): coordinate descent, each factor in
 /// turn by golden-section search within its range (efficiencies 0.05 to
-/// 1, all-reduce latency 0 to 100 µs, overhead 0 to 20,000 µs), eight
+/// 1, all-reduce latency 0 to 100 µs, per-layer costs 0 to 1,000 µs,
+/// overhead 0 to 20,000 µs), eight
 /// rounds from the defaults, minimising the mean squared relative error.
 /// Deterministic: the same points give the same factors.
 pub fn fit_roofline(points: &[Point], rank: RankInputs<'_>) -> RooflineParams {
@@ -435,12 +437,15 @@ pub fn fit_roofline(points: &[Point], rank: RankInputs<'_>) -> RooflineParams {
         points.iter().map(|pt| sq(price_us(&m, &pt.shape) / pt.us - 1.0)).sum::<f64>() / points.len() as f64
     };
     type Field = fn(&mut RooflineParams) -> &mut f64;
-    let fields: [(Field, f64, f64); 6] = [
+    let fields: [(Field, f64, f64); 9] = [
         (|p| &mut p.gemm_efficiency, 0.05, 1.0),
         (|p| &mut p.attention_efficiency, 0.05, 1.0),
-        (|p| &mut p.memory_efficiency, 0.05, 1.0),
+        (|p| &mut p.weight_memory_efficiency, 0.05, 1.0),
+        (|p| &mut p.kv_memory_efficiency, 0.05, 1.0),
         (|p| &mut p.network_efficiency, 0.05, 1.0),
         (|p| &mut p.allreduce_latency_us, 0.0, 100.0),
+        (|p| &mut p.layer_overhead_us, 0.0, 1_000.0),
+        (|p| &mut p.prefill_attention_floor_us, 0.0, 1_000.0),
         (|p| &mut p.overhead_us, 0.0, 20_000.0),
     ];
     let mut best = RooflineParams::default();
@@ -627,12 +632,35 @@ fn fit_table2d(points: &[Point]) -> Result<StepTimeSpec, String> {
     }
     let grid = DecodeGrid { seqs, context, us };
     let (a, b) = fit_pairs(&prefill, &table, &grid)?;
+    let (a, b) = (round_to(a, 1e-6), round_to(b, 1e-6));
+    let mixed = fit_mixed(points, &table, a, b, &grid);
     Ok(StepTimeSpec::Table2d {
         prefill: table,
-        prefill_self_pair_ns: round_to(a, 1e-6),
-        prefill_cached_pair_ns: round_to(b, 1e-6),
+        prefill_self_pair_ns: a,
+        prefill_cached_pair_ns: b,
         decode: grid,
+        mixed,
     })
+}
+
+/// How the fitted table2d prices mixed steps: the composition with the
+/// smaller mean relative error on the mixed steps given, one forward pass
+/// when none is (or on a tie): the table and grid were measured a part at
+/// a time, so only mixed steps can tell the compositions apart.
+fn fit_mixed(points: &[Point], table: &[[f64; 2]], a: f64, b: f64, grid: &DecodeGrid) -> MixedStep {
+    let mixed: Vec<&Point> = points.iter().filter(|p| Region::of(&p.shape) == Region::Mixed).collect();
+    let Some(model) = steptime::Table2dStepTime::from_spec(table, a, b, grid) else {
+        return MixedStep::OneForwardPass;
+    };
+    if mixed.is_empty() {
+        return MixedStep::OneForwardPass;
+    }
+    let error = |m: &steptime::Table2dStepTime| {
+        mixed.iter().map(|p| (price_us(m, &p.shape) / p.us - 1.0).abs()).sum::<f64>() / mixed.len() as f64
+    };
+    let one = error(&model.clone().with_mixed(MixedStep::OneForwardPass));
+    let sum = error(&model.with_mixed(MixedStep::PrefillPlusDecode));
+    if sum < one { MixedStep::PrefillPlusDecode } else { MixedStep::OneForwardPass }
 }
 
 /// The pair rates (ns, each ≥ 0) that minimise the worst relative error
@@ -802,22 +830,31 @@ pub fn step_time_toml(spec: &StepTimeSpec) -> String {
             )
         }
         StepTimeSpec::Roofline(p) => format!(
-            "kind = \"roofline\", gemm_efficiency = {}, attention_efficiency = {}, memory_efficiency = {}, \
-             network_efficiency = {}, allreduce_latency_us = {}, overhead_us = {}",
+            "kind = \"roofline\", gemm_efficiency = {}, attention_efficiency = {}, weight_memory_efficiency = {}, \
+             kv_memory_efficiency = {}, network_efficiency = {}, allreduce_latency_us = {}, layer_overhead_us = {}, \
+             prefill_attention_floor_us = {}, overhead_us = {}",
             num(p.gemm_efficiency),
             num(p.attention_efficiency),
-            num(p.memory_efficiency),
+            num(p.weight_memory_efficiency),
+            num(p.kv_memory_efficiency),
             num(p.network_efficiency),
             num(p.allreduce_latency_us),
+            num(p.layer_overhead_us),
+            num(p.prefill_attention_floor_us),
             num(p.overhead_us)
         ),
-        StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode } => {
+        StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode, mixed } => {
             let points: Vec<String> = prefill.iter().map(|p| format!("[{}]", list(p))).collect();
             let ints = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
             let rows: Vec<String> = decode.us.iter().map(|r| format!("[{}]", list(r))).collect();
+            // The default composition goes unsaid.
+            let mixed = match mixed {
+                MixedStep::OneForwardPass => "",
+                MixedStep::PrefillPlusDecode => ", mixed = \"prefill_plus_decode\"",
+            };
             format!(
                 "kind = \"table2d\", prefill = [{}], prefill_self_pair_ns = {}, prefill_cached_pair_ns = {}, \
-                 decode = {{ seqs = [{}], context = [{}], us = [{}] }}",
+                 decode = {{ seqs = [{}], context = [{}], us = [{}] }}{mixed}",
                 points.join(", "),
                 num(*prefill_self_pair_ns),
                 num(*prefill_cached_pair_ns),

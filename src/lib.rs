@@ -28,6 +28,8 @@
 //!   never through a link, never over anything but a regular file.
 //! - [`vllm_result`]: `vllm-bench.json`, a run as `vllm bench serve
 //!   --save-result` writes it.
+//! - [`accuracy`]: real vLLM runs (`validation/`) replayed with presets and
+//!   defaults, predicted against measured (`pdsim accuracy`).
 //! - [`files`]: bounded reads of input files (regular files only, size caps,
 //!   byte-order marks dropped).
 //!
@@ -38,6 +40,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod accuracy;
 pub mod calibrate;
 pub mod check;
 pub mod columns;

@@ -61,6 +61,10 @@ enum Command {
     /// to measured steps in CSV files, print its error by region and the
     /// step_time to paste.
     Calibrate(cmd::calibrate::Args),
+    /// Replay the real vLLM runs of validation/ with presets and defaults
+    /// and print predicted against measured TTFT, TPOT, E2E and throughput
+    /// per stage point, with the MAPE of each.
+    Accuracy(cmd::accuracy::Args),
 }
 
 fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
@@ -75,6 +79,7 @@ fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
         Command::Steps(args) => cmd::steps::run(args),
         Command::Steptime(args) => cmd::steptime::run(args),
         Command::Calibrate(args) => cmd::calibrate::run(args),
+        Command::Accuracy(args) => cmd::accuracy::run(args),
     }
 }
 

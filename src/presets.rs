@@ -12,12 +12,18 @@ const GPUS: &str = include_str!("../presets/gpus.toml");
 
 /// (id, config.json text) of every model preset.
 const MODELS: &[(&str, &str)] = &[
+    ("codellama-34b", include_str!("../presets/models/codellama-34b.json")),
     ("deepseek-v3", include_str!("../presets/models/deepseek-v3.json")),
     ("gpt-oss-20b", include_str!("../presets/models/gpt-oss-20b.json")),
+    ("llama-2-70b", include_str!("../presets/models/llama-2-70b.json")),
+    ("llama-2-7b", include_str!("../presets/models/llama-2-7b.json")),
+    ("llama-3.1-70b", include_str!("../presets/models/llama-3.1-70b.json")),
     ("llama-3.1-8b", include_str!("../presets/models/llama-3.1-8b.json")),
     ("mistral-7b-v0.3", include_str!("../presets/models/mistral-7b-v0.3.json")),
+    ("mixtral-8x7b", include_str!("../presets/models/mixtral-8x7b.json")),
     ("nemotron-h-8b", include_str!("../presets/models/nemotron-h-8b.json")),
     ("qwen3-30b-a3b", include_str!("../presets/models/qwen3-30b-a3b.json")),
+    ("qwen3-32b", include_str!("../presets/models/qwen3-32b.json")),
     ("qwen3-8b", include_str!("../presets/models/qwen3-8b.json")),
 ];
 

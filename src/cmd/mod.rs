@@ -15,6 +15,7 @@ use pdsim::runner::RunError;
 use pdsim::scenario::ScenarioError;
 use pdsim::sweep::SweepError;
 
+pub mod accuracy;
 pub mod calibrate;
 mod live;
 pub mod plan;

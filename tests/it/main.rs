@@ -3,6 +3,7 @@
 //! `validate`, `transfer`, `run`, `sweep`, `plan` and `report` verbs run as a user
 //! runs them, and the report's page in a headless browser.
 
+mod accuracy;
 mod browser;
 mod cli_calibrate;
 mod cli_plan;

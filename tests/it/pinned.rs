@@ -18,19 +18,19 @@ use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 13] = [
-    ("default.toml", 0x1279_5ad1_025a_6c62, 0xadeb_e9be_db02_d756, 0xa5b2_7144_5061_e135),
+    ("default.toml", 0x9b2e_35fe_b4c0_a987, 0x2be3_2dae_d3cc_5846, 0xf799_15e5_9bf2_34b9),
     ("glm-5.3-flash-1p1d.toml", 0x8249_cc71_870c_15ae, 0xc907_76fe_267b_77ea, 0xd3c4_e9d0_2d6c_b723),
     ("glm-5.3-flash-2p1d-pressure.toml", 0x8f3f_b897_4fd7_98f6, 0x5c30_4a00_97bf_f2d2, 0x6991_90c7_3960_bc9a),
     ("glm-5.3-flash-2p2d.toml", 0x5be0_2862_8633_94ca, 0xa691_be93_21c2_87b1, 0x1858_bb7b_0c13_e93d),
     ("glm-5.3-flash-p4d8.toml", 0x2eeb_553c_5079_6a2a, 0xced6_cb76_754f_5267, 0x88f7_f7d8_126a_3cef),
-    ("gpt-oss-1p1d.toml", 0x7984_4fae_2562_7bc5, 0x5f6e_797f_72c2_d42a, 0x8acf_7c8a_c8d3_19df),
-    ("llama-3.1-8b-1p1d.toml", 0x7634_68b6_5d82_2494, 0xe394_8ff2_1d05_2996, 0x7e7f_4de3_a5e4_ab50),
-    ("llama-3.1-8b-aggregated.toml", 0xf635_14fa_1695_c795, 0x4482_ee5c_f18d_681f, 0x41de_8432_a1a1_e058),
-    ("llama-3.1-8b-h200-tp1.toml", 0x2ea4_2445_541e_a0a2, 0x7a59_ae0d_95fc_1869, 0x7046_cafa_7fb8_9802),
-    ("llama-3.1-8b-h200-tp2.toml", 0xe579_3c51_6091_f4d6, 0x2dd7_1352_0184_7ceb, 0x3898_1300_0f9f_dcb5),
-    ("llama-3.1-8b-h200-tp4.toml", 0xaa8a_eb4e_180c_2760, 0x1182_b8d7_ce9a_eb3e, 0x041a_f28b_9c97_1604),
-    ("llama-3.1-8b-mooncake.toml", 0x8a64_2cc7_c614_4ccc, 0x2d19_8a33_cb74_cfe8, 0x50a9_e322_738f_4a3b),
-    ("mamba2-hybrid-1p1d.toml", 0xab0d_977e_c33a_007d, 0xf39e_303c_161f_1180, 0x543f_8c65_4783_6859),
+    ("gpt-oss-1p1d.toml", 0xb2ac_1b5c_158d_dd50, 0x2023_723b_4ef7_be3b, 0xeb5c_3c51_67cd_fb97),
+    ("llama-3.1-8b-1p1d.toml", 0xd962_577f_f38e_08cc, 0x3c88_11d5_5737_ca5f, 0x16ae_29eb_a902_f63a),
+    ("llama-3.1-8b-aggregated.toml", 0x6bc8_40ff_f043_7727, 0xa961_42e7_c578_fd61, 0xd798_f5ce_8687_9dcf),
+    ("llama-3.1-8b-h200-tp1.toml", 0xcc38_61cb_ac82_613b, 0x9629_d73a_a8b5_aa99, 0x2acb_5c70_68a2_0198),
+    ("llama-3.1-8b-h200-tp2.toml", 0x1ffb_d44f_6d27_8a01, 0xb295_e98b_b903_45f3, 0x3093_ca7a_de65_3058),
+    ("llama-3.1-8b-h200-tp4.toml", 0x4756_9f57_944a_4f12, 0x3b2c_e48d_d007_c4c2, 0x2bc8_f434_2459_1072),
+    ("llama-3.1-8b-mooncake.toml", 0xf1d6_eed1_08cc_bc01, 0x4ca9_ec85_ee7b_bc77, 0xad92_ea8b_f46a_51f5),
+    ("mamba2-hybrid-1p1d.toml", 0x3635_f9a2_a6d9_b1df, 0x9ee7_2054_de77_2af7, 0x1ef3_20d8_f25d_cecb),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -145,7 +145,7 @@ fn streamed_timelines_give_the_pinned_timeline() {
 #[test]
 fn a_shipped_scenarios_page_gives_its_pinned_bytes() {
     use crate::common::{outcome, pdsim_in, scratch_dir};
-    const PINNED_PAGE: u64 = 0x07bf_65f3_efe3_7ebd;
+    const PINNED_PAGE: u64 = 0xbb98_da23_6ca3_4fdb;
     let dir = scratch_dir("pinned-page");
     // From the package root, by a relative path: the page names the
     // scenario as the command line did, and a clone may live anywhere.

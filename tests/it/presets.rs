@@ -71,7 +71,7 @@ fn a_config_file_is_read_relative_to_the_scenario() {
 #[test]
 fn wrong_or_missing_presets_name_their_field() {
     let e = refused("presets-bad-model.toml", &on_presets("preset = \"llama-9\"", "gpu = \"h200\"", "tp = 1"));
-    assert!(e.contains("model.preset: unknown model preset \"llama-9\" (known: deepseek-v3,"), "{e}");
+    assert!(e.contains("model.preset: unknown model preset \"llama-9\" (known: codellama-34b, deepseek-v3,"), "{e}");
     let e = refused("presets-bad-gpu.toml", &on_presets("preset = \"llama-3.1-8b\"", "gpu = \"h900\"", "tp = 1"));
     assert!(e.contains("hardware.gpu: unknown GPU preset \"h900\" (known: a100-80gb, b200, h100-sxm, h200)"), "{e}");
     let e = refused(

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::units::Tokens;
 
-pub use crate::models::steptime::{DecodeGrid, StepTimeSpec};
+pub use crate::models::steptime::{DecodeGrid, MixedStep, StepTimeSpec};
 pub use crate::serving::link::Sharing;
 pub use crate::serving::router::Policy;
 pub use crate::stats::slo::SloSpec;

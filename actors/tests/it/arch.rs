@@ -77,6 +77,81 @@ fn mistral_7b_v0_3_has_7_25_b_parameters() {
 }
 
 #[test]
+fn llama_2_7b_has_6_74_b_parameters() {
+    let a = fixture("llama-2-7b");
+    // Attention 4 × 4,096 × 4,096 = 67,108,864 (32 KV heads: no grouping),
+    // MLP 3 × 4,096 × 11,008 = 135,266,304, × 32 layers = 6,476,005,376;
+    // embeddings 2 × 32,000 × 4,096 = 262,144,000.
+    assert_eq!(a.params().total(), 6_476_005_376 + 262_144_000);
+    near(a.params().total(), 6.74e9, 0.5);
+    assert_eq!((a.weight_bits, a.max_position_embeddings), (16, Some(4096)));
+}
+
+/// Llama-2-70B, Llama-3.1-70B and CodeLlama-34B share a layer's attention
+/// (64 heads and 8 KV heads of 128 on 8,192): q and o 2 × 8,192 × 8,192 =
+/// 134,217,728, k and v 2 × 8,192 × 1,024 = 16,777,216.
+const ATTN_8192_GQA8: u64 = 150_994_944;
+
+#[test]
+fn llama_2_70b_has_69_0_b_parameters() {
+    let p = fixture("llama-2-70b").params();
+    // MLP 3 × 8,192 × 28,672 = 704,643,072; 80 × 855,638,016 =
+    // 68,451,041,280; embeddings 2 × 32,000 × 8,192 = 524,288,000.
+    assert_eq!(p.mixers + p.dense_ffn, 80 * (ATTN_8192_GQA8 + 704_643_072));
+    assert_eq!(p.total(), 68_975_329_280);
+    near(p.total(), 69.0e9, 0.5);
+}
+
+#[test]
+fn llama_3_1_70b_has_70_6_b_parameters() {
+    let a = fixture("llama-3.1-70b");
+    // Llama-2-70B's layers (68,451,041,280) with a 128,256-token
+    // vocabulary: 2 × 128,256 × 8,192 = 2,101,346,304.
+    assert_eq!(a.params().total(), 68_451_041_280 + 2_101_346_304);
+    near(a.params().total(), 70.6e9, 0.5);
+    assert_eq!(a.max_position_embeddings, Some(131_072));
+}
+
+#[test]
+fn codellama_34b_has_33_7_b_parameters() {
+    let p = fixture("codellama-34b").params();
+    // MLP 3 × 8,192 × 22,016 = 541,065,216; 48 × 692,060,160 =
+    // 33,218,887,680; embeddings 2 × 32,000 × 8,192 = 524,288,000.
+    assert_eq!(p.mixers + p.dense_ffn, 48 * (ATTN_8192_GQA8 + 541_065_216));
+    assert_eq!(p.total(), 33_743_175_680);
+    near(p.total(), 33.7e9, 0.5);
+}
+
+#[test]
+fn qwen3_32b_has_32_8_b_parameters() {
+    let p = fixture("qwen3-32b").params();
+    // q and o 2 × 5,120 × 64 × 128 = 83,886,080, k and v 2 × 5,120 × 8 ×
+    // 128 = 10,485,760; MLP 3 × 5,120 × 25,600 = 393,216,000; 64 ×
+    // 487,587,840 = 31,205,621,760; embeddings 2 × 151,936 × 5,120 =
+    // 1,555,824,640 (untied).
+    assert_eq!(p.total(), 31_205_621_760 + 1_555_824_640);
+    near(p.total(), 32.8e9, 0.5);
+}
+
+#[test]
+fn mixtral_8x7b_has_46_7_b_parameters_12_9_b_active() {
+    let p = fixture("mixtral-8x7b").params();
+    // Attention: q and o 2 × 4,096 × 4,096, k and v 2 × 4,096 × 1,024 =
+    // 41,943,040 × 32 = 1,342,177,280.
+    assert_eq!(p.mixers, 1_342_177_280);
+    // 8 experts of 3 × 4,096 × 14,336 = 176,160,768 on 32 layers:
+    // 45,097,156,608; routers 32 × 4,096 × 8 = 1,048,576; embeddings 2 ×
+    // 32,000 × 4,096 = 262,144,000.
+    assert_eq!(p.experts, 45_097_156_608);
+    assert_eq!(p.total(), 1_342_177_280 + 45_097_156_608 + 1_048_576 + 262_144_000);
+    near(p.total(), 46.7e9, 0.5);
+    // Mistral's 12.9 B active counts the embeddings: 1,342,177,280 +
+    // 1,048,576 + 32 × 2 × 176,160,768 + 262,144,000 = 12,879,659,008.
+    assert_eq!(p.active_per_token() + p.embedding + p.lm_head, 12_879_659_008);
+    near(p.active_per_token() + p.embedding + p.lm_head, 12.9e9, 0.5);
+}
+
+#[test]
 fn gpt_oss_20b_has_20_9_b_parameters_3_6_b_active() {
     let a = fixture("gpt-oss-20b");
     let p = a.params();

@@ -401,6 +401,7 @@ fn the_decoding_set_matches_stepping_every_sequence() {
             context: vec![512, 8_192],
             us: vec![vec![2_000.0, 2_500.0], vec![8_000.0, 30_000.0]],
         },
+        mixed: Default::default(),
     };
     let mut glm_table2d = glm_2p2d();
     for r in [&mut glm_table2d.prefill, &mut glm_table2d.decode].into_iter().flatten() {

@@ -127,8 +127,13 @@ fn table2d_step_times_need_increasing_axes_and_a_grid_of_their_shape() {
     let good = || grid(vec![1, 4], vec![512, 1024, 2048], vec![vec![5.0, 6.0, 7.0], vec![8.0, 9.0, 10.0]]);
     let with = |prefill: Vec<[f64; 2]>, self_ns: f64, cached_ns: f64, decode: DecodeGrid| {
         let mut d = pd();
-        d.decode.as_mut().unwrap().step_time =
-            StepTimeSpec::Table2d { prefill, prefill_self_pair_ns: self_ns, prefill_cached_pair_ns: cached_ns, decode };
+        d.decode.as_mut().unwrap().step_time = StepTimeSpec::Table2d {
+            prefill,
+            prefill_self_pair_ns: self_ns,
+            prefill_cached_pair_ns: cached_ns,
+            decode,
+            mixed: Default::default(),
+        };
         d
     };
     let p = || vec![[1.0, 5.0], [8192.0, 200.0]];

@@ -17,7 +17,7 @@ use crate::base::field::FieldError;
 
 mod spec;
 
-pub use spec::{DecodeGrid, StepTimeSpec};
+pub use spec::{DecodeGrid, MixedStep, StepTimeSpec};
 
 pub mod table2d;
 
@@ -305,8 +305,9 @@ pub fn build(spec: &StepTimeSpec, rank: Option<RankInputs<'_>>) -> Result<Box<dy
                 .map(|t| Box::new(t) as Box<dyn StepTimeModel>)
                 .ok_or_else(|| FieldError::new("step_time.points", "refused by the table model"))
         }
-        StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode } => {
+        StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode, mixed } => {
             Table2dStepTime::from_spec(prefill, *prefill_self_pair_ns, *prefill_cached_pair_ns, decode)
+                .map(|t| t.with_mixed(*mixed))
                 .map(|t| Box::new(t) as Box<dyn StepTimeModel>)
                 .ok_or_else(|| FieldError::new("step_time", "refused by the table2d model"))
         }

@@ -34,9 +34,10 @@ pub enum StepTimeSpec {
         #[serde(default)]
         per_context_token_us: f64,
     },
-    /// A prefill term plus a decode term, each zero when its part of the
-    /// step is empty (as AISimulate prices an aggregated step: a P/D
-    /// prefill rank pays only the first, a decode rank only the second).
+    /// A prefill term and a decode term, each zero when its part of the
+    /// step is empty (a P/D prefill rank pays only the first, a decode
+    /// rank only the second); a step with both parts is one forward pass
+    /// that reads the weights once, composed as `mixed` says.
     ///
     /// Prefill: `P(N) + prefill_self_pair_ns × (Σ k(k+1)/2 − N(N+1)/2) +
     /// prefill_cached_pair_ns × Σ k·c` over the prefill sequences (chunks
@@ -62,11 +63,33 @@ pub enum StepTimeSpec {
         prefill_cached_pair_ns: f64,
         /// The decode step time against decoding sequences and context.
         decode: DecodeGrid,
+        /// How a step with both parts is priced: one forward pass (the
+        /// default) or, asked for by name, the two terms added.
+        #[serde(default)]
+        mixed: MixedStep,
     },
     /// Priced from the batch's work on the deployment's `[hardware]`,
     /// with the model's `arch` ([`super::roofline`] has the
     /// formula); every factor has a default.
     Roofline(super::roofline::RooflineParams),
+}
+
+/// How the `table2d` model prices a step that has a prefill part and a
+/// decode part ([`super::table2d`] has the arithmetic).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MixedStep {
+    /// One forward pass: the weights are read, and the step's fixed costs
+    /// paid, once. Each part's floor is its term at its smallest step (a
+    /// one-token prompt on an empty cache; one sequence on an empty
+    /// context), the larger floor is paid once, and each part adds what it
+    /// costs above its own floor: `max(Fp, Fd) + (P − Fp) + (D − Fd)`.
+    #[default]
+    OneForwardPass,
+    /// The prefill term plus the decode term, as AISimulate prices an
+    /// aggregated step (each part pays its own weight read): pdsim's
+    /// behaviour before the one-pass composition, kept for comparisons.
+    PrefillPlusDecode,
 }
 
 /// A decode step's time on a grid of (sequences, context per sequence),
@@ -99,7 +122,7 @@ impl StepTimeSpec {
                 self::points("points", points)?;
                 micros("per_context_token_us", *per_context_token_us)?;
             }
-            StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode } => {
+            StepTimeSpec::Table2d { prefill, prefill_self_pair_ns, prefill_cached_pair_ns, decode, mixed: _ } => {
                 self::points("prefill", prefill)?;
                 pair_ns("prefill_self_pair_ns", *prefill_self_pair_ns)?;
                 pair_ns("prefill_cached_pair_ns", *prefill_cached_pair_ns)?;

@@ -1,9 +1,8 @@
 //! The two-dimensional table model ([`StepTimeSpec::Table2d`]): a step's
-//! prefill part and decode part priced apart and added, as AISimulate
-//! prices an aggregated step (prefill of the prompts in the step, plus
-//! decode of the running sequences at their mean context), each term zero
-//! when its part is empty. A P/D prefill rank pays only the first, a decode
-//! rank only the second.
+//! prefill part and decode part priced apart, each term zero when its part
+//! is empty (a P/D prefill rank pays only the first, a decode rank only the
+//! second), and a step with both parts priced as the one forward pass it
+//! is (below).
 //!
 //! - Prefill: `P(N) + self × (Σ k(k+1)/2 − N(N+1)/2) + cached × Σ k·c`,
 //!   with `P` a 1-D table of one prompt of N tokens on an empty cache, N
@@ -15,6 +14,23 @@
 //!   bilinearly at (d, X/d), X the tokens the d decoding sequences had in
 //!   their cache before the step, linearly extrapolated outside.
 //!
+//! - A mixed step ([`MixedStep::OneForwardPass`], the default): one
+//!   forward pass reads the weights once and pays the step's fixed costs
+//!   (launches, sampling) once, but each term was measured on a pass of
+//!   its own, so each holds them. A term's *floor* is its value at its
+//!   smallest step, where the work above them is nil: `Fp = P(1)` (a
+//!   one-token prompt on an empty cache), `Fd` = the grid at one sequence
+//!   on an empty context (extrapolated, at least 0). The step is
+//!   `max(Fp, Fd) + (prefill − Fp)⁺ + (decode − Fd)⁺`: the larger floor
+//!   once, and each part's own work above its floor (its GEMM rows beyond
+//!   the weight read, its attention and KV reads). On AIConfigurator's
+//!   Llama-3.1-8B/H200 TP 1 grid `Fp` = 5,220.131 µs and `Fd` = 4,830.321
+//!   µs, so a decode step of 64 sequences at 1,024 tokens that also
+//!   recomputes one landed handoff's last prompt token costs the decode
+//!   term plus 389.810 µs and that token's cached attention, not plus
+//!   5.2 ms. [`MixedStep::PrefillPlusDecode`], asked for by name, adds the
+//!   two terms as AISimulate prices an aggregated step.
+//!
 //! Integer arithmetic throughout: tables in picoseconds, the pair rates in
 //! femtoseconds, the grid read as one exact fraction (an `f64` fallback
 //! only where an extrapolation far outside the grid would overflow 128
@@ -24,8 +40,8 @@
 
 use sim_core::SimDuration;
 
-use super::DecodeGrid;
 use super::{BatchShape, StepTimeModel, interpolate, points_ps, us_to_ps};
+use super::{DecodeGrid, MixedStep};
 
 /// Femtoseconds in a picosecond.
 const FS_PER_PS: i128 = 1000;
@@ -52,22 +68,37 @@ pub struct Table2dStepTime {
     grid: Vec<u64>,
     /// The axes and the grid are within [`small_bilinear`]'s bounds.
     small: bool,
+    /// How a step with both parts is priced.
+    mixed: MixedStep,
+    /// The prefill term's floor, `P(1)`, fs.
+    prefill_floor: i128,
+    /// The decode term's floor, the grid at one sequence on no context
+    /// (at least 0), fs.
+    decode_floor: i128,
 }
 
-/// The four terms of a step, fs.
+/// The terms of a step, fs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Terms {
     table: i128,
     correction: i128,
     cached: i128,
     decode: i128,
+    /// What a mixed step does not pay twice (≤ 0): the one-pass step less
+    /// the sum of its parts; 0 for a step of one part.
+    one_pass: i128,
 }
 
 impl Terms {
-    /// The step: the prefill term and the decode term, each at least 0.
+    /// The prefill term, at least 0.
+    fn prefill(&self) -> i128 {
+        self.table.saturating_add(self.correction).saturating_add(self.cached).max(0)
+    }
+
+    /// The step: the prefill and decode terms (each at least 0), less what
+    /// one forward pass does not pay twice.
     fn total(&self) -> i128 {
-        let prefill = self.table.saturating_add(self.correction).saturating_add(self.cached).max(0);
-        prefill.saturating_add(self.decode.max(0))
+        self.prefill().saturating_add(self.decode.max(0)).saturating_add(self.one_pass)
     }
 }
 
@@ -131,15 +162,41 @@ impl Table2dStepTime {
                 grid.push(us_to_ps(us));
             }
         }
-        Some(Table2dStepTime {
-            prefill: points_ps(prefill)?,
-            self_pair_fs: rate(self_pair_ns)?,
-            cached_pair_fs: rate(cached_pair_ns)?,
-            seqs: decode.seqs.clone(),
-            context: decode.context.clone(),
-            small: small_axes(&decode.seqs, &decode.context, &grid),
-            grid,
-        })
+        Some(
+            Table2dStepTime {
+                prefill: points_ps(prefill)?,
+                self_pair_fs: rate(self_pair_ns)?,
+                cached_pair_fs: rate(cached_pair_ns)?,
+                seqs: decode.seqs.clone(),
+                context: decode.context.clone(),
+                small: small_axes(&decode.seqs, &decode.context, &grid),
+                grid,
+                mixed: MixedStep::OneForwardPass,
+                prefill_floor: 0,
+                decode_floor: 0,
+            }
+            .with_floors(),
+        )
+    }
+
+    /// The same model with mixed steps priced as `mixed` says.
+    pub fn with_mixed(mut self, mixed: MixedStep) -> Self {
+        self.mixed = mixed;
+        self
+    }
+
+    /// Sets each term's floor: `P(1)`, and the grid at (1, 0) at least 0.
+    fn with_floors(mut self) -> Self {
+        self.prefill_floor = sat(interpolate(&self.prefill, 1)).saturating_mul(FS_PER_PS);
+        self.decode_floor = self.decode_fs(&BatchShape::decoding(1, 0)).max(0);
+        self
+    }
+
+    /// The floors of the prefill and decode terms, µs: what a step of one
+    /// token of each part costs, the weight read and fixed costs that one
+    /// forward pass pays once.
+    pub fn floors_us(&self) -> (f64, f64) {
+        (fs_to_us(self.prefill_floor), fs_to_us(self.decode_floor))
     }
 
     fn terms_fs(&self, b: &BatchShape) -> Terms {
@@ -152,8 +209,20 @@ impl Table2dStepTime {
             let missing = one_prompt.saturating_sub(b.prefill_self_pairs);
             t.correction = -sat(missing).saturating_mul(self.self_pair_fs);
             t.cached = sat(b.prefill_cached_pairs).saturating_mul(self.cached_pair_fs);
+            if b.decode_seqs() > 0 && self.mixed == MixedStep::OneForwardPass {
+                t.one_pass = self.one_pass_fs(t.prefill(), t.decode.max(0));
+            }
         }
         t
+    }
+
+    /// A mixed step's one-pass price less the sum of its terms `p` and
+    /// `d` (each ≥ 0): `max(Fp, Fd) + (p − Fp)⁺ + (d − Fd)⁺ − p − d`,
+    /// never positive.
+    fn one_pass_fs(&self, p: i128, d: i128) -> i128 {
+        let (fp, fd) = (self.prefill_floor, self.decode_floor);
+        let one = fp.max(fd).saturating_add((p - fp).max(0)).saturating_add((d - fd).max(0));
+        one.saturating_sub(p.saturating_add(d)).min(0)
     }
 
     /// The grid at (d, X/d), fs; 0 with no decoding sequence.
@@ -346,6 +415,7 @@ impl StepTimeModel for Table2dStepTime {
             ("prefill_batch_correction", fs_to_us(t.correction)),
             ("prefill_cached_attention", fs_to_us(t.cached)),
             ("decode_grid", fs_to_us(t.decode)),
+            ("weights_read_once", fs_to_us(t.one_pass)),
         ]
     }
 }
@@ -449,13 +519,48 @@ mod tests {
     }
 
     #[test]
-    fn a_mixed_step_pays_both_terms_and_an_empty_part_nothing() {
-        let m = model();
+    fn summed_a_mixed_step_pays_both_terms_and_an_empty_part_nothing() {
+        let m = model().with_mixed(MixedStep::PrefillPlusDecode);
         let mut b = prompts(1, 8192, 0);
         b.add(1, 100, true);
         // 200 ms of prefill + 10 µs of decode.
         assert_eq!(ns(&m, &b), 200_010_000);
         assert_eq!(ns(&m, &BatchShape::default()), 0);
+    }
+
+    /// Prefill 1 → 5 ms, 1,025 → 21 ms; decode 1 or 9 sequences at 0 or
+    /// 1,000 tokens: floors Fp = P(1) = 5 ms, Fd = 4 ms.
+    fn floored() -> Table2dStepTime {
+        let decode = grid(&[1, 9], &[0, 1000], &[&[4000.0, 4100.0], &[4200.0, 5000.0]]);
+        Table2dStepTime::from_spec(&[[1.0, 5000.0], [1025.0, 21_000.0]], 0.0, 0.5, &decode).unwrap()
+    }
+
+    #[test]
+    fn a_mixed_step_reads_the_weights_once() {
+        let m = floored();
+        assert_eq!(m.floors_us(), (5000.0, 4000.0));
+        // A prompt of 1,025 tokens beside 9 sequences at 1,000: P = 21 ms,
+        // D = 5 ms; one pass: max(5, 4) + (21 − 5) + (5 − 4) = 22 ms (summed:
+        // 26 ms, the 4 ms floor paid twice).
+        let mut b = prompts(1, 1025, 0);
+        b.add_many(9, 1, 1000, true);
+        assert_eq!(ns(&m, &b), 22_000_000);
+        assert_eq!(ns(&m.clone().with_mixed(MixedStep::PrefillPlusDecode), &b), 26_000_000);
+        let t = m.terms(&b);
+        assert_eq!(t[0], ("prefill_table", 21_000.0));
+        assert_eq!(t[3], ("decode_grid", 5000.0));
+        assert_eq!(t[4], ("weights_read_once", -4000.0));
+        // A decode rank recomputing a landed handoff's last prompt token
+        // (1 token on 1,000 cached: P(1) + 1,000 pairs × 0.5 ns = 5,000.5
+        // µs) beside the same 9: 5,000 + 0.5 + (5,000 − 4,000) = 6,000.5
+        // µs, the decode term plus Fp − Fd and the token's attention.
+        let mut r = BatchShape::default();
+        r.add(1, 1000, false);
+        r.add_many(9, 1, 1000, true);
+        assert_eq!(ns(&m, &r), 6_000_500);
+        // A step of one part is its term alone.
+        assert_eq!(ns(&m, &prompts(1, 1025, 0)), 21_000_000);
+        assert_eq!(ns(&m, &decoding(&[1000; 9])), 5_000_000);
     }
 
     #[test]
@@ -573,6 +678,21 @@ mod tests {
             });
             proptest::prop_assert_eq!(run, by_step);
             proptest::prop_assert_eq!(last, shape);
+        }
+
+        /// A mixed step costs no more than its two terms added and no less
+        /// than the larger of them.
+        #[test]
+        fn one_pass_lies_between_the_larger_part_and_the_sum(
+            n in 1u64..5000, cached in 0u64..5000, d in 1u64..40, c in 0u64..3000,
+        ) {
+            let m = floored();
+            let mut b = prompts(1, n, cached);
+            b.add_many(d, 1, c, true);
+            let (p, dec) = (ns(&m, &prompts(1, n, cached)), ns(&m, &BatchShape::decoding(d, d * c)));
+            let sum = ns(&m.clone().with_mixed(MixedStep::PrefillPlusDecode), &b);
+            let one = ns(&m, &b);
+            proptest::prop_assert!(one <= sum && one + 1 >= p.max(dec), "{one} {sum} {p} {dec}");
         }
 
         /// The context segment of mean context X/d, found as c < ⌈X/d⌉, is
