@@ -159,6 +159,7 @@ pub fn simulate_with(
     };
     let sim_error = |e: SimError| match e {
         SimError::Workload(w) => RunError::BadInput(w.0),
+        e @ SimError::PastEndOfTime { .. } => RunError::BadInput(format!("{}: {e}", scenario.source())),
     };
     let mut built = actors::sim::build(&dep, input).map_err(sim_error)?;
     built.set_percentiles(&keep.percentiles);

@@ -1,4 +1,4 @@
-//! The reproductions 17–29 of the second fuzzing campaign
+//! The reproductions 14 and 17–29 of the second fuzzing campaign
 //! (`tests/fixtures/repros/<folder>/`, named after its findings): inputs
 //! that made pdsim allocate for what it was not asked to do, count wrong,
 //! refuse its own output, or write, replace or remove files outside what
@@ -34,6 +34,35 @@ fn ok(out: &std::process::Output) -> String {
     let (code, stdout, err) = outcome(out);
     assert_eq!(code, 0, "{err}");
     stdout
+}
+
+/// Runs `pdsim args` under a 300 s `timeout` (a run that hangs fails the
+/// test instead of stalling the suite).
+fn pdsim_bounded(args: &[&str]) -> std::process::Output {
+    Command::new("timeout").arg("300").arg(env!("CARGO_BIN_EXE_pdsim")).args(args).output().unwrap()
+}
+
+/// 14: step times (or a transfer) long enough to carry the clock past the
+/// end of simulated time, 2^62 ns. A P/D run then looped for ever where the
+/// clock saturated (2^64 - 1 ns); an aggregated one reported every request
+/// completed there. Now each run stops at 2^62 ns and exits 2 naming the
+/// field that made it: the role's step time, or the link.
+#[test]
+fn fourteen_a_run_stops_at_the_end_of_simulated_time() {
+    let dir = scratch_dir("repro14");
+    for (file, field, what) in [
+        ("hang.toml", "prefill.step_time", "a step"),
+        ("roofline.toml", "prefill.step_time", "a step"),
+        ("saturated.toml", "aggregated.step_time", "a step"),
+        ("link.toml", "link.bandwidth_gb_s", "a transfer"),
+    ] {
+        let scenario = repro(&format!("14-simulated-time-saturates/{file}"));
+        let out = dir.join(file);
+        let run = pdsim_bounded(&["run", s(&scenario), "--quiet", "--no-trace", "--out", s(&out)]);
+        let err = refused(&run, &[file, field, "2^62 ns", what]);
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(!out.join("report.json").exists(), "{file}: a refused run leaves no report");
+    }
 }
 
 /// 17: `--replicas 2^64 - 1` made every seed before the first replica ran

@@ -354,7 +354,29 @@ pub enum SimError {
     /// The workload could not give a request.
     #[error(transparent)]
     Workload(#[from] WorkloadError),
+    /// A step or a transfer would end past the end of simulated time
+    /// ([`END_OF_TIME`]): the step times or the link are too slow for the
+    /// requests by orders of magnitude.
+    #[error(
+        "{field}: the simulated clock would pass {:.3e} s (2^62 ns, the end of simulated time): \
+         a {what} lasts longer than a run can hold",
+        END_OF_TIME.as_secs_f64()
+    )]
+    PastEndOfTime {
+        /// The scenario field that makes it (`decode.step_time`, or
+        /// `link.bandwidth_gb_s`).
+        field: String,
+        /// What would end too late: a step, or a transfer.
+        what: &'static str,
+    },
 }
+
+/// The end of simulated time: 2^62 ns (about 146 years), the latest arrival
+/// ([`crate::serving::router::MAX_ARRIVAL`]) too. A run whose steps or
+/// transfers would carry the clock past it stops there with
+/// [`SimError::PastEndOfTime`], long before the clock (64 bits) could
+/// saturate.
+pub const END_OF_TIME: SimTime = crate::serving::router::MAX_ARRIVAL;
 
 /// What to run a deployment on.
 pub struct RunInput {
@@ -482,6 +504,21 @@ impl Built<'_> {
         out
     }
 
+    /// What carried the clock past [`END_OF_TIME`]: a rank whose step ends
+    /// there (its role's `step_time`), else a transfer (the link).
+    fn past_end_of_time(&mut self) -> SimError {
+        let mut late = None;
+        self.each_rank(|core| {
+            if late.is_none() && core.step_end().is_some_and(|e| e >= END_OF_TIME) {
+                late = Some(core.role());
+            }
+        });
+        match late {
+            Some(role) => SimError::PastEndOfTime { field: format!("{role}.step_time"), what: "step" },
+            None => SimError::PastEndOfTime { field: "link.bandwidth_gb_s".into(), what: "transfer" },
+        }
+    }
+
     /// The rank cores, in report order.
     fn each_rank(&mut self, mut f: impl FnMut(&mut RankCore)) {
         for rank in &self.ranks {
@@ -546,7 +583,7 @@ impl Built<'_> {
         slice: SimDuration,
         mut on_slice: impl FnMut(Progress) -> bool,
     ) -> Result<SimOutput, SimError> {
-        let until = self.until.unwrap_or(SimTime::MAX);
+        let until = self.until.unwrap_or(SimTime::MAX).min(END_OF_TIME);
         loop {
             // A slice starts at the next event, not at the clock: simulated
             // time with nothing in it costs nothing to cross, so the number
@@ -562,6 +599,12 @@ impl Built<'_> {
             }
         }
         let cut_short = self.sim.pending() > 0;
+        if cut_short
+            && self.sim.next_event_time().is_some_and(|t| t >= END_OF_TIME)
+            && self.until.is_none_or(|u| u > END_OF_TIME)
+        {
+            return Err(self.past_end_of_time());
+        }
         let end = if cut_short { self.sim.now() } else { self.sim.last_delivery() };
         collect(self, end, cut_short)
     }

@@ -403,6 +403,11 @@ impl Scheduler {
         done.append(&mut self.core.released);
     }
 
+    /// When the step (or run of steps) in flight ends, if one is.
+    pub(crate) fn step_end(&self) -> Option<SimTime> {
+        self.core.stepping.then(|| self.core.log.last_end())
+    }
+
     /// Moves the ids of the requests the last plan preempted to `out`.
     pub(crate) fn take_preempted(&mut self, out: &mut Vec<ReqId>) {
         out.append(&mut self.core.preempted);

@@ -249,6 +249,16 @@ impl RankCore {
         }
     }
 
+    /// The role it serves.
+    pub(crate) fn role(&self) -> Role {
+        self.role
+    }
+
+    /// When the step (or run of steps) in flight ends, if one is.
+    pub(crate) fn step_end(&self) -> Option<SimTime> {
+        self.sched.step_end()
+    }
+
     /// Index among the ranks of its role.
     pub(crate) fn index(&self) -> u32 {
         self.index

@@ -38,9 +38,9 @@ pub enum Policy {
 /// beyond any model's context, and small enough that no count overflows.
 pub const MAX_REQUEST_TOKENS: u64 = 1 << 32;
 
-/// The latest arrival a request may have: 2^62 ns (about 146 years), so
-/// that three quarters of the simulated clock's range stay for serving the
-/// last request and no time saturates at the end of the clock.
+/// The latest arrival a request may have, and the end of simulated time:
+/// 2^62 ns (about 146 years). A run whose steps would pass it is stopped
+/// there with an error, far from where the 64-bit clock would saturate.
 pub const MAX_ARRIVAL: SimTime = SimTime::from_nanos(1 << 62);
 
 /// Picks a rank for a request.
