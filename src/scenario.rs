@@ -1091,6 +1091,15 @@ impl<'a> Ctx<'a> {
                 ));
             }
         };
+        // The TP sizes are checked here, before the model is laid out at
+        // them (the role checks that place this come later).
+        for (role, r) in
+            [("prefill", &deployment.prefill), ("decode", &deployment.decode), ("aggregated", &deployment.aggregated)]
+        {
+            if r.as_ref().and_then(|r| r.tp) == Some(0) {
+                return Err(self.err(&format!("{role}.tp"), "must be >= 1, got 0".to_owned()));
+            }
+        }
         let first = deployment.prefill.as_ref().or(deployment.aggregated.as_ref());
         let tp = first.and_then(|r| r.tp).unwrap_or(1);
         let name = src.name.clone().or(src.preset.clone()).unwrap_or_else(|| label.clone());

@@ -65,6 +65,37 @@ fn fourteen_a_run_stops_at_the_end_of_simulated_time() {
     }
 }
 
+/// 15: `tp = 0` on a role beside a model derived from a preset divided by
+/// zero while the model was laid out at that TP (exit 1). Now it is placed
+/// as it is beside a model given whole, for every role and every command
+/// that reads the scenario.
+#[test]
+fn fifteen_tp_zero_is_placed_beside_a_derived_model() {
+    let dir = scratch_dir("repro15");
+    let derived = std::fs::read_to_string(repro("15-derived-model-tp0-panic/s.toml")).unwrap();
+    for file in ["s.toml", "given.toml"] {
+        let scenario = repro(&format!("15-derived-model-tp0-panic/{file}"));
+        refused(&pdsim(&["validate", s(&scenario)]), &[&format!("{file}:"), "decode.tp: must be >= 1, got 0"]);
+        let out = dir.join(file);
+        refused(&pdsim(&["run", s(&scenario), "--quiet", "--out", s(&out)]), &["decode.tp: must be >= 1, got 0"]);
+    }
+    // The prefill role, and an aggregated one.
+    let prefill = derived.replacen("tp = 1", "tp = 0", 1).replacen(
+        "tp = 0\nnum_blocks = 1000\nstep_time = { kind = \"linear\", fixed_us = 1000.0 }\n[workload]",
+        "tp = 1\nnum_blocks = 1000\nstep_time = { kind = \"linear\", fixed_us = 1000.0 }\n[workload]",
+        1,
+    );
+    assert!(prefill.contains("[prefill]\ntp = 0"), "{prefill}");
+    let path = dir.join("prefill.toml");
+    std::fs::write(&path, &prefill).unwrap();
+    refused(&pdsim(&["validate", s(&path)]), &["prefill.tp: must be >= 1, got 0"]);
+    let aggregated = "[model]\npreset = \"llama-3.1-8b\"\n[hardware]\ngpu = \"h200\"\n[aggregated]\ntp = 0\n\
+                      num_blocks = 1000\nstep_time = { kind = \"linear\", fixed_us = 1000.0 }\n";
+    let path = dir.join("aggregated.toml");
+    std::fs::write(&path, aggregated).unwrap();
+    refused(&pdsim(&["validate", s(&path)]), &["aggregated.toml:6: aggregated.tp: must be >= 1, got 0"]);
+}
+
 /// 17: `--replicas 2^64 - 1` made every seed before the first replica ran
 /// (8 bytes a replica: SIGABRT under a 2 GiB limit). Now replica k's seed
 /// is made as it starts: under the same limit the replicas run until

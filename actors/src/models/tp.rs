@@ -53,6 +53,9 @@ impl ShardError {
 /// Heads per rank of a group of `heads` at TP `t` (`sharded`: a Mamba-type
 /// state), or what is wrong.
 fn per_rank(sharded: bool, heads: u32, t: u32) -> Result<u64, String> {
+    if t == 0 {
+        return Err("tp 0: a role runs on at least one GPU".to_owned());
+    }
     let (h, t) = (u64::from(heads), u64::from(t));
     match sharded {
         true => {
