@@ -96,6 +96,26 @@ fn fifteen_tp_zero_is_placed_beside_a_derived_model() {
     refused(&pdsim(&["validate", s(&path)]), &["aggregated.toml:6: aggregated.tp: must be >= 1, got 0"]);
 }
 
+/// 16: two prefix-cacheable state groups of block sizes 16 and 32 passed
+/// validate, then broke the pool's block count (one request) or panicked
+/// (two). vLLM gives every Mamba layer one block size, so such a model is
+/// refused by validate, placed at the second group's `block_size_tokens`;
+/// with one block size it runs, every request completed.
+#[test]
+fn sixteen_state_groups_share_one_block_size() {
+    let scenario = repro("16-state-groups-of-two-block-sizes/s.toml");
+    let parts = ["s.toml:18:", "model.cache_groups[1].block_size_tokens", "differs from 16", "share one block size"];
+    refused(&pdsim(&["validate", s(&scenario)]), &parts);
+    let dir = scratch_dir("repro16");
+    refused(&pdsim(&["run", s(&scenario), "--requests", "2", "--quiet", "--out", s(&dir.join("o"))]), &parts);
+    let text = std::fs::read_to_string(&scenario).unwrap().replace("block_size_tokens = 32", "block_size_tokens = 16");
+    std::fs::write(dir.join("one.toml"), text).unwrap();
+    let out = dir.join("one");
+    ok(&pdsim(&["run", s(&dir.join("one.toml")), "--requests", "3", "--quiet", "--no-trace", "--out", s(&out)]));
+    let rows = Csv::read(&out.join("requests.csv"));
+    assert_eq!(rows.column("outcome"), ["completed"; 3]);
+}
+
 /// 17: `--replicas 2^64 - 1` made every seed before the first replica ran
 /// (8 bytes a replica: SIGABRT under a 2 GiB limit). Now replica k's seed
 /// is made as it starts: under the same limit the replicas run until

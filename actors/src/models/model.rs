@@ -559,6 +559,20 @@ pub enum GateProblem {
         /// Index of the first full-attention group.
         first_index: usize,
     },
+    /// Prefix-cacheable state groups disagree on their block size.
+    #[error(
+        "block_size_tokens {this} differs from {first} of prefix-cacheable state group \
+         cache_groups[{first_index}]; the prefix-cacheable state groups share one block size \
+         (vLLM gives every Mamba layer one `mamba_block_size`, and checkpoints them together)"
+    )]
+    StateBlockSize {
+        /// This group's block size.
+        this: u64,
+        /// The first prefix-cacheable state group's block size.
+        first: u64,
+        /// Index of the first prefix-cacheable state group.
+        first_index: usize,
+    },
     /// Groups disagree on the page size of the one shared pool.
     #[error(
         "page_bytes {this} differs from {first} of cache_groups[0]; every group draws from \
@@ -633,7 +647,7 @@ impl GateProblem {
             GateProblem::BothLinearAndGrouped | GateProblem::NeitherLinearNorGrouped => "cache_groups",
             GateProblem::TransferExceedsPage { .. } => "transfer_bytes_per_block",
             GateProblem::DuplicateName { .. } => "name",
-            GateProblem::FullAttentionBlockSize { .. } => "block_size_tokens",
+            GateProblem::FullAttentionBlockSize { .. } | GateProblem::StateBlockSize { .. } => "block_size_tokens",
             GateProblem::PageBytes { .. } => "page_bytes",
             GateProblem::MissingVersion { .. } | GateProblem::UnsupportedVersion { .. } => "vllm_version",
             GateProblem::LinearWithGrouped { .. } | GateProblem::GroupsDiffer { .. } => "cache_groups",
@@ -748,6 +762,7 @@ impl ModelSpec {
     /// Refused: both or neither of `kv_bytes_per_token` and `cache_groups`; a
     /// zero `kv_bytes_per_token`; any group [`CacheGroupSpec::validate`]
     /// refuses; two groups with one name; full-attention groups with
+    /// different `block_size_tokens`; prefix-cacheable state groups with
     /// different `block_size_tokens`; groups with different `page_bytes`.
     ///
     /// ```
@@ -776,6 +791,7 @@ impl ModelSpec {
     fn validate_groups(&self, role: Role) -> Result<GroupedModel, GateError> {
         let mut groups: Vec<CacheGroup> = Vec::with_capacity(self.cache_groups.len());
         let mut first_fa: Option<(usize, Tokens)> = None;
+        let mut first_state: Option<(usize, Tokens)> = None;
         for (index, spec) in self.cache_groups.iter().enumerate() {
             let group = spec.validate(role, index)?;
             if let Some(first) = groups.iter().position(|g| g.name == group.name) {
@@ -804,6 +820,20 @@ impl ModelSpec {
                                 first: b.get(),
                                 first_index,
                             },
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+            if group.is_mamba_state() {
+                match first_state {
+                    None => first_state = Some((index, group.block_size)),
+                    Some((first_index, b)) if b != group.block_size => {
+                        return Err(GateError::group(
+                            role,
+                            index,
+                            &spec.name,
+                            GateProblem::StateBlockSize { this: group.block_size.get(), first: b.get(), first_index },
                         ));
                     }
                     Some(_) => {}
