@@ -261,7 +261,7 @@ fn run(
         }
         let percentiles = percentiles.unwrap_or_else(|| actors::bench::DEFAULT_PERCENTILES.to_vec());
         actors::bench::check_percentiles(&percentiles).map_err(|e| Failure::BadInput(format!("percentiles: {e}")))?;
-        let keep = Keep { timelines: timeline, record_sink: None, sample_sink: None, percentiles };
+        let keep = Keep { timelines: timeline, record_sink: None, sample_sink: None, percentiles, sketch_above: None };
         let run = simulate_with(&scenario, scenario.seed(), requests, |_| {}, &AtomicBool::new(false), keep)?;
         if !run.output.violations.is_empty() {
             return Err(Failure::Internal(format!(
