@@ -43,3 +43,34 @@ fn a_bad_case_names_the_file_and_the_field() {
     assert_eq!(code, 2);
     assert!(stderr.contains("steps-bad.json: max_num_seqs: must be at least 1"), "{stderr}");
 }
+
+/// Full-attention groups of two block sizes: `pdsim run` refuses such a
+/// model, and a case of one crashed the pool or never ended. It is refused
+/// the same way, placed at the second group's block size.
+#[test]
+fn a_case_pdsim_cannot_model_is_refused_not_run() {
+    let groups = |second: u64| {
+        format!(
+            r#"{{"max_num_seqs": 4, "max_num_batched_tokens": 64, "num_blocks": 40, "block_size": 16,
+                "prefix_caching": true, "cache_groups": [
+                  {{"kind": "full_attention", "block_size_tokens": 16, "prefix_cacheable": true}},
+                  {{"kind": "full_attention", "block_size_tokens": {second}, "prefix_cacheable": true}}],
+                "requests": [{{"id": 0, "arrival_step": 0, "prompt": 40, "output": 3}},
+                             {{"id": 1, "arrival_step": 0, "prompt": 20, "output": 2}}]}}"#
+        )
+    };
+    let bad = scratch("steps-two-block-sizes.json", &groups(32));
+    let (code, _, stderr) = outcome(&pdsim(&["steps", bad.to_str().unwrap()]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(
+            "steps-two-block-sizes.json: cache_groups[1].block_size_tokens: block_size_tokens 32 differs from 16"
+        ),
+        "{stderr}"
+    );
+    // One block size: both requests run to their end.
+    let good = scratch("steps-one-block-size.json", &groups(16));
+    let (code, stdout, stderr) = outcome(&pdsim(&["steps", good.to_str().unwrap()]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.lines().count() >= 3, "{stdout}");
+}

@@ -416,24 +416,35 @@ fn groups(case: &Case) -> Result<Vec<crate::models::model::CacheGroup>, FieldErr
             &one
         }
     };
-    list.iter()
+    let cache_groups = list
+        .iter()
         .enumerate()
-        .map(|(i, g)| {
-            let spec = CacheGroupSpec {
-                name: g.name.clone().unwrap_or_else(|| format!("group {i}")),
-                kind: g.kind,
-                block_size_tokens: Tokens::new(g.block_size_tokens),
-                page_bytes: Bytes::new(1),
-                transfer_bytes_per_block: Some(Bytes::new(1)),
-                prefix_cacheable: Some(g.prefix_cacheable),
-                window_tokens: g.window_tokens.map(Tokens::new),
-                checkpoint_blocks: g.checkpoint_blocks.map(Blocks::new),
-                heads: None,
-            };
-            spec.validate(Role::Aggregated, i)
-                .map_err(|e| FieldError::new(format!("cache_groups[{i}]"), e.problem.to_string()))
+        .map(|(i, g)| CacheGroupSpec {
+            name: g.name.clone().unwrap_or_else(|| format!("group {i}")),
+            kind: g.kind,
+            block_size_tokens: Tokens::new(g.block_size_tokens),
+            page_bytes: Bytes::new(1),
+            transfer_bytes_per_block: Some(Bytes::new(1)),
+            prefix_cacheable: Some(g.prefix_cacheable),
+            window_tokens: g.window_tokens.map(Tokens::new),
+            checkpoint_blocks: g.checkpoint_blocks.map(Blocks::new),
+            heads: None,
         })
-        .collect()
+        .collect();
+    // The groups together pass the gate `pdsim run` applies (full-attention
+    // groups of one block size, say): what it refuses, a case cannot run.
+    let spec = crate::models::model::ModelSpec { cache_groups, ..Default::default() };
+    match spec.validate(Role::Aggregated) {
+        Ok(crate::models::model::Model::Grouped(m)) => Ok(m.groups().to_vec()),
+        Ok(crate::models::model::Model::Linear(_)) => unreachable!("a model of cache groups is grouped"),
+        Err(e) => {
+            let field = match e.location {
+                crate::models::model::Location::Group { index, .. } => format!("cache_groups[{index}].{}", e.field()),
+                crate::models::model::Location::Model => "cache_groups".to_owned(),
+            };
+            Err(FieldError::new(field, e.problem.to_string()))
+        }
+    }
 }
 
 /// The request: every token named (shared tokens of its group alike
