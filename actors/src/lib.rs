@@ -63,3 +63,7 @@ pub mod rules {
     pub use crate::vllm::handoff::*;
     pub use crate::vllm::window::{in_window_blocks, prefill_clip_blocks, skipped_blocks};
 }
+
+/// vLLM's scheduler options pdsim does not model, with vLLM's defaults
+/// (what pdsim runs) and why.
+pub use vllm::options;

@@ -726,6 +726,21 @@ impl<'a> Ctx<'a> {
     /// scenarios without copying it.
     fn role(&self, key: &str) -> Result<Option<RoleSpec>, ScenarioError> {
         let Some(entry) = self.entries.get(key) else { return Ok(None) };
+        if let DeValue::Table(t) = entry.value.get_ref() {
+            // vLLM's scheduler options pdsim does not model: refused with
+            // the reason, not taken for a typo.
+            for (name, _) in t.iter() {
+                if let Some(o) = actors::options::unmodelled_scheduler_option(name.get_ref()) {
+                    return Err(self.err(
+                        &format!("{key}.{}", o.name),
+                        format!(
+                            "vLLM's `{}` is not modelled: {}. pdsim runs vLLM's default, {}; leave the field out",
+                            o.name, o.why, o.default
+                        ),
+                    ));
+                }
+            }
+        }
         let reference = match entry.value.get_ref() {
             DeValue::Table(t) => t.get("step_time").filter(|v| match v.get_ref() {
                 DeValue::Table(st) => st.contains_key("file"),

@@ -308,3 +308,20 @@ fn a_bad_step_time_file_is_refused_at_the_reference() {
         assert!(e.contains(want), "{st}: {e}");
     }
 }
+
+/// vLLM's scheduler options pdsim does not model are refused by name with
+/// vLLM's default and the reason, placed at the field, not reported as an
+/// unknown field (a typo) nor ignored.
+#[test]
+fn unmodelled_vllm_scheduler_options_are_refused_with_the_reason() {
+    assert!(base_scenario().lines().nth(7).unwrap().is_empty(), "line 8 is the blank line after [prefill]");
+    for o in actors::options::UNMODELLED_SCHEDULER_OPTIONS {
+        let path = scratch(&format!("option-{}.toml", o.name), &base_with_line(8, &format!("{} = 2", o.name)));
+        let err = scenario::load(&path).unwrap_err();
+        assert_eq!(err.line(), Some(8), "{err}");
+        assert_eq!(err.field(), Some(format!("prefill.{}", o.name).as_str()), "{err}");
+        assert!(err.message().contains("is not modelled"), "{err}");
+        assert!(err.message().contains(o.why) && err.message().contains(o.default), "{err}");
+    }
+    assert_eq!(actors::options::UNMODELLED_SCHEDULER_OPTIONS.len(), 10);
+}
