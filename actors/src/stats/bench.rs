@@ -54,7 +54,9 @@ use crate::stats::histogram::{Column, Histogram, Values};
 use crate::stats::sketch::Sketch;
 use crate::stats::slo::SloSpec;
 
-/// vLLM's `--metric-percentiles` default.
+/// pdsim's default `--percentiles`: the median and three tail percentiles.
+/// (vLLM's `--metric-percentiles` defaults to `99` alone; pass
+/// `--percentiles 99` for its set.)
 pub const DEFAULT_PERCENTILES: &[f64] = &[50.0, 90.0, 95.0, 99.0];
 
 /// The name vLLM gives percentile `p` in its keys (`p{name}_ttft_ms`):
