@@ -807,34 +807,26 @@ impl ModelSpec {
                     GateProblem::PageBytes { this: group.page_bytes.get(), first: first.page_bytes.get() },
                 ));
             }
-            if group.kind == CacheGroupKind::FullAttention {
-                match first_fa {
-                    None => first_fa = Some((index, group.block_size)),
-                    Some((first_index, b)) if b != group.block_size => {
-                        return Err(GateError::group(
-                            role,
-                            index,
-                            &spec.name,
-                            GateProblem::FullAttentionBlockSize {
-                                this: group.block_size.get(),
-                                first: b.get(),
-                                first_index,
-                            },
-                        ));
-                    }
-                    Some(_) => {}
+            // Full-attention groups share one block size, and so do
+            // prefix-cacheable state groups: the first of each kind sets it.
+            let kinds = [
+                (group.kind == CacheGroupKind::FullAttention, &mut first_fa, true),
+                (group.is_mamba_state(), &mut first_state, false),
+            ];
+            for (of_kind, first, full_attention) in kinds {
+                if !of_kind {
+                    continue;
                 }
-            }
-            if group.is_mamba_state() {
-                match first_state {
-                    None => first_state = Some((index, group.block_size)),
+                match *first {
+                    None => *first = Some((index, group.block_size)),
                     Some((first_index, b)) if b != group.block_size => {
-                        return Err(GateError::group(
-                            role,
-                            index,
-                            &spec.name,
-                            GateProblem::StateBlockSize { this: group.block_size.get(), first: b.get(), first_index },
-                        ));
+                        let (this, first) = (group.block_size.get(), b.get());
+                        let problem = if full_attention {
+                            GateProblem::FullAttentionBlockSize { this, first, first_index }
+                        } else {
+                            GateProblem::StateBlockSize { this, first, first_index }
+                        };
+                        return Err(GateError::group(role, index, &spec.name, problem));
                     }
                     Some(_) => {}
                 }
