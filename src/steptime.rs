@@ -21,6 +21,16 @@ pub struct StepPrice {
     pub terms: Vec<(&'static str, f64)>,
 }
 
+impl StepPrice {
+    /// What the step has above the sum of its terms, µs, to the picosecond:
+    /// a step lasts a whole number of nanoseconds (the engine's clock) and
+    /// the terms are exact, so their sum may be a fraction of one below it.
+    pub fn rounding_us(&self) -> f64 {
+        let sum: f64 = self.terms.iter().map(|&(_, us)| us).sum();
+        ((self.step_us - sum) * 1e6).round() / 1e6
+    }
+}
+
 /// Why a step could not be priced.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StepTimeError {

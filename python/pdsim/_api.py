@@ -192,13 +192,15 @@ def steptime(
     overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Price one step with a role's step-time model, as a run builds it, as
-    ``pdsim steptime --json`` does: ``{"role", "step_us", "terms"}``.
+    ``pdsim steptime --json`` does: ``{"role", "step_us", "terms",
+    "rounding_us"}`` (a step lasts whole nanoseconds; ``rounding_us`` is
+    what it has above the sum of its exact terms).
 
     ``role`` is ``"prefill"``, ``"decode"`` or ``"aggregated"`` (default:
     the scenario's only role); the counts are those of ``pdsim steptime``.
     """
     kind, source, over, folder = _source(scenario, overrides)
-    r, step_us, terms = _core.steptime(
+    r, step_us, terms, rounding = _core.steptime(
         kind, source, over, folder, role, prefill_tokens, prefill_seqs, prefill_cached, decode_seqs, context_tokens
     )
-    return {"role": r, "step_us": step_us, "terms": dict(terms)}
+    return {"role": r, "step_us": step_us, "terms": dict(terms), "rounding_us": rounding}

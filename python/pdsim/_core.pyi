@@ -48,7 +48,7 @@ def steptime(
     prefill_cached: int | None,
     decode_seqs: int,
     context_tokens: int,
-) -> tuple[str, float, list[tuple[str, float]]]: ...
+) -> tuple[str, float, list[tuple[str, float]], float]: ...
 def sweep(
     kind: str,
     source: str,

@@ -352,11 +352,12 @@ fn transfer(
     raise(py, out)
 }
 
-/// A step priced: the role, the step in µs and the model's terms.
-type Priced = (String, f64, Vec<(String, f64)>);
+/// A step priced: the role, the step in µs, the model's terms and the
+/// rounding up to a whole nanosecond.
+type Priced = (String, f64, Vec<(String, f64)>, f64);
 
 /// Prices one step as `pdsim steptime --json` does; returns the role, the
-/// step in µs and the terms.
+/// step in µs, the terms and the rounding.
 #[pyfunction]
 #[pyo3(signature = (kind, source, overrides, dir, role, prefill_tokens, prefill_seqs, prefill_cached, decode_seqs, context_tokens))]
 #[allow(clippy::too_many_arguments)]
@@ -394,7 +395,7 @@ fn steptime(
             StepTimeError::Internal(m) => Failure::Internal(m),
         })?;
         let terms = p.terms.iter().map(|&(n, us)| (n.to_owned(), us)).collect();
-        Ok((p.role.as_str().to_owned(), p.step_us, terms))
+        Ok((p.role.as_str().to_owned(), p.step_us, terms, p.rounding_us()))
     });
     raise(py, out)
 }

@@ -76,23 +76,27 @@ def test_columns_are_typed() -> None:
     assert gap.max() < 1e-6
 
 
-def test_text_dict_and_overrides_are_the_file() -> None:
-    text = (ROOT / LLAMA).read_text()
-    by_path = pdsim.run(LLAMA, requests=100, timeline=False)
+def test_text_dict_and_overrides_are_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    # TOML text and a dict name files relative to the working folder: here
+    # the scenario's own, where its step-time files are.
+    path = ROOT / LLAMA
+    monkeypatch.chdir(path.parent)
+    text = path.read_text()
+    by_path = pdsim.run(path, requests=100, timeline=False)
     by_text = pdsim.run(text, requests=100, timeline=False)
     assert by_text.digest == by_path.digest
     assert by_text.summary["summary"] == by_path.summary["summary"]
-    resolved = pdsim.validate(LLAMA)
+    resolved = pdsim.validate(path)
     by_dict = pdsim.run(resolved, requests=100, timeline=False)
     assert by_dict.digest == by_path.digest
     # An override is the file with that field changed.
-    over = pdsim.run(LLAMA, requests=100, overrides={"decode.count": 2, "link.bandwidth_gb_s": 10.0})
+    over = pdsim.run(path, requests=100, overrides={"decode.count": 2, "link.bandwidth_gb_s": 10.0})
     changed = text.replace("[decode]\ncount = 1", "[decode]\ncount = 2").replace(
         "bandwidth_gb_s = 50.0", "bandwidth_gb_s = 10.0"
     )
     assert changed != text
     assert pdsim.run(changed, requests=100).digest == over.digest != by_path.digest
-    assert pdsim.run(LLAMA, requests=100, seed=2).digest != by_path.digest
+    assert pdsim.run(path, requests=100, seed=2).digest != by_path.digest
 
 
 def test_without_a_timeline_nothing_else_changes() -> None:

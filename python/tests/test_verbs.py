@@ -21,7 +21,10 @@ def test_validate_gives_the_resolved_scenario(cli: Path) -> None:
 
 def test_a_refused_scenario_names_file_line_and_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
+    # Its step-time files are named relative to the scenario's folder.
+    steptimes = (Path(LLAMA).parent / "steptimes").resolve()
     text = Path(LLAMA).read_text().replace("rate_per_s = 20.0", "rate_per_s = -3.0")
+    text = text.replace('file = "steptimes/', f'file = "{steptimes}/')
     bad.write_text(text)
     line = 1 + text[: text.index("rate_per_s = -3.0")].count("\n")
     with pytest.raises(pdsim.ScenarioError) as e:
@@ -90,6 +93,6 @@ def test_steptime_gives_the_cli_json(cli: Path, role: str, counts: dict[str, int
     want = json.loads(pdsim_cli(cli, *args))
     got = pdsim.steptime(LLAMA, role=role, **counts)
     assert got["role"] == role
-    assert {"step_us": got["step_us"], "terms": got["terms"]} == want
+    assert {k: got[k] for k in ("step_us", "terms", "rounding_us")} == want
     with pytest.raises(pdsim.PdsimError, match="role"):
         pdsim.steptime(LLAMA, prefill_tokens=10)

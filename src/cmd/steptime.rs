@@ -76,23 +76,20 @@ pub fn run(args: &Args) -> Result<(), CmdError> {
         decode_seqs: args.decode_seqs,
         context_tokens: args.context_tokens,
     };
-    let StepPrice { step_us, terms, .. } =
-        price(&scenario, args.role.map(Role::from), &counts).map_err(|e| match e {
-            StepTimeError::Arg(a) if a.arg == "role" => match args.role {
-                Some(r) => CmdError::BadInput(format!("--role {}: {}", Role::from(r), a.problem)),
-                None => CmdError::BadInput(format!("--role: {} with --role", a.problem)),
-            },
-            StepTimeError::Arg(a) => CmdError::BadInput(format!("{}: {}", a.flag(), a.problem)),
-            StepTimeError::Scenario(m) => CmdError::BadInput(m),
-            StepTimeError::Internal(m) => CmdError::Internal(m),
-        })?;
-    // A step lasts a whole number of nanoseconds (the engine's clock); the
-    // terms are exact, so their sum may be a fraction of one below it.
-    let sum: f64 = terms.iter().map(|&(_, us)| us).sum();
+    let priced = price(&scenario, args.role.map(Role::from), &counts).map_err(|e| match e {
+        StepTimeError::Arg(a) if a.arg == "role" => match args.role {
+            Some(r) => CmdError::BadInput(format!("--role {}: {}", Role::from(r), a.problem)),
+            None => CmdError::BadInput(format!("--role: {} with --role", a.problem)),
+        },
+        StepTimeError::Arg(a) => CmdError::BadInput(format!("{}: {}", a.flag(), a.problem)),
+        StepTimeError::Scenario(m) => CmdError::BadInput(m),
+        StepTimeError::Internal(m) => CmdError::Internal(m),
+    })?;
+    let rounding = priced.rounding_us();
+    let StepPrice { step_us, terms, .. } = priced;
     if args.json {
         let terms: serde_json::Map<String, serde_json::Value> =
             terms.iter().map(|&(name, us)| (name.to_owned(), serde_json::json!(us))).collect();
-        let rounding = ((step_us - sum) * 1e6).round() / 1e6;
         let v = serde_json::json!({ "step_us": step_us, "terms": terms, "rounding_us": rounding });
         return emit(&format!("{v}\n"));
     }
