@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::stream;
 use serde_json::{Value, json};
+use sim_core::SimTime;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::driver::{Arrival, Clock, Event};
@@ -96,22 +97,46 @@ async fn serve(app: Arc<App>, kind: Kind, body: &[u8]) -> Response {
     if app.arrivals.lock().expect("arrivals").send(arrival).is_err() {
         return error(503, "the simulation has stopped");
     }
-    let id = match rx.recv().await {
-        Some(Event::Admitted { id, .. }) => id,
+    let (id, arrival) = match rx.recv().await {
+        Some(Event::Admitted { id, at }) => (id, at),
         Some(Event::Refused(m)) => return refuse(400, &m),
         _ => return error(503, "the simulation has stopped"),
     };
     let head = Head::new(kind, id, unix_now(), &app.model);
-    if ask.stream { streamed(app, head, ask, rx) } else { whole(head, ask, rx).await }
+    let times = Times { id, arrival, first: None };
+    if ask.stream { streamed(app, head, ask, times, rx) } else { whole(head, ask, times, rx).await }
+}
+
+/// A request's simulated times, for the `pdsim` field pdsim adds to a
+/// whole response and to a stream's usage chunk (clients ignore fields
+/// they do not know): what `pdsim run` reports for the same arrivals.
+struct Times {
+    id: u64,
+    arrival: SimTime,
+    first: Option<SimTime>,
+}
+
+impl Times {
+    fn json(&self, finished: SimTime) -> Value {
+        json!({"request_id": self.id, "arrival_ns": self.arrival.as_nanos(),
+            "first_token_ns": self.first.map(SimTime::as_nanos), "finished_ns": finished.as_nanos()})
+    }
 }
 
 /// A response sent once the request ends.
-async fn whole(head: Head, ask: Ask, mut rx: UnboundedReceiver<Event>) -> Response {
+async fn whole(head: Head, ask: Ask, mut times: Times, mut rx: UnboundedReceiver<Event>) -> Response {
     let mut count = 0;
     while let Some(e) = rx.recv().await {
         match e {
-            Event::Token { .. } => count += 1,
-            Event::Ended { failure: None, .. } => return axum::Json(head.whole(ask.prompt, count)).into_response(),
+            Event::Token { at } => {
+                times.first.get_or_insert(at);
+                count += 1;
+            }
+            Event::Ended { failure: None, at } => {
+                let mut body = head.whole(ask.prompt, count);
+                body["pdsim"] = times.json(at);
+                return axum::Json(body).into_response();
+            }
             Event::Ended { failure: Some(reason), .. } => return error(500, &format!("the request failed: {reason}")),
             _ => {}
         }
@@ -134,6 +159,7 @@ struct Streaming {
     head: Head,
     ask: Ask,
     rx: UnboundedReceiver<Event>,
+    times: Times,
     sent: u64,
     over: bool,
 }
@@ -141,8 +167,8 @@ struct Streaming {
 /// Server-sent events: each token's chunk when the driver hands it over
 /// (at its simulated time on the wall clock), then the usage chunk if asked
 /// and `[DONE]`.
-fn streamed(app: Arc<App>, head: Head, ask: Ask, rx: UnboundedReceiver<Event>) -> Response {
-    let state = Streaming { app, head, ask, rx, sent: 0, over: false };
+fn streamed(app: Arc<App>, head: Head, ask: Ask, times: Times, rx: UnboundedReceiver<Event>) -> Response {
+    let state = Streaming { app, head, ask, rx, times, sent: 0, over: false };
     let chunks = stream::unfold(state, |mut s| async move {
         if s.over {
             return None;
@@ -160,14 +186,19 @@ fn streamed(app: Arc<App>, head: Head, ask: Ask, rx: UnboundedReceiver<Event>) -
                     }
                     out.extend(sse(&s.head.token_chunk(s.sent, s.sent + 1 == s.ask.output)));
                     s.sent += 1;
+                    s.times.first.get_or_insert(at);
                     let late = Instant::now().saturating_duration_since(s.app.clock.wall(at));
                     s.app.metrics.lock().expect("metrics").added.observe(late.as_secs_f64());
                     return Some((Ok(Bytes::from(out)), s));
                 }
-                Event::Ended { failure, .. } => {
+                Event::Ended { failure, at } => {
                     let mut out = Vec::new();
                     match failure {
-                        None if s.ask.include_usage => out.extend(sse(&s.head.usage_chunk(s.ask.prompt, s.sent))),
+                        None if s.ask.include_usage => {
+                            let mut chunk = s.head.usage_chunk(s.ask.prompt, s.sent);
+                            chunk["pdsim"] = s.times.json(at);
+                            out.extend(sse(&chunk));
+                        }
                         None => {}
                         Some(reason) => {
                             out.extend(sse(&json!({"error": openai::error_body(500, &format!(
