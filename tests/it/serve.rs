@@ -247,7 +247,10 @@ fn a_record_replays_to_the_times_the_server_reported() {
     let mut seen = 0;
     for line in csv.lines().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
-        let r = reported.iter().find(|r| r["request_id"].to_string() == f[id]).expect("a request the server served");
+        let r = reported
+            .iter()
+            .find(|r| r["request_id"].as_u64() == f[id].parse().ok())
+            .expect("a request the server served");
         let ns = |k: &str| r[k].as_u64().unwrap();
         // requests.csv has milliseconds to six decimals: nanoseconds.
         let ms = |ns: u64| format!("{}.{:06}", ns / 1_000_000, ns % 1_000_000);
