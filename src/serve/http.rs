@@ -160,59 +160,79 @@ struct Streaming {
     ask: Ask,
     rx: UnboundedReceiver<Event>,
     times: Times,
+    /// [`Head::token_template`].
+    template: (String, String),
     sent: u64,
     over: bool,
+}
+
+impl Streaming {
+    /// Appends what `event` sends to `out`.
+    fn write(&mut self, event: Event, out: &mut Vec<u8>) {
+        match event {
+            Event::Token { at } => {
+                if self.sent == 0 && self.head.kind == Kind::Chat {
+                    out.extend(sse(&self.head.role_chunk()));
+                }
+                if self.sent + 1 == self.ask.output {
+                    out.extend(sse(&self.head.token_chunk(self.sent, true)));
+                } else {
+                    // (Filler words need no JSON escape.)
+                    let (before, after) = &self.template;
+                    out.extend_from_slice(before.as_bytes());
+                    out.push(b'"');
+                    out.extend_from_slice(openai::token_text(self.sent).as_bytes());
+                    out.push(b'"');
+                    out.extend_from_slice(after.as_bytes());
+                }
+                self.sent += 1;
+                self.times.first.get_or_insert(at);
+                let late = Instant::now().saturating_duration_since(self.app.clock.wall(at));
+                self.app.metrics.lock().expect("metrics").added.observe(late.as_secs_f64());
+            }
+            Event::Ended { failure, at } => {
+                match failure {
+                    None if self.ask.include_usage => {
+                        let mut chunk = self.head.usage_chunk(self.ask.prompt, self.sent);
+                        chunk["pdsim"] = self.times.json(at);
+                        out.extend(sse(&chunk));
+                    }
+                    None => {}
+                    Some(reason) => {
+                        let body = openai::error_body(500, &format!("the request failed: {reason}"));
+                        out.extend(sse(&json!({ "error": body })));
+                    }
+                }
+                out.extend_from_slice(DONE);
+                self.over = true;
+            }
+            Event::Admitted { .. } | Event::Refused(_) => {}
+        }
+    }
 }
 
 /// Server-sent events: each token's chunk when the driver hands it over
 /// (at its simulated time on the wall clock), then the usage chunk if asked
 /// and `[DONE]`.
 fn streamed(app: Arc<App>, head: Head, ask: Ask, times: Times, rx: UnboundedReceiver<Event>) -> Response {
-    let state = Streaming { app, head, ask, rx, times, sent: 0, over: false };
+    let template = head.token_template();
+    let state = Streaming { app, head, ask, rx, times, template, sent: 0, over: false };
     let chunks = stream::unfold(state, |mut s| async move {
         if s.over {
             return None;
         }
-        loop {
-            let Some(event) = s.rx.recv().await else {
-                s.over = true;
-                return Some((Ok::<_, std::convert::Infallible>(Bytes::from_static(DONE)), s));
-            };
-            match event {
-                Event::Token { at } => {
-                    let mut out = Vec::new();
-                    if s.sent == 0 && s.head.kind == Kind::Chat {
-                        out.extend(sse(&s.head.role_chunk()));
-                    }
-                    out.extend(sse(&s.head.token_chunk(s.sent, s.sent + 1 == s.ask.output)));
-                    s.sent += 1;
-                    s.times.first.get_or_insert(at);
-                    let late = Instant::now().saturating_duration_since(s.app.clock.wall(at));
-                    s.app.metrics.lock().expect("metrics").added.observe(late.as_secs_f64());
-                    return Some((Ok(Bytes::from(out)), s));
-                }
-                Event::Ended { failure, at } => {
-                    let mut out = Vec::new();
-                    match failure {
-                        None if s.ask.include_usage => {
-                            let mut chunk = s.head.usage_chunk(s.ask.prompt, s.sent);
-                            chunk["pdsim"] = s.times.json(at);
-                            out.extend(sse(&chunk));
-                        }
-                        None => {}
-                        Some(reason) => {
-                            out.extend(sse(&json!({"error": openai::error_body(500, &format!(
-                                "the request failed: {reason}"
-                            ))})));
-                        }
-                    }
-                    out.extend_from_slice(DONE);
-                    s.over = true;
-                    return Some((Ok(Bytes::from(out)), s));
-                }
-                _ => {}
-            }
+        let mut out = Vec::new();
+        let Some(first) = s.rx.recv().await else {
+            s.over = true;
+            return Some((Ok::<_, std::convert::Infallible>(Bytes::from_static(DONE)), s));
+        };
+        s.write(first, &mut out);
+        // What else is due already goes in the same write.
+        while !s.over {
+            let Ok(next) = s.rx.try_recv() else { break };
+            s.write(next, &mut out);
         }
+        Some((Ok(Bytes::from(out)), s))
     });
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")

@@ -19,7 +19,8 @@ pub const E2E_BUCKETS: &[f64] = &[
     1920.0, 7680.0,
 ];
 /// Buckets of `pdsim:added_latency_seconds` (wall seconds).
-pub const ADDED_BUCKETS: &[f64] = &[0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0];
+pub const ADDED_BUCKETS: &[f64] =
+    &[0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0];
 
 /// A Prometheus histogram: cumulative counts per upper bound, sum, count.
 #[derive(Clone, Debug)]

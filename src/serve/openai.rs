@@ -225,7 +225,8 @@ pub fn error_body(status: u16, message: &str) -> Value {
     json!({"object": "error", "message": message, "type": kind, "param": null, "code": status})
 }
 
-/// Filler words, one per output token, in turn.
+/// Filler words, one per output token, in turn (plain ASCII: none needs a
+/// JSON escape, which the streams' templates rely on).
 const WORDS: [&str; 8] = [" lorem", " ipsum", " dolor", " sit", " amet", " consectetur", " adipiscing", " elit"];
 
 /// The text of output token `i` (from 0): a filler word.
@@ -304,6 +305,24 @@ impl Head {
         self.chunk(json!([choice]), None)
     }
 
+    /// A token chunk as the text around its token's JSON string, so that a
+    /// stream writes each of its tokens but the last without building JSON:
+    /// `data: ` + before + `"word"` + after + blank line is
+    /// [`Head::token_chunk`]`(i, false)` as server-sent event.
+    pub fn token_template(&self) -> (String, String) {
+        const MARK: &str = "\u{1}pdsim-token\u{1}";
+        let mut chunk = self.token_chunk(0, false);
+        let text = match self.kind {
+            Kind::Completion => &mut chunk["choices"][0]["text"],
+            Kind::Chat => &mut chunk["choices"][0]["delta"]["content"],
+        };
+        *text = json!(MARK);
+        let whole = chunk.to_string();
+        let quoted = serde_json::to_string(MARK).expect("a string serializes");
+        let (before, after) = whole.split_once(&quoted).expect("the mark is in the chunk once");
+        (format!("data: {before}"), format!("{after}\n\n"))
+    }
+
     /// The last chunk of a stream with `include_usage`: no choices, the usage.
     pub fn usage_chunk(&self, prompt: u64, completion: u64) -> Value {
         self.chunk(json!([]), Some(usage(prompt, completion)))
@@ -344,6 +363,19 @@ mod tests {
             {"role": "user", "content": [{"type": "text", "text": "hello"}]}]}));
         let a = read(Kind::Chat, &chat, Some(100)).unwrap();
         assert_eq!((a.prompt, a.output), (16, 84), "chat's default output is what the model length leaves");
+    }
+
+    /// The template and the chunk it stands for are the same bytes.
+    #[test]
+    fn a_token_template_writes_the_token_chunk() {
+        for kind in [Kind::Completion, Kind::Chat] {
+            let head = Head::new(kind, 7, 1_700_000_000, "m\"odel");
+            let (before, after) = head.token_template();
+            for i in 0..10 {
+                let fast = format!("{before}{}{after}", serde_json::to_string(token_text(i)).unwrap());
+                assert_eq!(fast, format!("data: {}\n\n", head.token_chunk(i, false)));
+            }
+        }
     }
 
     #[test]
