@@ -260,3 +260,16 @@ fn a_record_replays_to_the_times_the_server_reported() {
     }
     assert_eq!(seen, 12);
 }
+
+/// Bad input exits 2 with one line, before anything is bound.
+#[test]
+fn serve_refuses_bad_input_with_one_line() {
+    let missing = pdsim(&["serve", "tests/fixtures/no-such-scenario.toml", "--port", "0"]);
+    let slow = pdsim(&["serve", fixture("serve.toml").to_str().unwrap(), "--port", "0", "--speed", "0"]);
+    for out in [missing, slow] {
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(out.stdout.is_empty(), "nothing was bound");
+    }
+}
