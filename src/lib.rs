@@ -30,6 +30,8 @@
 //!   --save-result` writes it.
 //! - [`accuracy`]: real vLLM runs (`validation/`) replayed with presets and
 //!   defaults, predicted against measured (`pdsim accuracy`).
+//! - [`serve`]: `pdsim serve`: the OpenAI-compatible endpoint over a live
+//!   simulation (HTTP on tokio and axum, the driver thread, `/metrics`).
 //! - [`files`]: bounded reads of input files (regular files only, size caps,
 //!   byte-order marks dropped).
 //!
@@ -53,6 +55,7 @@ pub mod presets;
 pub mod report;
 pub mod runner;
 pub mod scenario;
+pub mod serve;
 pub mod steptime;
 pub mod sweep;
 pub mod trace;

@@ -65,6 +65,12 @@ enum Command {
     /// and print predicted against measured TTFT, TPOT, E2E and throughput
     /// per stage point, with the MAPE of each.
     Accuracy(cmd::accuracy::Args),
+    /// Serve an OpenAI-compatible endpoint (completions, chat completions,
+    /// streamed as vLLM streams them, /v1/models, /health, /metrics) whose
+    /// every request is a request of the running simulation, its tokens
+    /// sent at their simulated times (--speed X: X simulated seconds per
+    /// wall second).
+    Serve(cmd::serve::Args),
 }
 
 fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
@@ -80,6 +86,7 @@ fn dispatch(command: Option<&Command>) -> Result<(), cmd::CmdError> {
         Command::Steptime(args) => cmd::steptime::run(args),
         Command::Calibrate(args) => cmd::calibrate::run(args),
         Command::Accuracy(args) => cmd::accuracy::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
     }
 }
 

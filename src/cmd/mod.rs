@@ -21,6 +21,7 @@ mod live;
 pub mod plan;
 pub mod report;
 pub mod run;
+pub mod serve;
 pub mod steps;
 pub mod steptime;
 pub mod sweep;

@@ -23,6 +23,7 @@ mod presets;
 mod repros;
 mod robust;
 mod scenario;
+mod serve;
 mod steptime_fidelity;
 mod timeline;
 mod traces;

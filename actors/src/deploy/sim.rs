@@ -15,8 +15,8 @@ use crate::models::model::{CacheGroup, CacheGroupKind, DEFAULT_LINEAR_BLOCK_SIZE
 use crate::models::steptime::roofline::RankInputs;
 use crate::models::steptime::{self, StepTimeModel};
 use crate::models::tp::Reads;
-use crate::requests::request::{FailReason, Request};
-use crate::requests::workload::{ArrivalMode, RequestSource, WorkloadError};
+use crate::requests::request::{FailReason, ReqId, Request};
+use crate::requests::workload::{ArrivalMode, PrefixIds, RequestSource, RequestSpec, WorkloadError};
 use crate::scheduler::{BatchPolicy, Limits, Mode, Scheduler, StepStats, VllmPolicy};
 use crate::serving::link::{LinkStats, NixlLink};
 use crate::serving::msg::Msg;
@@ -201,6 +201,14 @@ impl Deployment {
     /// Whether prefill and decode are separate ranks.
     pub fn is_disaggregated(&self) -> bool {
         self.roles.iter().any(|r| r.role == Role::Prefill)
+    }
+
+    /// The longest sequence the deployment serves (`max_model_len`, the
+    /// smallest over its roles, as checked: the model's context limit when
+    /// the scenario gives none and the model has layers); `None` when
+    /// unlimited. A prompt of at least this many tokens fails at arrival.
+    pub fn max_model_len(&self) -> Option<Tokens> {
+        self.roles.iter().filter_map(|r| r.spec.max_model_len).min()
     }
 
     fn plan(&self, role: Role) -> Option<&RolePlan> {
@@ -432,6 +440,59 @@ pub struct Built<'d> {
     /// not kept).
     log: Option<SampleLog>,
     sample_sink: Option<SampleSink>,
+    /// A live run's injections so far ([`build_live`]); `None` otherwise.
+    live: Option<Injected>,
+}
+
+/// What a live run has been given: the requests injected and the latest
+/// arrival among them.
+#[derive(Clone, Copy, Debug, Default)]
+struct Injected {
+    count: u64,
+    last: SimTime,
+}
+
+/// A deployment's load at an instant, summed over its ranks (prefill and
+/// decode ranks alike).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Sequences in the ranks' running sets.
+    pub running: u64,
+    /// Sequences queued (work held back by the asynchronous loop included;
+    /// handoffs waiting to land not).
+    pub waiting: u64,
+    /// KV blocks in use.
+    pub kv_used_blocks: u64,
+    /// KV blocks in all the pools.
+    pub kv_blocks: u64,
+}
+
+/// Why a live run refused a request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InjectError {
+    /// Not a live run ([`build_live`]).
+    #[error("not a live run")]
+    NotLive,
+    /// Zero prompt or output tokens, or more than the most a request holds.
+    #[error(
+        "{prompt} prompt and {output} output tokens; each must be at least 1 and together at most {}",
+        crate::serving::router::MAX_REQUEST_TOKENS
+    )]
+    Size {
+        /// Prompt tokens.
+        prompt: u64,
+        /// Output tokens.
+        output: u64,
+    },
+    /// Before the clock, before an earlier injection, or past the end of
+    /// simulated time.
+    #[error("an arrival at {at} ns is before the clock ({now} ns) or the last arrival, or past the end of time")]
+    Time {
+        /// The arrival asked for.
+        at: u64,
+        /// The clock then.
+        now: u64,
+    },
 }
 
 /// Takes timeline rows in slices: see [`Built::set_sample_sink`].
@@ -565,6 +626,81 @@ impl Built<'_> {
         }
         sink(&rows[..n]);
         rows.drain(..n);
+    }
+
+    /// A live run's next request arrives at `at` (no earlier than the
+    /// clock or the previous arrival) with `prompt` and `output` tokens and
+    /// no shared prefix; returns the id it gets (ids count injections from
+    /// 0). It enters when the run reaches `at`, after the events already
+    /// due then.
+    pub fn inject(&mut self, at: SimTime, prompt: Tokens, output: Tokens) -> Result<ReqId, InjectError> {
+        let now = self.sim.now();
+        let live = self.live.as_mut().ok_or(InjectError::NotLive)?;
+        let (p, o) = (prompt.get(), output.get());
+        if p == 0 || o == 0 || p.saturating_add(o) > crate::serving::router::MAX_REQUEST_TOKENS {
+            return Err(InjectError::Size { prompt: p, output: o });
+        }
+        if at < now || at < live.last || at > END_OF_TIME {
+            return Err(InjectError::Time { at: at.as_nanos(), now: now.as_nanos() });
+        }
+        let spec = RequestSpec { arrival: at, prompt, output, prefix: PrefixIds::none() };
+        self.sim.schedule(at, self.router, Msg::Inject(Box::new(spec))).expect("checked");
+        let id = live.count;
+        live.count += 1;
+        live.last = at;
+        Ok(id)
+    }
+
+    /// Runs every event due by `t` (inclusive); the clock is then `t` (or
+    /// where it was, if later).
+    pub fn advance_to(&mut self, t: SimTime) {
+        self.sim.run_until(t.min(END_OF_TIME));
+        self.flush_samples(Some(self.sim.now()));
+    }
+
+    /// The simulated clock.
+    pub fn now(&self) -> SimTime {
+        self.sim.now()
+    }
+
+    /// When the next event is due, if any.
+    pub fn next_event_time(&self) -> Option<SimTime> {
+        self.sim.next_event_time()
+    }
+
+    /// Moves a live run's output tokens that came out since the last call
+    /// to `out`, as (request, time): each request's in time order (ranks
+    /// one after the other, so not in time order across ranks).
+    pub fn take_tokens(&mut self, out: &mut Vec<(ReqId, SimTime)>) {
+        self.each_rank(|core| core.take_tokens(out));
+    }
+
+    /// Moves a live run's requests that ended (completed or failed) since
+    /// the last call to `out`, in the order they ended.
+    pub fn take_ended(&mut self, out: &mut Vec<Request>) {
+        let r = self.sim.actor_mut::<Router>(self.router).expect("router");
+        if let Some(ended) = &mut r.ended {
+            out.append(ended);
+        }
+    }
+
+    /// The deployment's load now, summed over the ranks.
+    pub fn load(&mut self) -> Load {
+        let mut load = Load::default();
+        self.each_rank(|core| {
+            let (running, waiting, used, blocks) = core.load();
+            load.running += running as u64;
+            load.waiting += waiting as u64;
+            load.kv_used_blocks += used;
+            load.kv_blocks += blocks;
+        });
+        load
+    }
+
+    /// Ends a live run: runs the requests in flight to their end and
+    /// collects the output, as [`Built::run`].
+    pub fn end_live(self) -> Result<SimOutput, SimError> {
+        self.run()
     }
 
     /// Runs to the end (or the time limit) and collects the output.
@@ -739,7 +875,43 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
     if let Some(at) = first_arrival {
         sim.schedule(at, router, Msg::Arrival).expect("router exists");
     }
-    Ok(Built { dep, sim, router, ranks, links: link_ids, until: input.until, log, sample_sink: None })
+    Ok(Built { dep, sim, router, ranks, links: link_ids, until: input.until, log, sample_sink: None, live: None })
+}
+
+/// Wires `dep` for a live run: no workload; the caller brings requests in
+/// as they come ([`Built::inject`]), runs the engine up to each instant it
+/// reaches ([`Built::advance_to`]), and reads each output token as it
+/// comes out ([`Built::take_tokens`]) and each request as it ends
+/// ([`Built::take_ended`]). Given the same arrivals, a live run makes the
+/// same records as [`build`] with a workload of them (the ranks step every
+/// sequence one by one, [`Deployment::set_lazy_decoding`] off, so that each
+/// step hands out its tokens as it ends; tested to give the same records).
+/// Output tokens are counted in 1 s windows from time 0, and
+/// `decode_crashes` are not injected.
+///
+/// ```
+/// use actors::config::SloSpec;
+/// use actors::sim::{Deployment, build_live};
+/// use actors::units::Tokens;
+/// use sim_core::SimTime;
+///
+/// fn three_tokens(dep: &Deployment) -> Vec<SimTime> {
+///     let mut live = build_live(dep, 1, SloSpec::default());
+///     let id = live.inject(SimTime::from_nanos(5_000_000), Tokens::new(100), Tokens::new(3)).unwrap();
+///     live.advance_to(SimTime::from_nanos(10_000_000_000));
+///     let mut tokens = Vec::new();
+///     live.take_tokens(&mut tokens);
+///     tokens.into_iter().filter(|&(r, _)| r == id).map(|(_, at)| at).collect()
+/// }
+/// ```
+pub fn build_live(dep: &Deployment, seed: u64, slo: SloSpec) -> Built<'_> {
+    let source: Box<dyn RequestSource> = Box::new(std::iter::empty::<RequestSpec>());
+    let input = RunInput { seed, source, arrivals: ArrivalMode::Open, max_requests: None, slo, until: None };
+    let mut built = build(dep, input).expect("an empty workload gives no error");
+    built.each_rank(|core| core.set_token_log(true));
+    built.sim.actor_mut::<Router>(built.router).expect("router").ended = Some(Vec::new());
+    built.live = Some(Injected::default());
+    built
 }
 
 fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<SimOutput, SimError> {

@@ -205,6 +205,9 @@ struct Core {
     /// New work held back: (the step it arrived in, the sequence, whether it
     /// holds its blocks already).
     inbox: VecDeque<(u64, Seq, bool)>,
+    /// Every output token as it comes out, (request, time), for a live run
+    /// ([`Scheduler::set_token_log`]); `None`, the default, keeps none.
+    token_log: Option<Vec<(ReqId, SimTime)>>,
 }
 
 impl Scheduler {
@@ -267,6 +270,7 @@ impl Scheduler {
             finishing: 0,
             released: Vec::new(),
             inbox: VecDeque::new(),
+            token_log: None,
         };
         Scheduler { policy, core }
     }
@@ -291,6 +295,26 @@ impl Scheduler {
     /// sequence one by one: the reference the decoding set is tested against.
     pub(crate) fn set_lazy_decoding(&mut self, on: bool) {
         self.core.lazy_decoding = on;
+    }
+
+    /// Logs every output token, (request, time), for
+    /// [`Scheduler::take_tokens`], and turns the decoding set off so that
+    /// each step hands out its tokens as it ends (the records are the same
+    /// either way, to the nanosecond). Off by default: a run that does not
+    /// ask logs nothing and pays nothing for it.
+    pub(crate) fn set_token_log(&mut self, on: bool) {
+        self.core.token_log = on.then(Vec::new);
+        if on {
+            self.core.lazy_decoding = false;
+        }
+    }
+
+    /// Moves the output tokens logged since the last call to `out`, in the
+    /// order they came out.
+    pub(crate) fn take_tokens(&mut self, out: &mut Vec<(ReqId, SimTime)>) {
+        if let Some(log) = &mut self.core.token_log {
+            out.append(log);
+        }
     }
 
     /// The longest run of decode steps planned as one event.
@@ -794,6 +818,9 @@ impl Core {
                     self.stats.tokens_at(now, 1);
                     seq.last_token = Some(now);
                     seq.req.t.last_token = Some(now);
+                    if let Some(log) = &mut self.token_log {
+                        log.push((seq.req.id, now));
+                    }
                     seq.req.generated >= seq.req.output
                 }
             };

@@ -5,12 +5,16 @@ use sim_core::{ActorId, SimTime};
 
 use crate::base::units::Bytes;
 use crate::requests::request::{Command, FailReason, ReqId, Request};
+use crate::requests::workload::RequestSpec;
 
 /// Every message an actor of this crate sends or receives.
 #[derive(Debug)]
 pub enum Msg {
     /// Router timer: the next request arrives now.
     Arrival,
+    /// A live run's caller → router: this request arrives now (its
+    /// `arrival` is the event's time).
+    Inject(Box<RequestSpec>),
     /// Router → prefill rank (source command): compute this prompt, truncated
     /// by the backoff, and hold its KV for a handoff.
     SubmitHandoffPrefill(Box<Request>),

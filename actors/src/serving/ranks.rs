@@ -273,6 +273,24 @@ impl RankCore {
     pub(crate) fn take_token_windows(&mut self) -> crate::stats::bench::TokenWindows {
         self.sched.take_token_windows()
     }
+
+    /// Logs every output token for a live run: see
+    /// [`Scheduler::set_token_log`].
+    pub(crate) fn set_token_log(&mut self, on: bool) {
+        self.sched.set_token_log(on);
+    }
+
+    /// Moves the output tokens logged since the last call to `out`.
+    pub(crate) fn take_tokens(&mut self, out: &mut Vec<(ReqId, SimTime)>) {
+        self.sched.take_tokens(out);
+    }
+
+    /// (running, waiting, KV blocks in use, KV blocks) now.
+    pub(crate) fn load(&mut self) -> (usize, usize, u64, u64) {
+        let c = self.sched.counts();
+        let (running, waiting, used) = (c.running, c.waiting, c.used);
+        (running, waiting, used, self.sched.pool_report().num_blocks)
+    }
 }
 
 /// Whether a rank goes on with a message's protocol after its handler.

@@ -219,6 +219,9 @@ pub struct Router {
     pub(crate) records: RecordStream,
     /// Why the workload stopped early, if it did.
     pub error: Option<WorkloadError>,
+    /// A live run's ended requests, copied as they end (in the order they
+    /// end, not by id), for its caller; `None` keeps none.
+    pub(crate) ended: Option<Vec<Request>>,
 }
 
 impl Router {
@@ -247,6 +250,7 @@ impl Router {
             seen_loads: Vec::new(),
             records: RecordStream::new(),
             error: None,
+            ended: None,
         }
     }
 
@@ -375,6 +379,9 @@ impl Router {
     /// Keeps the record of an ended request (its prefix ids dropped).
     fn record(&mut self, mut req: Box<Request>) {
         req.prefix = PrefixIds::none();
+        if let Some(ended) = &mut self.ended {
+            ended.push((*req).clone());
+        }
         self.records.push(req);
     }
 
@@ -410,6 +417,7 @@ impl Actor<Msg> for Router {
                     }
                 }
             },
+            Msg::Inject(spec) => self.issue(*spec, ctx),
             Msg::SourceHeld(mut req) => {
                 let p = req.prefill_rank.expect("a held source names its prefill rank") as usize;
                 self.first_load[p] -= req.prompt.get();

@@ -5,6 +5,7 @@ mod conformance;
 mod gates;
 mod handoff;
 mod layers;
+mod live;
 mod model_files;
 mod model_fixtures;
 mod pinned;
