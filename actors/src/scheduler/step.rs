@@ -7,8 +7,8 @@ use super::seqs::{Seq, SeqKey};
 use super::{Core, Finished, Mode};
 use crate::base::units::Tokens;
 use crate::models::steptime::BatchShape;
-use crate::vllm::admission;
 use crate::vllm::mamba::{Chunk, aligned_chunk};
+use crate::vllm::{admission, handoff};
 
 /// The step cannot be formed with the decoding set in place (a sequence
 /// needs a preemption): the scheduler brings every member up to date and
@@ -240,10 +240,10 @@ impl<'a> Step<'a> {
         let seq = core.seqs.get(key);
         let n = seq.req.prompt;
         let hit = core.pool.cached_prefix(&seq.req.prefix, n, seq.req.id, n);
-        let need = core.pool.blocks_after_hit(hit, n - Tokens::new(1), n, false);
+        let state = handoff::reservation_span(seq.req.transferred_tokens);
+        let need = core.pool.blocks_after_hit(hit, state.0, state.1, false);
         core.make_room(core.pool.pin_and_take_need(hit, need) + keep);
         let seq = core.seqs.get_mut(key);
-        let state = (n - Tokens::new(1), n);
         let prefix = &seq.req.prefix;
         if let Err(short) = core.pool.pin_and_allocate_leaving(&mut seq.alloc, prefix, n, hit, state, false, keep) {
             core.last_need = short.needed;

@@ -65,6 +65,29 @@ pub fn transferred_tokens(model: &Model, prompt_tokens: Tokens) -> Tokens {
     if prompt_tokens <= backoff { prompt_tokens } else { prompt_tokens - backoff }
 }
 
+/// What a decode rank's reservation for a remote load of T tokens
+/// ([`transferred_tokens`]) holds, as a step from its first token to its
+/// last: the KV of the T tokens, as if all were computed before the step
+/// (`(T, T)`), so a window group holds only the blocks inside the window of
+/// token T.
+///
+/// vLLM's decode scheduler allocates a load with `allocate_slots(0 new
+/// tokens, the local hit, the external tokens)` (`v1/core/sched/scheduler.py`
+/// waiting loop, `load_kv_async`): slots for `total_computed_tokens` = local
+/// hit + external = T tokens (`v1/core/kv_cache_manager.py:564-578`), and
+/// every group skips what lies below the window of T
+/// (`single_type_kv_cache_manager.py:236-241` `get_num_blocks_to_allocate`,
+/// `:1148-1183` `SlidingWindowManager.get_num_skipped_tokens`: `T − W + 1`
+/// tokens), not of T − 1. W = 17, B = 16, T = 80: the window group holds
+/// cdiv(80, 16) − floor(64 / 16) = 1 block, not 2. The first decode step
+/// after the load (which recomputes token T − 1 of a full-attention
+/// handoff) takes back none of the skipped blocks: vLLM replaced them by
+/// its null block, and `allocate_new_blocks` counts them as held.
+#[inline]
+pub(crate) const fn reservation_span(transferred: Tokens) -> (Tokens, Tokens) {
+    (transferred, transferred)
+}
+
 /// Why a payload could not be computed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RuleError {

@@ -56,6 +56,17 @@ impl Alloc {
         self.private == 0 && self.shared == 0 && self.pinned == 0 && self.wpinned == 0
     }
 
+    /// Where a step from `from` starts as this holding sees it: never
+    /// before the tokens whose KV it holds. Only a landed load's first
+    /// decode step starts before them (it recomputes its last prompt token,
+    /// whose KV arrived with the rest): it takes back none of the window
+    /// blocks its reservation skipped
+    /// ([`crate::vllm::handoff::reservation_span`]).
+    #[inline]
+    pub(super) fn step_from(&self, from: Tokens) -> Tokens {
+        from.max(self.from)
+    }
+
     /// Cached state entries it pins.
     pub(super) fn pinned_states(&self) -> u64 {
         u64::from(self.pinned)
