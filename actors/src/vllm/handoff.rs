@@ -88,6 +88,27 @@ pub(crate) const fn reservation_span(transferred: Tokens) -> (Tokens, Tokens) {
     (transferred, transferred)
 }
 
+/// What vLLM's whole-sequence check counts for a remote load of T of an
+/// N-token prompt, as a step: every group's blocks for all N tokens with
+/// the KV of T present, `(N, N)` (a state group one block, a window group
+/// its blocks inside the window of token N), checked against the free and
+/// evictable blocks before the load's own allocation
+/// ([`reservation_span`]) is checked against them less the blocks kept
+/// for the prefills in flight.
+///
+/// vLLM's waiting loop passes `full_sequence_must_fit` for a remote load
+/// as for any admission (`v1/core/sched/scheduler.py:1434-1450`), and
+/// `allocate_slots` counts `request.num_tokens` = N tokens
+/// (`v1/core/kv_cache_manager.py:531-546`). It matters only where T < N:
+/// a Mamba-type model, whose full-attention group needs `cdiv(N, B)`
+/// blocks there but `cdiv(T, B)` for the load (one fewer when B divides
+/// T). B = 16, N = 49, T = 48: 4 full-attention blocks checked, 3
+/// allocated.
+#[inline]
+pub(crate) const fn load_whole(prompt: Tokens) -> (Tokens, Tokens) {
+    (prompt, prompt)
+}
+
 /// Why a payload could not be computed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RuleError {
