@@ -220,6 +220,7 @@ impl<'a> Step<'a> {
         let seq = core.seqs.get(key);
         if self.lazy
             && core.mode == Mode::Generate
+            && !seq.alloc.holds_past(seq.computed)
             && seq.last_token.is_none()
             && seq.step_tokens.get() == 1
             && seq.computed + seq.step_tokens == seq.goal(core.mode)
@@ -246,7 +247,8 @@ impl<'a> Step<'a> {
         let n = seq.req.prompt;
         let hit = core.pool.cached_prefix(&seq.req.prefix, n, seq.req.id, n);
         let t = seq.req.transferred_tokens;
-        let state = handoff::reservation_span(t);
+        let windows = core.pool.window_cached() || core.pool.frees_plain_midway();
+        let state = handoff::reservation_span(t, n, windows);
         let need = core.pool.blocks_after_hit(hit, state.0, state.1, false);
         core.make_room(core.pool.pin_and_take_need(hit, need) + keep);
         if t < n {

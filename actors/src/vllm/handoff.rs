@@ -83,9 +83,18 @@ pub fn transferred_tokens(model: &Model, prompt_tokens: Tokens) -> Tokens {
 /// after the load (which recomputes token T − 1 of a full-attention
 /// handoff) takes back none of the skipped blocks: vLLM replaced them by
 /// its null block, and `allocate_new_blocks` counts them as held.
+///
+/// Without window groups and with T = N (full attention) the state is the
+/// step `(T − 1, T)`, which holds the same blocks and is a decode step's,
+/// so the landed load joins a rank's decoding set at once (`windows`: the
+/// pool has window or convolution groups).
 #[inline]
-pub(crate) const fn reservation_span(transferred: Tokens) -> (Tokens, Tokens) {
-    (transferred, transferred)
+pub(crate) fn reservation_span(transferred: Tokens, prompt: Tokens, windows: bool) -> (Tokens, Tokens) {
+    if windows || transferred < prompt || transferred.is_zero() {
+        (transferred, transferred)
+    } else {
+        (transferred - Tokens::new(1), transferred)
+    }
 }
 
 /// What vLLM's whole-sequence check counts for a remote load of T of an

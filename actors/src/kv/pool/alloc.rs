@@ -64,7 +64,16 @@ impl Alloc {
     /// ([`crate::vllm::handoff::reservation_span`]).
     #[inline]
     pub(super) fn step_from(&self, from: Tokens) -> Tokens {
-        from.max(self.from)
+        // (Only a reservation's state covers no step, `from == to`; every
+        // step's state has `from < to`, also one taken ahead.)
+        if self.from == self.to { from.max(self.from) } else { from }
+    }
+
+    /// Whether it holds the KV of tokens past `computed` (a landed load
+    /// before its first decode step, [`Alloc::step_from`]).
+    #[inline]
+    pub(crate) fn holds_past(&self, computed: Tokens) -> bool {
+        self.step_from(computed) > computed
     }
 
     /// Cached state entries it pins.
