@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """Seeded random decode-side (P/D) cases for the conformance suite.
 
-  gen_pd_cases.py SEED COUNT OUT_DIR
+  gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba]
 
 writes OUT_DIR/gen-pd-SEED-K.json for K in 0..COUNT: cases of
-vllm_pd_steps.py ("role": "decode", full attention only) with block sizes,
+vllm_pd_steps.py ("role": "decode") with block sizes,
 token budgets, max_num_seqs, pool sizes, prefix sharing, prompt and output
 lengths, arrival steps and per-request load_steps (1..4), all drawn from one
 seeded stream, so the same seed gives the same cases on every machine.
 Pools are small enough that reservations wait for blocks and decodes are
 preempted, but every request's prompt and output fit the pool alone.
+--groups picks the cache groups: full (the default: one full-attention
+group), window (full attention and a sliding window, as gen_cases.py
+draws them) or mamba (full attention, a Mamba state, a tail ring); a
+hybrid case takes the same draws as a full-attention one, then its
+window and pool size.
 """
 import json
 import os
@@ -17,7 +22,7 @@ import random
 import sys
 
 
-def case(rng):
+def case(rng, groups="full"):
     bs = rng.choice([4, 8, 16, 32])
     n = rng.randint(1, 10)
     max_len = rng.choice([32, 64, 128, 256])
@@ -38,19 +43,39 @@ def case(rng):
     # mostly tight, so that loads wait for blocks and decodes preempt.
     spare = rng.choice([0, rng.randint(0, need), rng.randint(0, max(1, total - need))])
     # vLLM refuses a token budget below max_num_seqs.
-    return {"role": "decode", "max_num_seqs": seqs,
-            "max_num_batched_tokens": max(seqs, rng.choice([bs, 2 * bs, 32, 64, 128, 512])),
-            "num_blocks": 1 + need + spare, "block_size": bs,
-            "prefix_caching": rng.random() < 0.7, "requests": reqs}
+    c = {"role": "decode", "max_num_seqs": seqs,
+         "max_num_batched_tokens": max(seqs, rng.choice([bs, 2 * bs, 32, 64, 128, 512])),
+         "num_blocks": 1 + need + spare, "block_size": bs,
+         "prefix_caching": rng.random() < 0.7, "requests": reqs}
+    if groups == "window":
+        c["cache_groups"] = [
+            {"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "sliding_window", "block_size_tokens": bs,
+             "window_tokens": rng.randint(1, 4) * bs + rng.choice([0, 1]), "prefix_cacheable": True},
+        ]
+        # Each group holds at most a request's whole sequence.
+        c["num_blocks"] = 1 + 2 * need + spare
+    elif groups == "mamba":
+        c["cache_groups"] = [
+            {"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": False},
+        ]
+        # A few state blocks per request beside its full-attention ones.
+        c["num_blocks"] = 1 + need + 8 + spare
+    elif groups != "full":
+        raise SystemExit(f"unknown --groups {groups}")
+    return c
 
 
 def main():
     seed, count, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    groups = sys.argv[sys.argv.index("--groups") + 1] if "--groups" in sys.argv else "full"
     rng = random.Random(seed)
     os.makedirs(out, exist_ok=True)
     for k in range(count):
         with open(os.path.join(out, f"gen-pd-{seed}-{k}.json"), "w") as f:
-            json.dump(case(rng), f)
+            json.dump(case(rng, groups), f)
             f.write("\n")
 
 

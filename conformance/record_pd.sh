@@ -2,8 +2,10 @@
 # Regenerates the recorded decode-side (P/D) cases (conformance/pd_cases/):
 # 60 generated cases of seed 5 (gen-pd-5-*), the 18 of seed 6's first 500
 # where a landed load caches content another request cached meanwhile
-# (vLLM keeps both copies), and the hand-written ones (pd1..pd5), with vLLM
-# 0.33.0's step logs (vllm_pd_steps.py).
+# (vLLM keeps both copies), 50 with a sliding window (seed 7, --groups
+# window, gen-pd-7-*) and 50 with a Mamba state (seed 8, --groups mamba,
+# gen-pd-8-*), and the hand-written ones (pd1..pd5), with vLLM 0.33.0's
+# step logs (vllm_pd_steps.py).
 #
 #   conformance/record_pd.sh
 #
@@ -13,8 +15,10 @@ here="$(cd "$(dirname "$0")" && pwd)"
 python="$("$here/venv.sh")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-rm -f "$here"/pd_cases/gen-pd-5-* "$here"/pd_cases/gen-pd-6-*
+rm -f "$here"/pd_cases/gen-pd-5-* "$here"/pd_cases/gen-pd-6-* "$here"/pd_cases/gen-pd-7-* "$here"/pd_cases/gen-pd-8-*
 python3 "$here/gen_pd_cases.py" 5 60 "$here/pd_cases"
+python3 "$here/gen_pd_cases.py" 7 50 "$here/pd_cases" --groups window
+python3 "$here/gen_pd_cases.py" 8 50 "$here/pd_cases" --groups mamba
 python3 "$here/gen_pd_cases.py" 6 500 "$work"
 for k in 12 153 178 18 184 21 29 327 328 343 375 379 387 397 438 441 469 92; do cp "$work/gen-pd-6-$k.json" "$here/pd_cases/"; done
 cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py pd_cases pd_cases/*.json \

@@ -11,6 +11,8 @@
 # instead (no vLLM needed). Exit 0 when every case is identical.
 #
 # The venv: see venv.sh ($VLLM_VENV, or conformance/venv, made on first use).
+# pdsim is built from this checkout, with the release profile unless
+# PDSIM_PROFILE names another (dev: optimized here, and no second build).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
@@ -21,8 +23,9 @@ if [[ $# -eq 0 ]]; then echo "usage: $0 [--recorded] CASE.json..." >&2; exit 2; 
 cases=()
 for c in "$@"; do cases+=("$(realpath "$c")"); done
 set -- "${cases[@]}"
-(cd "$root" && cargo build --release --quiet)
-pdsim="$root/target/release/pdsim"
+profile="${PDSIM_PROFILE:-release}"
+(cd "$root" && cargo build --profile "$profile" --quiet --bin pdsim)
+pdsim="$root/target/$([[ $profile == dev ]] && echo debug || echo "$profile")/pdsim"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 

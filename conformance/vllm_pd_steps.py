@@ -4,12 +4,14 @@ with the NIXL pull connector's real scheduler side, driven on CPU with fake
 model outputs and a fake connector worker. Prints one JSON line per
 schedule() call.
 
-Input (argv[1], JSON): vllm_steps.py's case format, full attention only
-({"max_num_seqs", "max_num_batched_tokens", "num_blocks" (vLLM's null block
-included), "block_size", "prefix_caching", "requests": [{"id",
-"arrival_step", "prompt", "output", "prefix_group"(opt),
-"prefix_tokens"(opt)}]}), plus "role": "decode" and, per request,
-"load_steps": k (k >= 1, default 1).
+Input (argv[1], JSON): vllm_steps.py's case format ({"max_num_seqs",
+"max_num_batched_tokens", "num_blocks" (vLLM's null block included),
+"block_size", "prefix_caching", "requests": [{"id", "arrival_step",
+"prompt", "output", "prefix_group"(opt), "prefix_tokens"(opt)}],
+"cache_groups"(opt)}), plus "role": "decode" and, per request,
+"load_steps": k (k >= 1, default 1). "cache_groups" maps to vLLM's specs
+as vllm_steps.py maps them (a sliding window, a Mamba state in "align"
+mode with prefix caching, a tail ring), the hybrid allocator on.
 
 What is real and what is faked
 ------------------------------
@@ -22,15 +24,20 @@ What is real and what is faked
   agent), the platform is vLLM's UnspecifiedPlatform, so the connector
   does not use a host buffer, and no handshake listener is started (that
   only happens in set_xfer_handshake_metadata, a worker-driven call).
-  VllmConfig turns the hybrid KV cache manager off itself when a connector
-  is configured; with one full-attention group this changes nothing.
+  NIXL supports the hybrid allocator (SupportsHMA): with cache_groups it
+  stays on, as on a GPU.
 * Each request is added (Scheduler.add_request, which calls the
   connector's on_new_request) with the kv_transfer_params a real P/D proxy
   forwards from the prefill engine's response, i.e. what the P side's
   NixlPullConnectorScheduler.request_finished returns: do_remote_prefill=True,
-  do_remote_decode=False, remote_block_ids (one group, cdiv(prompt, B)
-  blocks), remote_engine_id, remote_request_id, remote_host, remote_port,
-  tp_size=1, dcp_size=1, pp_size=1, remote_num_tokens=prompt,
+  do_remote_decode=False, remote_block_ids (per group, the blocks of the
+  T tokens the prefill computed, clipped as the connector's
+  get_exchange_clipped_blocks clips them: a window group's last blocks, a
+  Mamba group's state; the decode scheduler reads no id, only that there
+  are some), remote_engine_id, remote_request_id, remote_host, remote_port,
+  tp_size=1, dcp_size=1, pp_size=1, remote_num_tokens=T (the prompt, or
+  with a Mamba group the prompt less the one token the decoder recomputes,
+  `_get_remote_prefill_token_count`),
   remote_blocks_expiry_time=None, remote_registration_generation=0,
   transfer_mode="pull".
 * The scheduler's waiting loop then does everything itself: the local
@@ -99,37 +106,45 @@ MAX_STEPS = 100_000
 
 
 def build(cfg):
-    """vllm_steps.py's scheduler, with the NIXL connector as a decode engine's."""
-    if cfg.get("cache_groups"):
-        raise SystemExit("vllm_pd_steps.py: full attention only (no cache_groups)")
+    """vllm_steps.py's scheduler, with the NIXL connector as a decode
+    engine's; returns (scheduler, hash block size)."""
     if cfg.get("role") != "decode":
         raise SystemExit('vllm_pd_steps.py: a decode case ("role": "decode"); use vllm_steps.py otherwise')
     kt = KVTransferConfig(kv_connector="NixlConnector", kv_role="kv_consumer", engine_id="decode")
-    sched, _ = vllm_steps.build(cfg, kv_transfer_config=kt)
+    sched, hash_bs = vllm_steps.build(cfg, kv_transfer_config=kt)
     assert sched.connector is not None
     assert isinstance(sched.connector.connector_scheduler, NixlPullConnectorScheduler), type(sched.connector)
-    return sched
+    return sched, hash_bs
 
 
-def remote_prefill_params(r, block_size):
+def remote_prefill_params(r, sched):
     """What a P/D proxy forwards to the decode engine: the prefill engine's
-    NixlPullConnectorScheduler.request_finished result (P side: every prompt
-    token computed, backoff 0 for full attention)."""
-    n_blocks = -(-r["prompt"] // block_size)
+    NixlPullConnectorScheduler.request_finished result. The P side computed
+    T tokens (every prompt token for full attention and windows; with a
+    Mamba group one fewer, the same backoff as the decode side's
+    _get_remote_prefill_token_count) and sends, per group, its blocks of
+    those T tokens clipped by get_exchange_clipped_blocks (the P side runs
+    the same model, so the decode connector's clipping is its). One
+    full-attention group: cdiv(prompt, B) blocks, as before."""
+    nixl = sched.connector.connector_scheduler
+    t = nixl._get_remote_prefill_token_count(r["prompt"])
     first = 1 + 1000 * int(r["id"])
+    ids = tuple(list(range(first, first + -(-t // g.kv_cache_spec.block_size)))
+                for g in sched.kv_cache_config.kv_cache_groups)
+    blocks = [list(b) for b in nixl.get_exchange_clipped_blocks(ids)]
     return dict(do_remote_prefill=True, do_remote_decode=False,
-                remote_block_ids=[list(range(first, first + n_blocks))],
+                remote_block_ids=blocks,
                 remote_engine_id="prefill", remote_request_id=f"p-{r['id']}",
                 remote_host="localhost", remote_port=5600, tp_size=1, dcp_size=1, pp_size=1,
-                remote_num_tokens=r["prompt"], remote_blocks_expiry_time=None,
+                remote_num_tokens=t, remote_blocks_expiry_time=None,
                 remote_registration_generation=0, transfer_mode="pull")
 
 
 def main():
     cfg = json.load(open(sys.argv[1]))
     init_none_hash(sha256)
-    sched = build(cfg)
-    hasher = get_request_block_hasher(cfg["block_size"], sha256)
+    sched, hash_bs = build(cfg)
+    hasher = get_request_block_hasher(hash_bs, sha256)
     load_steps = {str(r["id"]): int(r.get("load_steps", 1)) for r in cfg["requests"]}
     assert all(k >= 1 for k in load_steps.values()), "load_steps must be at least 1"
     pending = sorted(cfg["requests"], key=lambda r: (r["arrival_step"], r["id"]))
@@ -141,7 +156,7 @@ def main():
         while pending and pending[0]["arrival_step"] <= step:
             r = pending.pop(0)
             sp = SamplingParams(max_tokens=r["output"], ignore_eos=True,
-                                extra_args={"kv_transfer_params": remote_prefill_params(r, cfg["block_size"])})
+                                extra_args={"kv_transfer_params": remote_prefill_params(r, sched)})
             sched.add_request(Request(request_id=str(r["id"]), prompt_token_ids=tokens_of(r), sampling_params=sp,
                                       pooling_params=None, block_hasher=hasher, arrival_time=float(step)))
             added.add(int(r["id"]))

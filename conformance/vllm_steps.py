@@ -76,11 +76,9 @@ def scheduler_class(cfg):
 
 def build(cfg, kv_transfer_config=None):
     """Returns (scheduler, hash_block_size). `kv_transfer_config`: a KV
-    connector's (the decode side of P/D, vllm_pd_steps.py); full attention
-    only then."""
+    connector's (the decode side of P/D, vllm_pd_steps.py)."""
     if cfg.get("cache_groups"):
-        assert kv_transfer_config is None, "a connector with one full-attention group only"
-        return build_hybrid(cfg)
+        return build_hybrid(cfg, kv_transfer_config)
     sc = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
                          max_model_len=cfg.get("max_model_len", 8192), enable_chunked_prefill=True,
                          async_scheduling=is_async(cfg), is_encoder_decoder=False)
@@ -127,7 +125,7 @@ def hybrid_specs(groups, caching, max_model_len):
     return specs
 
 
-def build_hybrid(cfg):
+def build_hybrid(cfg, kv_transfer_config=None):
     groups, caching = cfg["cache_groups"], cfg["prefix_caching"]
     max_model_len = cfg.get("max_model_len", 8192)
     specs = hybrid_specs(groups, caching, max_model_len)
@@ -145,7 +143,14 @@ def build_hybrid(cfg):
     if has_mamba and caching:
         cc_kw.update(mamba_cache_mode="align", mamba_block_size=mamba[0])
     cc = CacheConfig(**cc_kw)
-    vc = VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc, device_config=DeviceConfig("cpu"))
+    vc = VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc, device_config=DeviceConfig("cpu"),
+                    kv_transfer_config=kv_transfer_config)
+    if kv_transfer_config is not None:
+        # The hybrid allocator on, as on a GPU (NIXL supports it, SupportsHMA;
+        # VllmConfig turns it off on a platform without hybrid KV caches). The
+        # scheduler runs on the KVCacheConfig below either way; the connector
+        # reads the flag to clip the block ids it exchanges.
+        vc.scheduler_config.disable_hybrid_kv_cache_manager = False
     kvc = KVCacheConfig(num_blocks=cfg["num_blocks"], kv_cache_tensors=[],
                         kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], s)
                                          for i, s in enumerate(specs)])

@@ -42,12 +42,13 @@ use sim_core::{SimDuration, SimTime};
 
 use crate::base::units::{Blocks, Bytes, Tokens};
 use crate::deploy::validate::FieldError;
-use crate::models::model::{CacheGroupKind, CacheGroupSpec, Role};
+use crate::models::model::{CacheGroupKind, CacheGroupSpec, Model, Role};
 use crate::models::steptime::{BatchShape, StepTimeModel};
 use crate::requests::request::{ReqId, Request};
 use crate::requests::workload::{PrefixIds, mix};
 use crate::scheduler::{Finished, Limits, Mode, Reservation, Scheduler, VllmPolicy};
 use crate::vllm::engine::EngineLoop;
+use crate::vllm::handoff;
 
 /// A case.
 #[derive(Clone, Debug, Deserialize)]
@@ -185,7 +186,7 @@ pub const MAX_STEPS: u64 = 1_000_000;
 /// A field of the case that cannot be run (named by its path), or a case
 /// that has not ended after [`MAX_STEPS`] calls.
 pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
-    let groups = groups(case)?;
+    let (model, groups) = groups(case)?;
     if case.num_blocks < 2 {
         return Err(FieldError::new("num_blocks", "must be at least 2 (vLLM keeps block 0 as its null block)"));
     }
@@ -252,8 +253,9 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
             pending.pop();
             if decode {
                 let mut req = request(r, now);
-                // A full-attention handoff: the prefill computed every prompt token.
-                req.transferred_tokens = req.prompt;
+                // The tokens the prefill computed: every prompt token, or
+                // for a Mamba-type model all but the last.
+                req.transferred_tokens = handoff::transferred_tokens(&model, req.prompt);
                 sched.enqueue_remote(req, now);
             } else {
                 sched.enqueue(request(r, now), Tokens::ZERO, now);
@@ -398,7 +400,7 @@ fn positive(field: &str, v: u64) -> Result<u64, FieldError> {
 
 /// The case's groups as pdsim cache groups (one full-attention group of
 /// `block_size` when it names none).
-fn groups(case: &Case) -> Result<Vec<crate::models::model::CacheGroup>, FieldError> {
+fn groups(case: &Case) -> Result<(Model, Vec<crate::models::model::CacheGroup>), FieldError> {
     let one;
     let list: &[CaseGroup] = match &case.cache_groups {
         Some(g) if !g.is_empty() => g,
@@ -435,8 +437,11 @@ fn groups(case: &Case) -> Result<Vec<crate::models::model::CacheGroup>, FieldErr
     // groups of one block size, say): what it refuses, a case cannot run.
     let spec = crate::models::model::ModelSpec { cache_groups, ..Default::default() };
     match spec.validate(Role::Aggregated) {
-        Ok(crate::models::model::Model::Grouped(m)) => Ok(m.groups().to_vec()),
-        Ok(crate::models::model::Model::Linear(_)) => unreachable!("a model of cache groups is grouped"),
+        Ok(Model::Grouped(m)) => {
+            let groups = m.groups().to_vec();
+            Ok((Model::Grouped(m), groups))
+        }
+        Ok(Model::Linear(_)) => unreachable!("a model of cache groups is grouped"),
         Err(e) => {
             let field = match e.location {
                 crate::models::model::Location::Group { index, .. } => format!("cache_groups[{index}].{}", e.field()),

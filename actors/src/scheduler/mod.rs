@@ -113,6 +113,9 @@ pub(crate) struct Reservation {
     alloc: Alloc,
     /// Its place in the order of reservations: landed loads wait in it.
     no: u64,
+    /// Blocks it still needs to hold its whole prompt once landed
+    /// ([`Core::load_short`]).
+    short: u64,
 }
 
 /// The pool's counts, read with nothing held ahead.
@@ -179,7 +182,12 @@ struct Core {
     calls: u64,
     /// Remote loads the last schedule calls reserved, with their hits, for
     /// the rank to start their transfers ([`Scheduler::take_reserved`]).
-    reserved: Vec<(Box<Request>, Tokens, Alloc, u64)>,
+    reserved: Vec<(Box<Request>, Tokens, Alloc, u64, u64)>,
+    /// Blocks the remote loads reserved and not yet scheduled (loading, or
+    /// landed and waiting) still need to hold their whole prompt
+    /// ([`Core::load_short`]): vLLM counts them among the prefills in
+    /// flight.
+    loads_short: u64,
     /// Reservations made so far (numbers them, in order).
     reservations_made: u64,
     /// Remote loads not reserved at the first schedule call that could.
@@ -261,6 +269,7 @@ impl Scheduler {
             group_now: Vec::new(),
             calls: 0,
             reserved: Vec::new(),
+            loads_short: 0,
             reservations_made: 0,
             reservations_waited: 0,
             done: Vec::new(),
@@ -520,7 +529,12 @@ impl Scheduler {
     /// its first decode step holds (the KV of all N prompt tokens, as vLLM
     /// allocates for the whole prompt), its cached prefix pinned.
     pub(crate) fn take_reserved(&mut self, out: &mut Vec<(Box<Request>, Tokens, Reservation)>) {
-        out.extend(self.core.reserved.drain(..).map(|(req, hit, alloc, no)| (req, hit, Reservation { alloc, no })));
+        out.extend(
+            self.core
+                .reserved
+                .drain(..)
+                .map(|(req, hit, alloc, no, short)| (req, hit, Reservation { alloc, no, short })),
+        );
     }
 
     /// Takes out the waiting remote load of request `id` (its handoff was
@@ -547,6 +561,7 @@ impl Scheduler {
     /// Gives back a reservation whose transfer will not land.
     pub(crate) fn cancel_reservation(&mut self, reservation: Reservation) {
         let mut alloc = reservation.alloc;
+        self.core.loads_short -= reservation.short;
         // Nothing landed: no block of it holds computed KV.
         self.core.pool.release(&mut alloc, Tokens::ZERO);
     }
@@ -562,11 +577,12 @@ impl Scheduler {
     /// in its `kv_holding_waiting` queue from its reservation on, skipped
     /// while it loads, and drains that queue before `waiting`).
     pub(crate) fn enqueue_landed(&mut self, req: Box<Request>, reservation: Reservation, now: SimTime) {
-        let Reservation { mut alloc, no } = reservation;
+        let Reservation { mut alloc, no, short } = reservation;
         self.core.pool.register(&mut alloc, &req.prefix, req.prompt, req.transferred_tokens);
         let computed = req.prompt.saturating_sub(Tokens::new(1));
         let mut seq = Seq::new(req, alloc, computed, Tokens::ZERO, true);
         seq.reservation = no;
+        seq.load_short = short;
         self.core.take_in(seq, true, now);
     }
 
@@ -670,7 +686,7 @@ impl Scheduler {
             out.push(seq.req);
         }
         // Reserved loads the rank has not taken yet (none between its calls).
-        for (req, _, mut alloc, _) in core.reserved.drain(..) {
+        for (req, _, mut alloc, _, _) in core.reserved.drain(..) {
             core.pool.release(&mut alloc, Tokens::ZERO);
             out.push(req);
         }
@@ -747,7 +763,27 @@ impl Core {
                 let whole = admission::whole_sequence(s.computed, s.goal(self.mode), false, in_flight);
                 self.pool.whole_blocks(whole).saturating_sub(self.pool.held_by(&s.alloc))
             })
-            .sum()
+            .sum::<u64>()
+            + self.loads_short
+    }
+
+    /// Blocks a remote load holding `alloc` (`req`'s reservation) still
+    /// needs to hold its whole prompt: `(blocks for N tokens from T) −
+    /// held`, vLLM's `_request_remaining_blocks` of a request in
+    /// `_inflight_prefills` (`v1/core/sched/scheduler.py:3404-3436`; a load
+    /// joins the set at its reservation, line 1542, and leaves it once
+    /// scheduled past its prompt, line 1871). Zero where T = N (full
+    /// attention, windows); with a Mamba group, where B divides T = N − 1,
+    /// the full-attention block of token N and in align mode the next
+    /// state block ([`crate::vllm::handoff::load_whole`]).
+    fn load_short(&self, req: &Request, alloc: &Alloc) -> u64 {
+        let (t, n) = (req.transferred_tokens, req.prompt);
+        if t >= n {
+            return 0;
+        }
+        let in_flight = Tokens::new(self.engine.in_flight_tokens(self.limits.max_num_batched_tokens));
+        let whole = admission::whole_sequence(t, n, false, in_flight);
+        self.pool.whole_blocks(whole).saturating_sub(self.pool.held_by(alloc))
     }
 
     /// Applies the step (or run of steps) that just ended at `now`: the

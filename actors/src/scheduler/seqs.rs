@@ -52,6 +52,9 @@ pub(crate) struct Seq {
     /// For a landed handoff: its reservation's number (landed handoffs
     /// wait in reservation order).
     pub(super) reservation: u64,
+    /// For a landed handoff not yet scheduled: what it counts among the
+    /// prefills in flight (`Core::load_short`).
+    pub(super) load_short: u64,
     /// It finished in the step being finished ([`Seqs::take_finished`]).
     pub(super) finished: bool,
     /// Where its last prefix-cache lookup found a shared prefix that a state
@@ -90,6 +93,7 @@ impl Seq {
             remote: false,
             first_call: 0,
             reservation: 0,
+            load_short: 0,
             finished: false,
             junction: Tokens::ZERO,
             admitted: 0,

@@ -7,8 +7,8 @@ use super::seqs::{Seq, SeqKey};
 use super::{Core, Finished, Mode};
 use crate::base::units::Tokens;
 use crate::models::steptime::BatchShape;
-use crate::vllm::admission;
 use crate::vllm::mamba::{Chunk, aligned_chunk};
+use crate::vllm::{admission, handoff};
 
 /// The step cannot be formed with the decoding set in place (a sequence
 /// needs a preemption): the scheduler brings every member up to date and
@@ -209,6 +209,9 @@ impl<'a> Step<'a> {
         let core = &mut *self.core;
         core.seqs.unqueue(wi, held);
         core.seqs.admit(key);
+        // A landed load scheduled: no longer among the prefills in flight.
+        let seq = core.seqs.get_mut(key);
+        core.loads_short -= std::mem::take(&mut seq.load_short);
         // A sequence whose first step is already a decode step (a handoff
         // landed: one token left to compute) joins the decoding set at once.
         // Not a recompute with one token left: its first token's gap runs
@@ -217,6 +220,7 @@ impl<'a> Step<'a> {
         let seq = core.seqs.get(key);
         if self.lazy
             && core.mode == Mode::Generate
+            && !seq.alloc.holds_past(seq.computed)
             && seq.last_token.is_none()
             && seq.step_tokens.get() == 1
             && seq.computed + seq.step_tokens == seq.goal(core.mode)
@@ -234,16 +238,30 @@ impl<'a> Step<'a> {
     /// preempted request's recompute, in chunks) still need to hold their
     /// whole known sequence.
     fn reserve(&mut self, wi: usize) -> bool {
-        let keep = *self.inflight.get_or_insert_with(|| self.core.inflight_prefill_blocks());
+        // (The loads reserved in this step count from their reservation on.)
+        let keep = *self.inflight.get_or_insert_with(|| self.core.inflight_prefill_blocks() - self.core.loads_short)
+            + self.core.loads_short;
         let core = &mut *self.core;
         let key = core.seqs.waiting[wi];
         let seq = core.seqs.get(key);
         let n = seq.req.prompt;
         let hit = core.pool.cached_prefix(&seq.req.prefix, n, seq.req.id, n);
-        let need = core.pool.blocks_after_hit(hit, n - Tokens::new(1), n, false);
+        let t = seq.req.transferred_tokens;
+        let windows = core.pool.window_cached() || core.pool.frees_plain_midway();
+        let state = handoff::reservation_span(t, n, windows);
+        let need = core.pool.blocks_after_hit(hit, state.0, state.1, false);
         core.make_room(core.pool.pin_and_take_need(hit, need) + keep);
+        if t < n {
+            // (With T = N the allocation's own check is the stricter.)
+            let whole = handoff::load_whole(n);
+            core.make_room(core.pool.pin_and_take_need(hit, core.pool.blocks_after_hit(hit, whole.0, whole.1, false)));
+            let seq = core.seqs.get(key);
+            if let Err(short) = core.pool.whole_load_fits(&seq.req.prefix, n, seq.req.id, hit, (t, n)) {
+                core.last_need = short.needed;
+                return false;
+            }
+        }
         let seq = core.seqs.get_mut(key);
-        let state = (n - Tokens::new(1), n);
         let prefix = &seq.req.prefix;
         if let Err(short) = core.pool.pin_and_allocate_leaving(&mut seq.alloc, prefix, n, hit, state, false, keep) {
             core.last_need = short.needed;
@@ -255,7 +273,9 @@ impl<'a> Step<'a> {
             core.reservations_waited += 1;
         }
         core.reservations_made += 1;
-        core.reserved.push((seq.req, core.pool.hit_tokens(hit), seq.alloc, core.reservations_made));
+        let short = core.load_short(&seq.req, &seq.alloc);
+        core.loads_short += short;
+        core.reserved.push((seq.req, core.pool.hit_tokens(hit), seq.alloc, core.reservations_made, short));
         true
     }
 

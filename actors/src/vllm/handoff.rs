@@ -65,6 +65,59 @@ pub fn transferred_tokens(model: &Model, prompt_tokens: Tokens) -> Tokens {
     if prompt_tokens <= backoff { prompt_tokens } else { prompt_tokens - backoff }
 }
 
+/// What a decode rank's reservation for a remote load of T tokens
+/// ([`transferred_tokens`]) holds, as a step from its first token to its
+/// last: the KV of the T tokens, as if all were computed before the step
+/// (`(T, T)`), so a window group holds only the blocks inside the window of
+/// token T.
+///
+/// vLLM's decode scheduler allocates a load with `allocate_slots(0 new
+/// tokens, the local hit, the external tokens)` (`v1/core/sched/scheduler.py`
+/// waiting loop, `load_kv_async`): slots for `total_computed_tokens` = local
+/// hit + external = T tokens (`v1/core/kv_cache_manager.py:564-578`), and
+/// every group skips what lies below the window of T
+/// (`single_type_kv_cache_manager.py:236-241` `get_num_blocks_to_allocate`,
+/// `:1148-1183` `SlidingWindowManager.get_num_skipped_tokens`: `T − W + 1`
+/// tokens), not of T − 1. W = 17, B = 16, T = 80: the window group holds
+/// cdiv(80, 16) − floor(64 / 16) = 1 block, not 2. The first decode step
+/// after the load (which recomputes token T − 1 of a full-attention
+/// handoff) takes back none of the skipped blocks: vLLM replaced them by
+/// its null block, and `allocate_new_blocks` counts them as held.
+///
+/// Without window groups and with T = N (full attention) the state is the
+/// step `(T − 1, T)`, which holds the same blocks and is a decode step's,
+/// so the landed load joins a rank's decoding set at once (`windows`: the
+/// pool has window or convolution groups).
+#[inline]
+pub(crate) fn reservation_span(transferred: Tokens, prompt: Tokens, windows: bool) -> (Tokens, Tokens) {
+    if windows || transferred < prompt || transferred.is_zero() {
+        (transferred, transferred)
+    } else {
+        (transferred - Tokens::new(1), transferred)
+    }
+}
+
+/// What vLLM's whole-sequence check counts for a remote load of T of an
+/// N-token prompt, as a step: every group's blocks for all N tokens with
+/// the KV of T present, `(N, N)` (a state group one block, a window group
+/// its blocks inside the window of token N), checked against the free and
+/// evictable blocks before the load's own allocation
+/// ([`reservation_span`]) is checked against them less the blocks kept
+/// for the prefills in flight.
+///
+/// vLLM's waiting loop passes `full_sequence_must_fit` for a remote load
+/// as for any admission (`v1/core/sched/scheduler.py:1434-1450`), and
+/// `allocate_slots` counts `request.num_tokens` = N tokens
+/// (`v1/core/kv_cache_manager.py:531-546`). It matters only where T < N:
+/// a Mamba-type model, whose full-attention group needs `cdiv(N, B)`
+/// blocks there but `cdiv(T, B)` for the load (one fewer when B divides
+/// T). B = 16, N = 49, T = 48: 4 full-attention blocks checked, 3
+/// allocated.
+#[inline]
+pub(crate) const fn load_whole(prompt: Tokens) -> (Tokens, Tokens) {
+    (prompt, prompt)
+}
+
 /// Why a payload could not be computed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RuleError {

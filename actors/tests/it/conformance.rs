@@ -42,6 +42,18 @@ const NOT_YET: &[(&str, &str)] = &[
     ("gen-503-63", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
 ];
 
+/// The decode-side cases (`pd_cases/`) pdsim does not follow yet, with what
+/// differs. With a Mamba group, under pool pressure, vLLM has fewer free
+/// blocks than pdsim at some reservation (gen-pd-8-49: none free where
+/// pdsim reserves); not yet traced to its rule. (pdsim also takes a
+/// Mamba hybrid's local hit as aggregated admission does, where vLLM's
+/// NIXL path reports the full-attention hit, `kv_cache_manager.py:330-378`
+/// called at `scheduler.py:668-671`.)
+const NOT_YET_PD: &[(&str, &str)] = &[
+    ("gen-pd-8-29", "Mamba decode side: free blocks under pressure differ (not yet traced)"),
+    ("gen-pd-8-49", "Mamba decode side: free blocks under pressure differ (not yet traced)"),
+];
+
 /// (batch in scheduling order, preempted, finished after, reserved loads of
 /// a decode case).
 type Step = (Vec<(u64, u64)>, Vec<u64>, Vec<u64>, Option<Vec<u64>>);
@@ -112,16 +124,21 @@ fn compare_dir(dir: &str) -> Vec<(String, Option<String>)> {
 fn the_scheduler_matches_vllm_step_for_step_on_the_recorded_cases() {
     let results = compare_dir("cases");
     assert!(results.len() >= 160, "the recorded cases are there: {}", results.len());
+    check_against(&results, NOT_YET);
+}
+
+/// Every case identical but those listed, which must still differ.
+fn check_against(results: &[(String, Option<String>)], not_yet: &[(&str, &str)]) {
     let mut wrong = Vec::new();
-    for (name, diff) in &results {
-        let not_yet = NOT_YET.iter().find(|(n, _)| n == name);
-        match (diff, not_yet) {
+    for (name, diff) in results {
+        let listed = not_yet.iter().find(|(n, _)| n == name);
+        match (diff, listed) {
             (None, None) | (Some(_), Some(_)) => {}
             (Some(d), None) => wrong.push(format!("{name}: {d}")),
             (None, Some((_, rule))) => wrong.push(format!("{name}: now identical; take it off NOT_YET ({rule})")),
         }
     }
-    for (listed, _) in NOT_YET {
+    for (listed, _) in not_yet {
         if !results.iter().any(|(n, _)| n == listed) {
             wrong.push(format!("{listed}: listed in NOT_YET but not a recorded case"));
         }
@@ -132,12 +149,12 @@ fn the_scheduler_matches_vllm_step_for_step_on_the_recorded_cases() {
 /// The decode side of P/D: `conformance/pd_cases/`, vLLM 0.33.0's decode
 /// scheduler with its NIXL pull connector (`vllm_pd_steps.py`), where
 /// handoffs are reserved in the waiting loop and land `load_steps` calls
-/// later. Every recorded case must be step-identical, the reservations
-/// included.
+/// later, full attention and hybrids (a window, `gen-pd-7-*`; a Mamba
+/// state, `gen-pd-8-*`). Every recorded case must be step-identical, the
+/// reservations included, but those of [`NOT_YET_PD`].
 #[test]
 fn the_decode_side_matches_vllm_step_for_step_on_the_recorded_cases() {
     let results = compare_dir("pd_cases");
-    assert!(results.len() >= 60, "the recorded decode cases are there: {}", results.len());
-    let wrong: Vec<String> = results.iter().filter_map(|(n, d)| d.as_ref().map(|d| format!("{n}: {d}"))).collect();
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(results.len() >= 180, "the recorded decode cases are there: {}", results.len());
+    check_against(&results, NOT_YET_PD);
 }

@@ -45,6 +45,24 @@ impl KvPool {
         })
     }
 
+    /// Whether a decode rank's remote load of `span` = (T, N) tokens (T
+    /// loaded of an N-token prompt, [`crate::vllm::handoff::load_whole`])
+    /// passes vLLM's whole-sequence check after pinning its hit of `hit`
+    /// blocks: every group's blocks for N tokens against the free and
+    /// evictable blocks, nothing kept for others (that is the allocation's
+    /// check, [`KvPool::pin_and_allocate_leaving`]).
+    pub(crate) fn whole_load_fits(
+        &self,
+        prefix: &PrefixIds,
+        prompt: Tokens,
+        owner: u64,
+        hit: u32,
+        (t, n): (Tokens, Tokens),
+    ) -> Result<(), Shortfall> {
+        let need = self.blocks_after_hit(hit, n, n, false);
+        self.can_pin_and_take(prefix, prompt, owner, (hit, t), need, 0)
+    }
+
     /// Blocks a sequence holds for its whole known sequence (`from..to`),
     /// as admission counts them ([`group_blocks_counted`]); hit blocks
     /// included.

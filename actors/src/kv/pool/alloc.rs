@@ -56,6 +56,26 @@ impl Alloc {
         self.private == 0 && self.shared == 0 && self.pinned == 0 && self.wpinned == 0
     }
 
+    /// Where a step from `from` starts as this holding sees it: never
+    /// before the tokens whose KV it holds. Only a landed load's first
+    /// decode step starts before them (it recomputes its last prompt token,
+    /// whose KV arrived with the rest): it takes back none of the window
+    /// blocks its reservation skipped
+    /// ([`crate::vllm::handoff::reservation_span`]).
+    #[inline]
+    pub(super) fn step_from(&self, from: Tokens) -> Tokens {
+        // (Only a reservation's state covers no step, `from == to`; every
+        // step's state has `from < to`, also one taken ahead.)
+        if self.from == self.to { from.max(self.from) } else { from }
+    }
+
+    /// Whether it holds the KV of tokens past `computed` (a landed load
+    /// before its first decode step, [`Alloc::step_from`]).
+    #[inline]
+    pub(crate) fn holds_past(&self, computed: Tokens) -> bool {
+        self.step_from(computed) > computed
+    }
+
     /// Cached state entries it pins.
     pub(super) fn pinned_states(&self) -> u64 {
         u64::from(self.pinned)

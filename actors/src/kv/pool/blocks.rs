@@ -12,6 +12,7 @@ impl KvPool {
     /// (negative: gives back); no side effects.
     #[inline]
     pub(crate) fn change_in_blocks(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> i64 {
+        let from = alloc.step_from(from);
         let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
         let wkept = if self.win().is_some() { self.win_step(alloc, from).0 } else { 0 };
         (self.private_need(from, to, false, alloc.shared) - kept - wkept) as i64 - alloc.private as i64
@@ -20,6 +21,7 @@ impl KvPool {
     /// How many more blocks moving `alloc` to the step `from..to` takes (0
     /// if it gives blocks back); no side effects.
     pub(crate) fn extra_needed(&self, alloc: &Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        let from = alloc.step_from(from);
         let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
         let (wkept, cached) = if self.win().is_some() { self.win_step(alloc, from) } else { (0, 0) };
         (self.private_need(from, to, checkpoints, alloc.shared) - kept - wkept).saturating_sub(alloc.private - cached)

@@ -33,7 +33,8 @@ impl KvPool {
     }
 
     #[inline(always)]
-    pub(super) fn resize_inner(&mut self, alloc: &mut Alloc, span: Span, how: Take) -> Result<(), Shortfall> {
+    pub(super) fn resize_inner(&mut self, alloc: &mut Alloc, mut span: Span, how: Take) -> Result<(), Shortfall> {
+        span.from = alloc.step_from(span.from);
         let (from, to) = (span.from, span.to);
         if span.is_decode_step() && to >= alloc.to && to <= alloc.stable_to {
             // The next decode step holds what this one holds (most steps).
