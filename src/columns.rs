@@ -150,19 +150,7 @@ pub fn requests(records: &[Request], disaggregated: bool) -> Table {
         for (col, v) in ints.iter_mut().zip(counts) {
             col.push(int(v));
         }
-        let span = |a: Option<SimTime>, b: Option<SimTime>| a.zip(b).map(|(a, b)| b.saturating_since(a));
-        let queued = s.prefill_queued.map(|_| s.arrival);
-        let spans = [
-            span(queued, s.prefill_started),
-            span(s.prefill_started, s.prefill_done),
-            span(s.prefill_done, s.transfer_started),
-            span(s.transfer_started, s.transfer_done),
-            span(s.transfer_done, s.decode_started),
-            r.ttft(),
-            r.tpot(),
-            r.e2e(),
-            (r.generated.get() >= 2).then_some(r.max_itl),
-        ];
+        let spans = crate::report::derived_spans(r);
         let stamps = s.in_order().map(|t| t.map(SimTime::as_nanos));
         let times = stamps.into_iter().chain(spans.into_iter().map(|d| d.map(|d| d.as_nanos())));
         for (col, t) in floats.iter_mut().zip(times) {

@@ -42,6 +42,27 @@ pub const REQUEST_COLUMNS: &[&str] = &[
     "max_itl_ms",
 ];
 
+/// The derived spans of a request, in requests.csv's order: prefill queue,
+/// prefill, transfer wait, transfer, decode queue (each `None` for a stage
+/// never reached), TTFT, TPOT, E2E and the longest inter-token gap (with
+/// two tokens or more). The CSV and the Python columns share them.
+pub fn derived_spans(r: &Request) -> [Option<sim_core::SimDuration>; 9] {
+    let s = &r.t;
+    let span = |a: Option<SimTime>, b: Option<SimTime>| a.zip(b).map(|(a, b)| b.saturating_since(a));
+    let queued = s.prefill_queued.map(|_| s.arrival);
+    [
+        span(queued, s.prefill_started),
+        span(s.prefill_started, s.prefill_done),
+        span(s.prefill_done, s.transfer_started),
+        span(s.transfer_started, s.transfer_done),
+        span(s.transfer_done, s.decode_started),
+        r.ttft(),
+        r.tpot(),
+        r.e2e(),
+        (r.generated.get() >= 2).then_some(r.max_itl),
+    ]
+}
+
 /// Writes `requests.csv`: one row per request, by id. Times in ms with six
 /// decimals; a stage never reached is an empty cell. The derived spans are
 /// those of the summary: prefill queue from arrival to the first prefill
@@ -139,19 +160,7 @@ impl RequestRows {
             }
             l.byte(b',');
         }
-        let span = |a: Option<SimTime>, b: Option<SimTime>| a.zip(b).map(|(a, b)| b.saturating_since(a));
-        let queued = s.prefill_queued.map(|_| s.arrival);
-        let spans = [
-            span(queued, s.prefill_started),
-            span(s.prefill_started, s.prefill_done),
-            span(s.prefill_done, s.transfer_started),
-            span(s.transfer_started, s.transfer_done),
-            span(s.transfer_done, s.decode_started),
-            r.ttft(),
-            r.tpot(),
-            r.e2e(),
-            (r.generated.get() >= 2).then_some(r.max_itl),
-        ];
+        let spans = derived_spans(r);
         for (i, x) in spans.into_iter().enumerate() {
             if i > 0 {
                 l.byte(b',');
