@@ -23,14 +23,14 @@ const PINNED: [(&str, u64, u64, u64); 13] = [
     ("glm-5.3-flash-2p1d-pressure.toml", 0x8f3f_b897_4fd7_98f6, 0x5c30_4a00_97bf_f2d2, 0x6991_90c7_3960_bc9a),
     ("glm-5.3-flash-2p2d.toml", 0x5be0_2862_8633_94ca, 0xa691_be93_21c2_87b1, 0x478b_3733_1551_e296),
     ("glm-5.3-flash-p4d8.toml", 0x2eeb_553c_5079_6a2a, 0xced6_cb76_754f_5267, 0xd470_cccb_094b_d12a),
-    ("gpt-oss-1p1d.toml", 0x1338_b15a_6f78_450f, 0x2023_723b_4ef7_be3b, 0xf4b4_2f03_143e_0531),
+    ("gpt-oss-1p1d.toml", 0xcc48_4d61_20a4_0c66, 0xb802_0871_f34e_2a96, 0xab07_df68_9bec_5a75),
     ("llama-3.1-8b-1p1d.toml", 0xd962_577f_f38e_08cc, 0x3c88_11d5_5737_ca5f, 0x16ae_29eb_a902_f63a),
     ("llama-3.1-8b-aggregated.toml", 0x6bc8_40ff_f043_7727, 0xa961_42e7_c578_fd61, 0xd798_f5ce_8687_9dcf),
     ("llama-3.1-8b-h200-tp1.toml", 0xcc38_61cb_ac82_613b, 0x9629_d73a_a8b5_aa99, 0x2acb_5c70_68a2_0198),
     ("llama-3.1-8b-h200-tp2.toml", 0x1ffb_d44f_6d27_8a01, 0xb295_e98b_b903_45f3, 0x3093_ca7a_de65_3058),
     ("llama-3.1-8b-h200-tp4.toml", 0x4756_9f57_944a_4f12, 0x3b2c_e48d_d007_c4c2, 0x2bc8_f434_2459_1072),
     ("llama-3.1-8b-mooncake.toml", 0xf1d6_eed1_08cc_bc01, 0x4ca9_ec85_ee7b_bc77, 0xad92_ea8b_f46a_51f5),
-    ("mamba2-hybrid-1p1d.toml", 0x3635_f9a2_a6d9_b1df, 0x9ee7_2054_de77_2af7, 0x7c4f_087c_2609_b9ec),
+    ("mamba2-hybrid-1p1d.toml", 0x94e5_a238_c34d_f825, 0xbb63_b0fd_3b9e_88c1, 0x32eb_5207_b22a_9e9c),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -145,7 +145,7 @@ fn streamed_timelines_give_the_pinned_timeline() {
 #[test]
 fn a_shipped_scenarios_page_gives_its_pinned_bytes() {
     use crate::common::{outcome, pdsim_in, scratch_dir};
-    const PINNED_PAGE: u64 = 0x893c_e055_bd66_2d78;
+    const PINNED_PAGE: u64 = 0x3055_5704_e036_916a;
     let dir = scratch_dir("pinned-page");
     // From the package root, by a relative path: the page names the
     // scenario as the command line did, and a clone may live anywhere.

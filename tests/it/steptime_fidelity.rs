@@ -3,7 +3,7 @@
 //! (tests/fixtures/aic-llama-3.1-8b-h200/), priced by the scenario's own
 //! model exactly as a run builds it, within 10 %; and the roofline alone
 //! (the same scenario, `step_time = { kind = "roofline" }`, no fitted
-//! number) within 25 %.
+//! number) within 20 %, 13 % on average.
 //!
 //! Error tables (|model − measured| / measured), as measured:
 //!
@@ -15,12 +15,12 @@
 //! tp2       table2d   decode      160  0.00 %  0.00 %
 //! tp4       table2d   prefill      30  0.22 %  2.72 %  (256 on 768 cached: faster than 256 on nothing)
 //! tp4       table2d   decode      160  0.00 %  0.00 %
-//! tp1       roofline  prefill      30  4.8 %  22.3 %   (256 tokens: small GEMMs below 0.7 of peak)
-//! tp1       roofline  decode      160  4.8 %  21.5 %   (192 sequences at 512)
-//! tp2       roofline  prefill      30  7.4 %  16.0 %   (256 tokens)
-//! tp2       roofline  decode      160  5.4 %  15.7 %   (224 sequences at 512)
-//! tp4       roofline  prefill      30  13.9 % 22.1 %   (256 tokens)
-//! tp4       roofline  decode      160  6.0 %  23.6 %   (224 sequences at 512)
+//! tp1       roofline  prefill      30  4.16 % 13.51 %  (128 tokens)
+//! tp1       roofline  decode      160  4.49 % 17.14 %  (160 sequences at 512)
+//! tp2       roofline  prefill      30  6.11 % 11.34 %  (256 tokens)
+//! tp2       roofline  decode      160  3.22 % 14.99 %  (192 sequences at 512)
+//! tp4       roofline  prefill      30  12.22 % 16.40 % (256 tokens)
+//! tp4       roofline  decode      160  5.52 % 19.38 %  (160 sequences at 512)
 //! ```
 //!
 //! The roofline's defaults are derived from three points of these grids
@@ -29,7 +29,10 @@
 //! separate weight and KV efficiencies and the all-reduce's α–β defaults
 //! it gave 6.2 / 22.3, 7.9 / 21.7, 10.2 / 21.3 and 5.2 / 16.3 %, with an
 //! overhead of 1 ms a step that made up for the missing layer costs on
-//! this 32-layer model only.
+//! this 32-layer model only; with the TP 4 grid's whole excess over TP 1
+//! read as all-reduce latency (16.75 µs, so weights at 0.68 and 7.25 µs a
+//! layer) 4.8 / 22.3, 4.8 / 21.5, 7.4 / 16.0, 5.4 / 15.7, 13.9 / 22.1
+//! and 6.0 / 23.6 %.
 
 use actors::config::StepTimeSpec;
 use actors::model::Role;
@@ -82,11 +85,11 @@ fn the_shipped_h200_scenarios_price_every_measured_point_within_10_percent() {
 }
 
 #[test]
-fn the_roofline_alone_prices_every_measured_point_within_25_percent() {
+fn the_roofline_alone_prices_every_measured_point_within_20_percent() {
     for tp in [1, 2, 4] {
         for (region, mean, worst) in worst(tp, true) {
-            assert!(worst <= 0.25, "tp{tp} {region:?}: worst {:.2} %", worst * 100.0);
-            assert!(mean <= 0.15, "tp{tp} {region:?}: mean {:.2} %", mean * 100.0);
+            assert!(worst <= 0.20, "tp{tp} {region:?}: worst {:.2} %", worst * 100.0);
+            assert!(mean <= 0.13, "tp{tp} {region:?}: mean {:.2} %", mean * 100.0);
         }
     }
 }

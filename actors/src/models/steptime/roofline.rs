@@ -50,16 +50,16 @@
 //! Worked number: Llama-3.1-8B (bf16) on one H200 (989.4 TFLOP/s bf16,
 //! 4.8 TB/s), TP 1, the defaults, 64 decoding sequences of 1,024 cached
 //! tokens each:
-//! - layers: 32 × 7.25 µs = 0.232 ms;
+//! - layers: 32 × 38.63 µs = 1.23616 ms;
 //! - weights: 525,336,576 (LM head) + 1,342,177,280 (attention) +
 //!   5,637,144,576 (MLP) = 7,504,658,432 parameters × 2 = 15,009,316,864
-//!   bytes / (4.8e12 × 0.68) = 4.598443 ms; GEMMs: 2 × 6,979,321,856 × 64
+//!   bytes / (4.8e12 × 0.87) = 3.594185 ms; GEMMs: 2 × 6,979,321,856 × 64
 //!   plus 2 × 525,336,576 × 64 = 960,596,279,296 FLOP / (989.4e12 × 0.7) =
-//!   1.386987 ms: weight-bound, 4.598443 ms;
+//!   1.386987 ms: weight-bound, 3.594185 ms;
 //! - decode attention: 64 × 1,025 = 65,600 pairs × 32 layers × 4 × 32 ×
 //!   128 = 34,393,292,800 FLOP (0.069523 ms) against 131,072 bytes × 65,600
 //!   tokens = 8,598,323,200 KV bytes / (4.8e12 × 0.77) = 2.326386 ms;
-//! - step = 0.232 + 4.598443 + 2.326386 = 7.156829 ms (AIConfigurator's
+//! - step = 1.23616 + 3.594185 + 2.326386 = 7.156731 ms (AIConfigurator's
 //!   measured-kernel model: 7.5688 ms, so −5.4 %).
 
 use serde::{Deserialize, Serialize};
@@ -77,33 +77,36 @@ use crate::models::steptime::{BatchShape, StepTimeModel};
 ///
 /// Every default is derived once from public measurements, never fitted
 /// to a model (the grids it is checked against are of other sizes):
-/// - `weight_memory_efficiency` 0.68: a decode step of one sequence on
-///   AIConfigurator's H200 grid of Llama-3.1-8B (measured vLLM kernels)
-///   streams its 15.0 GB of weights at 0.67–0.68 of the datasheet's 4.8
-///   TB/s once the per-layer costs are taken off (GEMV kernels on H100/H200
-///   reach about two thirds of HBM peak).
+/// - `weight_memory_efficiency` 0.87, `layer_overhead_us` 38.63 and
+///   `allreduce_latency_us` 5: a decode step of one sequence on no
+///   context on AIConfigurator's H200 grid of Llama-3.1-8B (measured vLLM
+///   kernels) takes 4,830.3 µs at TP 1 and 2,453.7 µs at TP 4. Both run
+///   the same 32 layers of small kernels; TP 4 streams a quarter of the
+///   15.0 GB of weights (3,126.9 µs at the datasheet's 4.8 TB/s, 781.7 µs
+///   at TP 4) and adds 64 all-reduces of 8 KiB. With an all-reduce of a
+///   small message at 5 µs (vLLM's custom all-reduce and NCCL on NVLink
+///   both take about 5 µs), the difference, 2,376.6 µs = 2,345.2 µs / e −
+///   321.9 µs, gives the weight stream's share e = 0.869 (0.87: a long
+///   GEMV on Hopper reaches near the HBM bandwidth a copy does), and the
+///   TP 1 step less its weight stream (3,594.2 µs) leaves 1,236.1 µs over
+///   32 layers: 38.63 µs a layer, whatever its batch (the GEMMs' launch,
+///   ramp and tail, two norms, two residual adds, RoPE, the gated
+///   activation, the attention kernel's launch and split-K reduction).
+///   The TP 4 step is then 2,456.6 µs (+0.1 %). (Taking the grid's whole
+///   TP 4 excess as all-reduce latency, 16.75 µs each, gives 0.68 and
+///   7.25 µs instead: the same price for this 32-layer model, but an
+///   all-reduce at three times what the kernels take, and a long weight
+///   stream too slow: Mixtral-8x7B's decode steps (46.5 GB of weights a
+///   rank at TP 2) came out 17–23 % longer than on the real H100 servers
+///   of `validation/`, 1–5 % shorter with these defaults.)
 /// - `kv_memory_efficiency` 0.77: the same grid's growth with context (KV
-///   bytes over the added time) is 0.74–0.79 of HBM peak: paged attention
-///   reads long contiguous runs, closer to peak than a GEMV.
-/// - `layer_overhead_us` 7.25: the fixed cost of one decoder layer in a
-///   step whatever its batch (two norms, two residual adds, RoPE, the gated
-///   activation, the attention kernel's launch and split-K reduction):
-///   that grid's decode step of one sequence on an empty context, 4,830.3
-///   µs, less its weight stream (4,598.4 µs at 0.68), over 32 layers.
+///   bytes over the added time) is 0.74–0.79 of HBM peak.
 /// - `prefill_attention_floor_us` 12.18: what a layer's prefill attention
 ///   kernel (flash attention over variable-length chunks) costs at least:
 ///   that grid's one-token prefill, 5,220.1 µs, less its one-sequence
 ///   decode on no context, 4,830.3 µs, over 32 layers.
 /// - `network_efficiency` 0.93: NCCL's published all-reduce bus bandwidth
 ///   on NVLink reaches about 0.93 of the link's peak on large messages.
-/// - `allreduce_latency_us` 16.75: what one all-reduce of a small message
-///   costs in a vLLM step. The same grid at TP 4: its one-sequence decode
-///   on no context, 2,453.7 µs, less the weight stream (1,149.6 µs) and the
-///   32 layers' fixed costs (232 µs), leaves 1,072 µs for its 64
-///   all-reduces of 8 KiB. NCCL's own small-message latency on NVLink is
-///   nearer 5 µs; the grid cannot tell an all-reduce's latency from layer
-///   costs that grow with TP, and a dense layer pays two all-reduces
-///   either way, so the grid's figure is the default.
 /// - `gemm_efficiency` 0.7 and `attention_efficiency` 0.5: dense bf16
 ///   GEMMs of a few thousand rows and flash attention on Hopper (their
 ///   published throughput, about 700 and 500 TFLOP/s of 989).
@@ -140,11 +143,11 @@ impl Default for RooflineParams {
         RooflineParams {
             gemm_efficiency: 0.7,
             attention_efficiency: 0.5,
-            weight_memory_efficiency: 0.68,
+            weight_memory_efficiency: 0.87,
             kv_memory_efficiency: 0.77,
             network_efficiency: 0.93,
-            allreduce_latency_us: 16.75,
-            layer_overhead_us: 7.25,
+            allreduce_latency_us: 5.0,
+            layer_overhead_us: 38.63,
             prefill_attention_floor_us: 12.18,
             overhead_us: 0.0,
         }
@@ -479,12 +482,12 @@ mod tests {
         let (gpu, groups) = (h200(), kv(1));
         let m = llama(1, &gpu, &groups);
         let b = BatchShape::decoding(64, 64 * 1024);
-        // 0.232 + 4.598443 + 2.326386 ms (the module's arithmetic).
+        // 1.23616 + 3.594185 + 2.326386 ms (the module's arithmetic).
         let ns = m.step_time(&b).as_nanos();
-        assert!((7_156_825..=7_156_835).contains(&ns), "{ns}");
+        assert!((7_156_726..=7_156_736).contains(&ns), "{ns}");
         let terms = m.terms(&b);
-        assert_eq!(terms[0], ("overhead", 232.0));
-        assert!((terms[1].1 - 4598.443).abs() < 0.01, "{terms:?}");
+        assert!((terms[0].1 - 1236.16).abs() < 1e-9, "{terms:?}");
+        assert!((terms[1].1 - 3594.185).abs() < 0.01, "{terms:?}");
         assert!((terms[3].1 - 2326.386).abs() < 0.01, "{terms:?}");
         assert_eq!(terms[2].1, 0.0, "no prefill");
     }
@@ -533,9 +536,9 @@ mod tests {
         let t1 = one.terms(&b);
         let t4 = four.terms(&b);
         assert_eq!(t1[4].1, 0.0);
-        // 64 all-reduces × (16.75 µs + 1.5 × 8,192 bytes / 418.5e9 B/s)
-        // = 64 × 16.779362 µs = 1,073.879 µs.
-        assert!((t4[4].1 - 1073.879).abs() < 0.01, "{t4:?}");
+        // 64 all-reduces × (5 µs + 1.5 × 8,192 bytes / 418.5e9 B/s)
+        // = 64 × 5.029362 µs = 321.879 µs.
+        assert!((t4[4].1 - 321.879).abs() < 0.01, "{t4:?}");
         // Weights split four ways.
         assert!((t4[1].1 * 4.0 - t1[1].1).abs() < 0.01, "{t1:?} {t4:?}");
     }
