@@ -349,7 +349,10 @@ impl Core {
         self.step_started = now;
         let first = shape;
         let spare = self.spare.for_run(&first) as u64;
-        let mut end = now + if spare > 0 { self.spare.times[0] } else { self.step_time.step_time(&shape) };
+        // Saturating: a step time past the end of simulated time must not wrap
+        // the clock (the run stops at `END_OF_TIME` with an error instead).
+        let mut end =
+            now.saturating_add(if spare > 0 { self.spare.times[0] } else { self.step_time.step_time(&shape) });
         self.log.push(end);
         let mut k = 1u64;
         if self.batch.is_empty() {
@@ -370,14 +373,14 @@ impl Core {
             // The times of a cut run's steps first, then the model's.
             while k < chunk.min(spare) && end < horizon {
                 shape.next_decode_step();
-                end += self.spare.times[k as usize];
+                end = end.saturating_add(self.spare.times[k as usize]);
                 self.log.push(end);
                 k += 1;
             }
             if k < chunk && end < horizon {
                 let log = &mut self.log;
                 self.step_time.decode_run(&mut shape, &mut |t| {
-                    end += t;
+                    end = end.saturating_add(t);
                     log.push(end);
                     k += 1;
                     k < chunk && end < horizon
@@ -430,7 +433,7 @@ impl Core {
         let mut shape = self.run.shape;
         let (log, mut left) = (&mut self.log, k - planned);
         self.step_time.decode_run(&mut shape, &mut |t| {
-            end += t;
+            end = end.saturating_add(t);
             log.push(end);
             left -= 1;
             left > 0
