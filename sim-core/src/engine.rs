@@ -446,6 +446,13 @@ impl<M: 'static, O: Observer<M>> Simulation<M, O> {
         self.core.cancel(id)
     }
 
+    /// Cancels a scheduled event and hands back its message; `None` if it
+    /// was delivered or cancelled already (what a caller uses to account
+    /// for messages a run stopped before delivering).
+    pub fn take(&mut self, id: EventId) -> Option<M> {
+        self.core.take_live(id.slot, id.generation).map(|(_, _, msg)| msg)
+    }
+
     /// The current instant.
     pub fn now(&self) -> SimTime {
         self.core.now

@@ -101,6 +101,27 @@ fn cancelled_events_never_fire() {
     assert_eq!(tags(&sim, r), vec![3, 1, 5]);
 }
 
+/// `take` cancels an event and hands back its message, once: what a run
+/// stopped early uses to account for messages it never delivered.
+#[test]
+fn a_taken_event_gives_back_its_message_once() {
+    let mut sim = Simulation::new(1);
+    let r = sim.add_actor("r", Recorder::default()).unwrap();
+    let early = sim.schedule(SimTime::from_nanos(10), r, Msg::Tag(1)).unwrap();
+    let late = sim.schedule(SimTime::from_nanos(30), r, Msg::Tag(2)).unwrap();
+    let summary = sim.run_until(SimTime::from_nanos(20));
+    assert_eq!(summary.stop_reason, StopReason::TimeLimit);
+    assert_eq!(sim.take(early), None, "delivered");
+    assert_eq!(sim.take(late), Some(Msg::Tag(2)));
+    assert_eq!(sim.take(late), None, "taken already");
+    assert_eq!(sim.pending(), 0);
+    // Its slot is reused; the stale handle takes nothing from the new event.
+    sim.schedule(SimTime::from_nanos(40), r, Msg::Tag(3)).unwrap();
+    assert_eq!(sim.take(late), None);
+    sim.run();
+    assert_eq!(tags(&sim, r), vec![1, 3]);
+}
+
 fn draws_of_x(seed: u64, add_other_first: bool) -> Vec<u64> {
     let mut sim = Simulation::new(seed);
     if add_other_first {
