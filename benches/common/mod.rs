@@ -35,6 +35,7 @@ fn deployment(vllm: Option<&str>, roles: (Option<RoleSpec>, Option<RoleSpec>, Op
         link: LinkSpec { bandwidth_gb_s: 50.0, ..LinkSpec::default() },
         router: Default::default(),
         faults: Default::default(),
+        frontend: Default::default(),
         timeline_interval_ms: 100.0,
         check_invariants: false,
         hardware: None,

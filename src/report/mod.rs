@@ -491,6 +491,11 @@ pub fn resolved_scenario(scenario: &Scenario, seed: u64, requests: Option<u64>) 
     let mut v = serde_json::to_value(scenario.beside_its_file()).unwrap_or(Value::Null);
     if let Value::Object(m) = &mut v {
         m.insert("seed".into(), json!(seed));
+        // The front end in effect, each field the file left out the
+        // version's.
+        let f = scenario.front_end();
+        let us = |d: sim_core::SimDuration| d.as_nanos() as f64 / 1e3;
+        m.insert("frontend".into(), json!({"request_us": us(f.request), "response_us": us(f.response)}));
         if let (Some(n), Some(Value::Object(w))) = (requests, m.get_mut("workload")) {
             w.insert("requests".into(), json!(n));
         }

@@ -53,6 +53,10 @@
 //! # source_hold_s = 480             # a fixed hold instead
 //! # decode_crashes = [{ rank = 0, at_s = 120.0 }]
 //!
+//! [frontend]                         # vLLM's API server; absent: the version's,
+//! # request_us = 3600                # arrival to the engine core (default 3,600)
+//! # response_us = 3600               # a step's outputs to the client (default 3,600)
+//!
 //! timeline_interval_ms = 100.0       # no effect (the timeline is exact); before any [table]
 //! check_invariants = false
 //!
@@ -97,7 +101,7 @@ use std::path::{Component, Path, PathBuf};
 use actors::arch::hf;
 use actors::config::{DeploymentSpec, RoleSpec, SloSpec};
 use actors::hardware::HardwareSpec;
-use actors::model::{GateError, Location, Model, ModelSpec, Role};
+use actors::model::{FrontEnd, GateError, Location, Model, ModelSpec, Role};
 use actors::sim::{ConfigError, Deployment};
 use actors::validate::{self, FieldError};
 use serde::de::DeserializeOwned;
@@ -126,6 +130,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "link",
     "router",
     "faults",
+    "frontend",
     "timeline_interval_ms",
     "check_invariants",
     "hardware",
@@ -142,6 +147,7 @@ const DEPLOYMENT_KEYS: &[&str] = &[
     "link",
     "router",
     "faults",
+    "frontend",
     "timeline_interval_ms",
     "check_invariants",
     "hardware",
@@ -236,6 +242,9 @@ pub struct Scenario {
     model_source: Option<toml::Table>,
     #[serde(skip)]
     validated: Model,
+    /// The API server in front of the engines, as the run prices it.
+    #[serde(skip)]
+    front_end: FrontEnd,
     /// The files read from the disk to make it, each with the field that
     /// named it (`scenario`, `include`, `model.config`,
     /// `workload.trace.path`).
@@ -288,6 +297,12 @@ impl Scenario {
     /// present, and the version and pairing gates).
     pub fn model(&self) -> &Model {
         &self.validated
+    }
+
+    /// The API server in front of the engines, as a run prices it: the
+    /// file's `[frontend]`, each field it leaves out the vLLM version's.
+    pub fn front_end(&self) -> FrontEnd {
+        self.front_end
     }
     /// The workload; trace paths are resolved (joined to the folder of the
     /// file that named them).
@@ -879,13 +894,11 @@ impl<'a> Ctx<'a> {
 
         // Every check of the deployment and its model is actors'; this only
         // places the error in the file.
-        let validated = Deployment::build(&model, &deployment)
-            .map_err(|e| match e {
-                ConfigError::Field(f) => self.field(f),
-                ConfigError::Gate(g) => self.gate(&deployment, &g),
-            })?
-            .model()
-            .clone();
+        let built = Deployment::build(&model, &deployment).map_err(|e| match e {
+            ConfigError::Field(f) => self.field(f),
+            ConfigError::Gate(g) => self.gate(&deployment, &g),
+        })?;
+        let (validated, front_end) = (built.model().clone(), built.front_end());
         validate::slo(&slo).map_err(|e| self.field(e.under("slo")))?;
         workload.check().map_err(|e| self.field(e.under("workload")))?;
 
@@ -909,6 +922,7 @@ impl<'a> Ctx<'a> {
             model_origin,
             model_source,
             validated,
+            front_end,
             inputs: Vec::new(),
             dir: PathBuf::new(),
         })
@@ -927,6 +941,7 @@ impl<'a> Ctx<'a> {
                 "link" => spec.link = self.get("link")?.unwrap_or(spec.link),
                 "router" => spec.router = self.get("router")?.unwrap_or(spec.router),
                 "faults" => spec.faults = self.get("faults")?.unwrap_or(spec.faults),
+                "frontend" => spec.frontend = self.get("frontend")?.unwrap_or(spec.frontend),
                 "timeline_interval_ms" => {
                     spec.timeline_interval_ms = self.get("timeline_interval_ms")?.unwrap_or(spec.timeline_interval_ms)
                 }

@@ -9,7 +9,7 @@
 //! stream. Given the arrival times, everything it produces is the
 //! simulation's: the wall clock only decides when.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -109,6 +109,14 @@ pub struct Driver {
 /// The longest the driver sleeps before it looks at the stop flag again.
 const IDLE: Duration = Duration::from_millis(50);
 
+/// An output on its way to its client.
+enum Out {
+    /// A token of request `id`.
+    Token(u64),
+    /// The request's end.
+    End(Box<Request>),
+}
+
 /// A request in flight: where its events go, its arrival and last token.
 struct InFlight {
     events: UnboundedSender<Event>,
@@ -142,6 +150,8 @@ impl Driver {
         live.set_exact_latency_limit(Some(4096));
         let mut flights: HashMap<u64, InFlight> = HashMap::new();
         let (mut tokens, mut ended): (Vec<(u64, SimTime)>, Vec<Request>) = (Vec::new(), Vec::new());
+        let mut held: VecDeque<(SimTime, Out)> = VecDeque::new();
+        let response = dep.front_end().response;
         let mut pending: Vec<Arrival> = Vec::new();
         let mut wrote = false;
         let mut last_at = SimTime::ZERO;
@@ -179,6 +189,14 @@ impl Driver {
             live.advance_to(target);
             live.take_tokens(&mut tokens);
             live.take_ended(&mut ended);
+            // Each output reaches its client one way out through the API
+            // server after the engine made it (an end's time already says
+            // so): held until then, in time order, a request's tokens
+            // before its end.
+            let batch = held.len();
+            held.extend(tokens.drain(..).map(|(id, at)| (at.saturating_add(response), Out::Token(id))));
+            held.extend(ended.drain(..).map(|r| (r.t.finished.unwrap_or(target), Out::End(Box::new(r)))));
+            held.make_contiguous()[batch..].sort_by_key(|(at, _)| *at);
             let load = live.load();
             {
                 let mut m = self.metrics.lock().expect("metrics");
@@ -186,6 +204,13 @@ impl Driver {
                 m.running = load.running;
                 m.waiting = load.waiting;
                 m.kv_usage = if load.kv_blocks == 0 { 0.0 } else { load.kv_used_blocks as f64 / load.kv_blocks as f64 };
+                while held.front().is_some_and(|(at, _)| *at <= target) {
+                    let (at, out) = held.pop_front().expect("the front is there");
+                    match out {
+                        Out::Token(id) => tokens.push((id, at)),
+                        Out::End(r) => ended.push(*r),
+                    }
+                }
                 m.generation_tokens += tokens.len() as u64;
                 for &(id, at) in &tokens {
                     let Some(f) = flights.get_mut(&id) else { continue };
@@ -225,7 +250,8 @@ impl Driver {
             // Sleep until the next event is due on the wall clock, a
             // request comes, or it is time to look at the stop flag.
             let now = Instant::now();
-            let wake = live.next_event_time().map(|t| self.clock.wall(t)).unwrap_or(now + IDLE).min(now + IDLE);
+            let next = live.next_event_time().into_iter().chain(held.front().map(|(at, _)| *at)).min();
+            let wake = next.map(|t| self.clock.wall(t)).unwrap_or(now + IDLE).min(now + IDLE);
             match self.arrivals.recv_timeout(wake.saturating_duration_since(now)) {
                 Ok(a) => pending.push(a),
                 Err(RecvTimeoutError::Timeout) => {}

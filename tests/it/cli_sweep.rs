@@ -545,10 +545,14 @@ fn sweep_summary_aggregates_each_grid_point_over_its_seeds() {
             for (k, (a, b)) in got.iter().zip(want).enumerate() {
                 assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "grid point {g} {col} {k}: {a} vs {b}");
             }
-            spread += usize::from(std > 0.0);
+            if matches!(col, "request_throughput" | "decode_busy_share") {
+                spread += usize::from(std > 0.0);
+            }
         }
     }
-    assert!(spread >= 6, "the seeds differ");
+    // The seeds draw different Poisson arrivals: the throughput and the
+    // decode rank's busy share differ at both grid points.
+    assert_eq!(spread, 4, "the seeds differ");
 
     // One seed: no summary, and none left by the sweep before.
     let one = ZIP_SWEEP.replace("seeds = [1, 2, 3]", "seeds = [1]");

@@ -325,3 +325,25 @@ fn unmodelled_vllm_scheduler_options_are_refused_with_the_reason() {
     }
     assert_eq!(actors::options::UNMODELLED_SCHEDULER_OPTIONS.len(), 10);
 }
+
+/// `[frontend]`: each field a time in µs from 0 to 10⁹, placed at its line
+/// when out of range; a field left out takes the version's (3,600 µs), and
+/// the resolved scenario (report.json) says what ran.
+#[test]
+fn the_front_end_is_read_checked_and_resolved() {
+    let text = format!("{}\n[frontend]\nresponse_us = 250.5\n", base_scenario());
+    let s = scenario::load(scratch("frontend.toml", &text)).unwrap();
+    let f = s.front_end();
+    assert_eq!((f.request.as_nanos(), f.response.as_nanos()), (3_600_000, 250_500));
+    let v = pdsim::report::resolved_scenario(&s, 1, None);
+    assert_eq!(v["frontend"], serde_json::json!({"request_us": 3600.0, "response_us": 250.5}));
+    let bad = format!("{}\n[frontend]\nrequest_us = -1\n", base_scenario());
+    let path = scratch("frontend-bad.toml", &bad);
+    let err = scenario::load(&path).unwrap_err();
+    assert_eq!(err.field(), Some("frontend.request_us"), "{err}");
+    assert_eq!(err.line(), Some(base_scenario().lines().count() + 3), "{err}");
+    assert_eq!(err.message(), "must be >= 0, got -1");
+    let typo = format!("{}\n[frontend]\nrequest_ms = 1\n", base_scenario());
+    let err = scenario::load(scratch("frontend-typo.toml", &typo)).unwrap_err();
+    assert!(err.message().contains("unknown field `request_ms`"), "{err}");
+}

@@ -46,8 +46,11 @@ struct Run {
     report: Value,
     /// (entity, metric) -> rows.
     series: BTreeMap<(String, String), Rows>,
-    /// Per request: (arrival, end) ns.
+    /// Per request: (arrival, end) ns at the engines.
     requests: Vec<(u64, u64)>,
+    /// Per request: the span between its prefill's end and its decode
+    /// rank's reservation, when it has one (the proxy's hop).
+    hops: Vec<(u64, u64)>,
     ranks: Vec<String>,
     links: Vec<String>,
     trace: Value,
@@ -60,7 +63,8 @@ impl Run {
 
     /// Requests that had arrived and not ended at `t` (requests.csv).
     fn in_system(&self, t: u64) -> u64 {
-        self.requests.iter().filter(|&&(a, e)| a <= t && t < e).count() as u64
+        let between = |&(h0, h1): &(u64, u64)| h0 <= t && t < h1;
+        self.requests.iter().zip(&self.hops).filter(|&(&(a, e), h)| a <= t && t < e && !between(h)).count() as u64
     }
 
     /// The ranks' `requests` added up at `t` (timeline.csv).
@@ -98,10 +102,37 @@ fn run_fixture(dir: &Path) -> Run {
         }
         rows.push((t, v));
     }
+    // The ranks hold a request from its arrival at an engine core (one
+    // way in through the API server after its arrival) to its end there
+    // (one way out before its client sees the end), but not between its
+    // prefill's end and its decode rank's reservation (one way out of the
+    // prefill server and one way into the decode server).
+    let front = &report["scenario"]["resolved"]["frontend"];
+    let us = |k: &str| (front[k].as_f64().unwrap() * 1e3) as u64;
+    let (request, response) = (us("request_us"), us("response_us"));
     let csv = Csv::read(&dir.join("requests.csv"));
-    let (a, f) = (csv.col("arrival_ms"), csv.col("finished_ms"));
-    let requests = csv.rows.iter().map(|r| (ns(&r[a]), ns(&r[f]))).collect();
-    Run { report, series, requests, ranks, links, trace: json("trace.json") }
+    let (a, q, f) = (csv.col("arrival_ms"), csv.col("prefill_queued_ms"), csv.col("finished_ms"));
+    let requests = csv
+        .rows
+        .iter()
+        .map(|r| {
+            assert_eq!(ns(&r[q]), ns(&r[a]) + request, "{r:?}");
+            (ns(&r[q]), ns(&r[f]) - response)
+        })
+        .collect();
+    let (d, rr) = (csv.col("prefill_done_ms"), csv.col("reserve_requested_ms"));
+    let hops = csv
+        .rows
+        .iter()
+        .map(|r| match (r[d].as_str(), r[rr].as_str()) {
+            ("", _) | (_, "") => (0, 0),
+            (d, rr) => {
+                assert_eq!(ns(rr), ns(d) + response + request, "{r:?}");
+                (ns(d), ns(rr))
+            }
+        })
+        .collect();
+    Run { report, series, requests, hops, ranks, links, trace: json("trace.json") }
 }
 
 #[test]
@@ -120,7 +151,8 @@ fn the_timeline_is_exact_on_a_bursty_trace() {
     let area: u128 = run.ranks.iter().map(|r| integral(run.rows(r, "requests"), t0, t1)).sum();
     let occupancy = area as f64 / span;
     let lambda = run.requests.len() as f64 / span;
-    let w = run.requests.iter().map(|r| (r.1 - r.0) as f64).sum::<f64>() / run.requests.len() as f64;
+    let held = |(r, h): (&(u64, u64), &(u64, u64))| (r.1 - r.0 - (h.1 - h.0)) as f64;
+    let w = run.requests.iter().zip(&run.hops).map(held).sum::<f64>() / run.requests.len() as f64;
     assert!((occupancy / (lambda * w) - 1.0).abs() < 0.005, "L = {occupancy}, λW = {}", lambda * w);
     // Exactly so, at every instant any rank's count changed.
     for rows in run.ranks.iter().map(|r| run.rows(r, "requests")) {

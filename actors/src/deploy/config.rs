@@ -40,6 +40,10 @@ pub struct DeploymentSpec {
     /// Failures and the source hold.
     #[serde(default)]
     pub faults: FaultSpec,
+    /// The API server between the clients and the engines (absent fields:
+    /// the vLLM version's).
+    #[serde(default)]
+    pub frontend: FrontEndSpec,
     /// No longer has an effect: the timeline records every change at its
     /// instant. Accepted (from 1e-6 to 1e9 ms) so that older files load.
     #[serde(default = "default_sample_ms")]
@@ -221,6 +225,31 @@ pub struct RouterSpec {
     /// `weight × uncached prompt tokens + outstanding tokens` is least.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_overlap_weight: Option<f64>,
+}
+
+/// vLLM's API server in front of the engines, as fixed times a request
+/// spends crossing it ([`crate::model::FrontEnd`]); each absent field takes
+/// the version's default ([`crate::model::DEFAULT_FRONT_END`], 3.6 ms each
+/// way). Zero for both prices the engines alone.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FrontEndSpec {
+    /// From a request's arrival at the server to the engine core's input
+    /// queue (HTTP, tokenizing, the hand-off to the engine core), µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_us: Option<f64>,
+    /// From a step's outputs leaving the engine core to the client's
+    /// stream (detokenizing, the response chunk), µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_us: Option<f64>,
+}
+
+impl FrontEndSpec {
+    /// No time in the API server: the engines alone, a request's times
+    /// those of its engine core.
+    pub fn none() -> Self {
+        FrontEndSpec { request_us: Some(0.0), response_us: Some(0.0) }
+    }
 }
 
 /// Failures and the source hold.

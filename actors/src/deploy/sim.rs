@@ -11,7 +11,9 @@ use crate::deploy::config::{DeploymentSpec, LinkTopology, RoleSpec, SloSpec};
 use crate::deploy::validate;
 use crate::models::arch::ModelArch;
 use crate::models::hardware::Gpu;
-use crate::models::model::{CacheGroup, CacheGroupKind, DEFAULT_LINEAR_BLOCK_SIZE, Model, ModelSpec, RankRules, Role};
+use crate::models::model::{
+    CacheGroup, CacheGroupKind, DEFAULT_LINEAR_BLOCK_SIZE, FrontEnd, Model, ModelSpec, RankRules, Role,
+};
 use crate::models::steptime::roofline::RankInputs;
 use crate::models::steptime::{self, StepTimeModel};
 use crate::models::tp::Reads;
@@ -64,6 +66,8 @@ pub struct Deployment {
     arch: Option<ModelArch>,
     /// The checked `[hardware]`.
     gpu: Option<Gpu>,
+    /// The API server in front of the engines.
+    front_end: FrontEnd,
     lazy_decoding: bool,
     keep_timelines: bool,
     plugins: Plugins,
@@ -124,6 +128,7 @@ impl Deployment {
             reads: checked.reads,
             arch: model.arch.clone(),
             gpu: checked.gpu,
+            front_end: checked.front_end,
             lazy_decoding: true,
             keep_timelines: true,
             plugins: Plugins::default(),
@@ -193,6 +198,12 @@ impl Deployment {
         &self.model
     }
 
+    /// The API server in front of the engines: the version's, or the
+    /// scenario's `[frontend]`.
+    pub fn front_end(&self) -> FrontEnd {
+        self.front_end
+    }
+
     /// The spec it was built from.
     pub fn spec(&self) -> &DeploymentSpec {
         &self.spec
@@ -227,7 +238,7 @@ impl Deployment {
         let (router, origin, sampling) = (wiring.router, wiring.origin, &wiring.sampling);
         let timeline = sampling.timeline(entity);
         let mut scheduler = self.scheduler(plan, mode);
-        scheduler.set_token_origin(origin);
+        scheduler.set_token_origin(origin, self.front_end.response);
         RankCore::new(index, plan.role, router, scheduler, plan.spec.max_model_len, timeline)
     }
 
@@ -783,7 +794,8 @@ pub fn build(dep: &Deployment, input: RunInput) -> Result<Built<'_>, SimError> {
         (Some(d), None) => policy(spec.router.decode_policy, d.spec.count as usize, capacity(d), weight),
         (None, _) => policy(spec.router.decode_policy, 1, Tokens::new(1), weight),
     };
-    let mut router = Router::new(first_policy, decode_policy, input.source, input.arrivals, input.max_requests);
+    let mut router =
+        Router::new(first_policy, decode_policy, input.source, input.arrivals, input.max_requests, dep.front_end);
     router.records.set_slo(input.slo);
     let first_arrival = router.prime()?;
     // Output tokens are counted in 1 s windows from the first arrival.
@@ -938,12 +950,25 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
         return Err(SimError::Workload(e));
     }
     let issued = r.issued();
+    let in_transit = r.take_in_transit();
     let mut stream = std::mem::replace(&mut r.records, RecordStream::new());
+    // Requests cut off while crossing the API server to an engine: their
+    // messages, taken back from the event queue.
+    let mut crossing = Vec::new();
+    for (_, id) in in_transit {
+        match sim.take(id) {
+            Some(Msg::Submit(req) | Msg::SubmitHandoffPrefill(req) | Msg::ReserveDestination(req)) => {
+                crossing.push(req)
+            }
+            Some(other) => unreachable!("only requests cross the API server, not {other:?}"),
+            None => {}
+        }
+    }
     let mut violations = Vec::new();
     let mut itl = Histogram::default();
     let mut tokens: Vec<TokenWindows> = Vec::new();
     let mut reports = Vec::new();
-    let mut unfinished: Vec<Box<Request>> = Vec::new();
+    let mut unfinished: Vec<Box<Request>> = crossing;
     let group_names = |p: &RolePlan| p.groups.iter().map(|g| g.name().to_string()).collect::<Vec<_>>();
     for rank in ranks {
         let (core, sources, waited, name_role) = match rank {

@@ -4,7 +4,7 @@
 
 use sim_core::SimTime;
 
-use super::config::{DeploymentSpec, LinkSpec, RoleSpec, StepTimeSpec};
+use super::config::{DeploymentSpec, FrontEndSpec, LinkSpec, RoleSpec, StepTimeSpec};
 use super::sim::{self, Deployment, RankId, RunInput};
 use crate::base::units::{Blocks, Bytes, Tokens};
 use crate::models::model::{CacheGroupKind, CacheGroupSpec, ModelSpec, Role};
@@ -47,6 +47,7 @@ fn spec(disaggregated: bool) -> DeploymentSpec {
         link: LinkSpec::default(),
         router: Default::default(),
         faults: Default::default(),
+        frontend: FrontEndSpec::none(),
         timeline_interval_ms: 10.0,
         check_invariants: true,
         hardware: None,

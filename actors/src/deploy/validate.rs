@@ -23,7 +23,9 @@ use crate::deploy::config::{DeploymentSpec, FaultSpec, LinkSpec, RoleSpec, SloSp
 use crate::deploy::sim::MAX_RANKS;
 use crate::kv::MAX_GROUPS;
 use crate::models::hardware::Gpu;
-use crate::models::model::{CacheGroup, CacheGroupKind, CacheGroupSpec, GateError, Model, ModelSpec, RankRules, Role};
+use crate::models::model::{
+    CacheGroup, CacheGroupKind, CacheGroupSpec, FrontEnd, GateError, Model, ModelSpec, RankRules, Role,
+};
 use crate::models::model::{DEFAULT_LINEAR_BLOCK_SIZE, check_pairing, check_rank};
 use crate::models::tp::Reads;
 
@@ -70,6 +72,8 @@ pub(crate) struct Checked {
     pub(crate) bandwidth: Bandwidth,
     pub(crate) latency: SimDuration,
     pub(crate) faults: Faults,
+    /// The API server in front of the engines.
+    pub(crate) front_end: FrontEnd,
     /// How a handoff reads between the prefill and decode TP sizes (P/D only).
     pub(crate) reads: Option<Reads>,
     /// The checked `[hardware]`, when the deployment gives one.
@@ -180,6 +184,10 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
     }
     let decode_ranks = spec.decode.as_ref().map_or(0, |d| d.count);
     let faults = faults(&spec.faults, decode_ranks).map_err(|e| e.under("faults"))?;
+    let request_us = spec.frontend.request_us.map(|v| micros("request_us", v)).transpose();
+    let response_us = spec.frontend.response_us.map(|v| micros("response_us", v)).transpose();
+    let (request_us, response_us) =
+        (request_us.map_err(|e| e.under("frontend"))?, response_us.map_err(|e| e.under("frontend"))?);
     // Checked for the files that still give it; the timeline is exact.
     timeline_interval(spec.timeline_interval_ms)?;
 
@@ -230,7 +238,16 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
     }
     let model = last.expect("roles() found at least one role");
     roofline_inputs(model_spec, spec, &roles)?;
-    Ok(Checked { model, roles, bandwidth, latency, faults, reads, gpu })
+    // The front end is the version's of the rank a request meets first
+    // (every release pdsim knows has the same), each field the file gives
+    // in its place.
+    let default = roles[0].rules.front_end();
+    let us = |v: f64| SimDuration::from_secs_f64(v / 1e6);
+    let front_end = FrontEnd {
+        request: request_us.map_or(default.request, us),
+        response: response_us.map_or(default.response, us),
+    };
+    Ok(Checked { model, roles, bandwidth, latency, faults, front_end, reads, gpu })
 }
 
 /// The model's TP fields: its `tp`, `kv_heads` and every group's `heads`

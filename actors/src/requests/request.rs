@@ -105,9 +105,10 @@ impl Request {
 /// When each stage of a request happened (`None`: it never got there).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stamps {
-    /// Entered the system.
+    /// Entered the system (reached the API server).
     pub arrival: SimTime,
-    /// Queued at the prefill (or aggregated) rank.
+    /// Queued at the prefill (or aggregated) rank: its engine core has it,
+    /// one way in through the API server after its arrival.
     pub prefill_queued: Option<SimTime>,
     /// First scheduled on the prefill (or aggregated) rank.
     pub prefill_started: Option<SimTime>,
@@ -123,11 +124,12 @@ pub struct Stamps {
     pub transfer_done: Option<SimTime>,
     /// First scheduled on the decode rank.
     pub decode_started: Option<SimTime>,
-    /// First output token.
+    /// First output token, as its client gets it (one way out through the
+    /// API server after the step that made it).
     pub first_token: Option<SimTime>,
-    /// Last output token.
+    /// Last output token, as its client gets it.
     pub last_token: Option<SimTime>,
-    /// Completed or failed.
+    /// Completed or failed, as its client learns it.
     pub finished: Option<SimTime>,
 }
 

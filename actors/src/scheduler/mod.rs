@@ -709,15 +709,16 @@ impl Scheduler {
     }
 
     /// Counts output tokens in 1 s windows from `origin` (default: time
-    /// zero); set before the first step.
-    pub(crate) fn set_token_origin(&mut self, origin: SimTime) {
-        self.core.stats.tokens = crate::stats::bench::TokenWindows::new(origin);
+    /// zero), each `delay` after its step ends (when its client gets it);
+    /// set before the first step.
+    pub(crate) fn set_token_origin(&mut self, origin: SimTime, delay: SimDuration) {
+        self.core.stats.tokens = crate::stats::bench::TokenWindows::delayed(origin, delay);
     }
 
     /// The output tokens of each 1 s window (left empty).
     pub(crate) fn take_token_windows(&mut self) -> crate::stats::bench::TokenWindows {
-        let origin = self.core.stats.tokens.origin();
-        std::mem::replace(&mut self.core.stats.tokens, crate::stats::bench::TokenWindows::new(origin))
+        let empty = self.core.stats.tokens.emptied();
+        std::mem::replace(&mut self.core.stats.tokens, empty)
     }
 
     /// The pool's budget, peak and evictions.

@@ -12,6 +12,9 @@ use crate::requests::workload::RequestSpec;
 pub enum Msg {
     /// Router timer: the next request arrives now.
     Arrival,
+    /// Router timer: a closed-loop client saw its request end (one way out
+    /// through the API server after the engine ended it) and sends its next.
+    ClientNext,
     /// A live run's caller → router: this request arrives now (its
     /// `arrival` is the event's time).
     Inject(Box<RequestSpec>),

@@ -7,12 +7,13 @@
 //! request goes to one rank (`Submit`). Every finished request (completed or
 //! failed) comes back here and is recorded.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
-use sim_core::{Actor, ActorId, Context, EventId, SimTime};
+use sim_core::{Actor, ActorId, Context, EventId, SimDuration, SimTime};
 
 use crate::base::fxmap::FxHashMap;
 use crate::base::units::Tokens;
+use crate::models::model::FrontEnd;
 use crate::requests::request::{FailReason, ReqId, Request};
 use crate::requests::workload::{ArrivalMode, PrefixIds, RequestSource, RequestSpec, WorkloadError};
 use crate::serving::msg::Msg;
@@ -222,6 +223,22 @@ pub struct Router {
     /// A live run's ended requests, copied as they end (in the order they
     /// end, not by id), for its caller; `None` keeps none.
     pub(crate) ended: Option<Vec<Request>>,
+    /// The API server between the clients and the engines.
+    front: FrontEnd,
+    /// The messages that carry requests across it, with when each is due
+    /// (those due by now are dropped as new ones go out): what a run cut
+    /// short takes back from the event queue to account for them.
+    in_transit: VecDeque<(SimTime, EventId)>,
+}
+
+/// A crossing of the API server that carries a request to an engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Leg {
+    /// From the client to the first rank's engine core (`request`).
+    In,
+    /// From the prefill server's answer to the decode server's engine core
+    /// (`response` then `request`).
+    Hop,
 }
 
 impl Router {
@@ -232,6 +249,7 @@ impl Router {
         source: Box<dyn RequestSource>,
         arrivals: ArrivalMode,
         limit: Option<u64>,
+        front: FrontEnd,
     ) -> Self {
         Router {
             targets: Targets::Aggregated(Vec::new()),
@@ -251,7 +269,34 @@ impl Router {
             records: RecordStream::new(),
             error: None,
             ended: None,
+            front,
+            in_transit: VecDeque::new(),
         }
+    }
+
+    /// The events that may still carry requests across the API server (a
+    /// run cut short takes them back; those delivered are gone).
+    pub(crate) fn take_in_transit(&mut self) -> VecDeque<(SimTime, EventId)> {
+        std::mem::take(&mut self.in_transit)
+    }
+
+    /// Sends `msg` (carrying a request) to `to` across `leg` of the API
+    /// server: at once when the leg takes no time.
+    fn cross(&mut self, ctx: &mut Context<'_, Msg>, leg: Leg, to: ActorId, msg: Msg) {
+        let delay = match leg {
+            Leg::In => self.front.request,
+            Leg::Hop => self.front.response.saturating_add(self.front.request),
+        };
+        if delay == SimDuration::ZERO {
+            ctx.send(to, msg).expect("ranks outlive the run");
+            return;
+        }
+        let now = ctx.now();
+        while self.in_transit.front().is_some_and(|&(due, _)| due < now) {
+            self.in_transit.pop_front();
+        }
+        let id = ctx.send_after(delay, to, msg).expect("ranks outlive the run");
+        self.in_transit.push_back((now.saturating_add(delay), id));
     }
 
     /// Wires the ranks.
@@ -346,7 +391,8 @@ impl Router {
             Targets::Aggregated(ranks) => (ranks[i], Msg::Submit as fn(_) -> _, req.prompt + req.output),
         };
         self.first_load[i] += load.get();
-        ctx.send(to, msg(req)).expect("ranks outlive the run");
+        // The request reaches the engine core once through the API server.
+        self.cross(ctx, Leg::In, to, msg(req));
     }
 
     /// Issues the pending request and reads the one after it.
@@ -376,9 +422,15 @@ impl Router {
         self.record(req);
     }
 
-    /// Keeps the record of an ended request (its prefix ids dropped).
+    /// Keeps the record of an ended request (its prefix ids dropped), its
+    /// output times and its end as the client sees them: one way out
+    /// through the API server later.
     fn record(&mut self, mut req: Box<Request>) {
         req.prefix = PrefixIds::none();
+        let out = self.front.response;
+        for t in [&mut req.t.first_token, &mut req.t.last_token, &mut req.t.finished].into_iter().flatten() {
+            *t = t.saturating_add(out);
+        }
         if let Some(ended) = &mut self.ended {
             ended.push((*req).clone());
         }
@@ -389,7 +441,14 @@ impl Router {
     /// crashes still to come are dropped once everything has ended.
     fn after_end(&mut self, ctx: &mut Context<'_, Msg>) {
         if matches!(self.arrivals, ArrivalMode::Closed { .. }) {
-            self.issue_next(ctx);
+            // Its client sees the end one way out through the API server
+            // later, and sends its next request then.
+            match self.front.response {
+                SimDuration::ZERO => self.issue_next(ctx),
+                d => {
+                    ctx.schedule(d, Msg::ClientNext);
+                }
+            }
         }
         self.drop_crashes_if_done(ctx);
     }
@@ -418,6 +477,7 @@ impl Actor<Msg> for Router {
                 }
             },
             Msg::Inject(spec) => self.issue(*spec, ctx),
+            Msg::ClientNext => self.issue_next(ctx),
             Msg::SourceHeld(mut req) => {
                 let p = req.prefill_rank.expect("a held source names its prefill rank") as usize;
                 self.first_load[p] -= req.prompt.get();
@@ -450,7 +510,10 @@ impl Actor<Msg> for Router {
                 req.decode_rank = Some(d as u32);
                 self.decode_load[d] += (req.prompt + req.output).get();
                 self.decode_of.insert(req.id, to);
-                ctx.send(to, Msg::ReserveDestination(req)).expect("ranks outlive the run");
+                // The proxy has the prefill server's answer one way out of
+                // its API server later, and the decode server's engine core
+                // has the request one way in through its own.
+                self.cross(ctx, Leg::Hop, to, Msg::ReserveDestination(req));
             }
             Msg::SourceExpired(id, reason) => {
                 if let Some(&d) = self.decode_of.get(&id) {

@@ -346,15 +346,17 @@ impl Serialize for Bench {
 
 const SECOND_NS: u64 = 1_000_000_000;
 
-/// Output tokens per 1 s window of one rank, counted at the end of the
-/// step that produced them, in windows from `origin` (the run's first
-/// arrival). The steps of a rank end in time order, so the windows fill in
+/// Output tokens per 1 s window of one rank, counted when their client
+/// gets them (the end of the step that produced them, plus `delay`, the API
+/// server's way out), in windows from `origin` (the run's first arrival). The steps of a rank end in time order, so the windows fill in
 /// order: consecutive windows are kept as counts in segments, and a stretch
 /// of more than [`TokenWindows::GAP`] empty windows starts a new segment,
 /// so memory follows the seconds with tokens, not the simulated time.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TokenWindows {
     origin: SimTime,
+    /// From a step's end to its tokens' arrival at their clients.
+    delay: SimDuration,
     /// (first window, tokens per window from it).
     segments: Vec<(u64, Vec<u64>)>,
     /// The window of the last count, as times: `[start, end)`.
@@ -366,17 +368,30 @@ impl TokenWindows {
     /// Empty windows a segment holds before a new one starts.
     pub const GAP: u64 = 64;
 
-    /// No tokens yet, windows from `origin`.
+    /// No tokens yet, windows from `origin`, tokens counted when a step
+    /// ends.
     pub fn new(origin: SimTime) -> Self {
-        TokenWindows { origin, segments: Vec::new(), start: SimTime::MAX, end: SimTime::ZERO }
+        Self::delayed(origin, SimDuration::ZERO)
     }
 
-    /// `n` output tokens came out at `at`.
+    /// No tokens yet, windows from `origin`, tokens counted `delay` after
+    /// the step that made them ends.
+    pub fn delayed(origin: SimTime, delay: SimDuration) -> Self {
+        TokenWindows { origin, delay, segments: Vec::new(), start: SimTime::MAX, end: SimTime::ZERO }
+    }
+
+    /// The same windows with no tokens yet.
+    pub fn emptied(&self) -> Self {
+        Self::delayed(self.origin, self.delay)
+    }
+
+    /// `n` output tokens came out of a step that ended at `at`.
     #[inline]
     pub fn add(&mut self, at: SimTime, n: u64) {
         if n == 0 {
             return;
         }
+        let at = at.saturating_add(self.delay);
         if at >= self.start && at < self.end {
             let last = self.segments.last_mut().and_then(|(_, c)| c.last_mut()).expect("a window is open");
             *last += n;

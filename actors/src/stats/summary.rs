@@ -42,12 +42,14 @@ pub struct Summary {
     pub itl_ms: Stat,
     /// End-to-end latency.
     pub e2e_ms: Stat,
-    /// Waiting for the prefill rank to start the request.
+    /// From arrival to the first prefill step: the API server's way in,
+    /// then waiting for the prefill rank.
     pub prefill_queue_ms: Stat,
     /// From the first prefill step to the end of the prefill.
     pub prefill_time_ms: Stat,
-    /// From the end of the prefill to the start of the transfer (routing and
-    /// the decode rank's reservation).
+    /// From the end of the prefill to the start of the transfer (the
+    /// proxy's hop through the API servers, routing and the decode rank's
+    /// reservation).
     pub transfer_wait_ms: Stat,
     /// The transfer on the link.
     pub transfer_time_ms: Stat,

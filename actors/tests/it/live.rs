@@ -2,7 +2,7 @@
 //! same records as a run of the same arrivals from a workload, and every
 //! output token is handed out at the time its step ended.
 
-use actors::config::{DeploymentSpec, LinkSpec, LinkTopology, RoleSpec, Sharing, SloSpec, StepTimeSpec};
+use actors::config::{DeploymentSpec, FrontEndSpec, LinkSpec, LinkTopology, RoleSpec, Sharing, SloSpec, StepTimeSpec};
 use actors::model::ModelSpec;
 use actors::request::{Outcome, Request};
 use actors::sim::{self, Deployment, RunInput};
@@ -31,6 +31,7 @@ fn pd(prefill: RoleSpec, decode: RoleSpec) -> DeploymentSpec {
         },
         router: Default::default(),
         faults: Default::default(),
+        frontend: FrontEndSpec::none(),
         timeline_interval_ms: 10.0,
         check_invariants: true,
         hardware: None,

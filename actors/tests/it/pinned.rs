@@ -9,9 +9,9 @@ use actors::sim::{self, Deployment};
 
 /// (case, digest of its 10,000 requests).
 const PINNED: [(&str, u64); 3] = [
-    ("llama8b_aggregated", 0x391f_2d32_ddd5_2f31),
-    ("llama8b_1p1d", 0xb01a_0962_fb00_80de),
-    ("glm_hybrid_1p1d", 0xafe9_6ed3_7cf6_f61d),
+    ("llama8b_aggregated", 0xa264_946d_7698_a16d),
+    ("llama8b_1p1d", 0xd7ca_a093_1971_c354),
+    ("glm_hybrid_1p1d", 0x75f2_a8d7_a52b_9e5f),
 ];
 
 #[test]

@@ -2,7 +2,8 @@
 //! link sharing, faults, preemption, determinism and conservation.
 
 use actors::config::{
-    CrashSpec, DecodeGrid, DeploymentSpec, LinkSpec, LinkTopology, RoleSpec, Sharing, SloSpec, StepTimeSpec,
+    CrashSpec, DecodeGrid, DeploymentSpec, FrontEndSpec, LinkSpec, LinkTopology, RoleSpec, Sharing, SloSpec,
+    StepTimeSpec,
 };
 use actors::metrics::{Metric, Sample, Timeline};
 use actors::model::{ModelSpec, Role};
@@ -39,6 +40,7 @@ fn pd(prefill: RoleSpec, decode: RoleSpec, bandwidth_gb_s: f64) -> DeploymentSpe
         },
         router: Default::default(),
         faults: Default::default(),
+        frontend: FrontEndSpec::none(),
         timeline_interval_ms: 10.0,
         check_invariants: true,
         hardware: None,
@@ -710,6 +712,30 @@ fn a_time_limit_ends_the_run_with_every_request_accounted_for() {
     assert_exact_timelines(&out);
 }
 
+/// A time limit that falls while requests cross the API server (on their
+/// way in, and on the proxy's hop from prefill to decode) ends them as
+/// unfinished like the others: every request that entered is accounted
+/// for. One 1,000-token GLM request at 0 with 5 ms each way: a limit at
+/// 2 ms finds it on its way in; one at 45 ms, on the hop (its prefill of
+/// 5 + 999 × 0.03 = 34.97 ms ends at 39.97 ms, its hop 10 ms long).
+#[test]
+fn a_time_limit_while_requests_cross_the_front_end_accounts_for_them() {
+    let mut spec = pd(role(1, 64, linear_step(5_000.0, 30.0, 0.0)), role(1, 64, linear_step(10_000.0, 0.0, 0.01)), 1.0);
+    spec.frontend = FrontEndSpec { request_us: Some(5_000.0), response_us: Some(5_000.0) };
+    let dep = Deployment::build(&glm_spec(), &spec).unwrap();
+    for (limit_ms, queued) in [(2, false), (45, true)] {
+        let mut run_input = input(vec![req(0, 1_000, 2)]);
+        run_input.until = Some(SimTime::ZERO + SimDuration::from_millis(limit_ms));
+        let out = sim::run(&dep, run_input).unwrap();
+        assert_eq!(out.violations, Vec::<String>::new(), "limit {limit_ms} ms");
+        assert_eq!(out.records.len(), 1, "limit {limit_ms} ms");
+        let r = &out.records[0];
+        assert_eq!(r.outcome, Outcome::Failed(FailReason::Unfinished), "limit {limit_ms} ms");
+        assert_eq!(r.t.prefill_queued.is_some(), queued, "limit {limit_ms} ms");
+        assert_eq!(r.t.reserve_requested, None, "limit {limit_ms} ms");
+    }
+}
+
 #[test]
 fn a_time_limit_counts_only_the_evictions_of_steps_that_started() {
     // Prompts named in whole in 700-block pools the cache fills: runs in
@@ -1250,4 +1276,62 @@ fn state_models_peak_where_stepping_peaks() {
         }
     }
     assert_eq!(tried, 80);
+}
+
+/// The API server's front end: a request reaches its engine core
+/// `request_us` after it arrives, every output reaches its client
+/// `response_us` after the engine made it, and in P/D the proxy's hop
+/// from the prefill server to the decode server crosses one of each.
+///
+/// The GLM request of `one_glm_request_is_timed_to_the_nanosecond` with 1 ms
+/// in and 2 ms out: queued at 1 ms; the decode rank asked to reserve 3 ms
+/// after the prefill's end; the first token 1 + 3 + 2 = 6 ms later than
+/// with no front end; the gap between the two tokens unchanged.
+#[test]
+fn the_front_end_adds_its_way_in_its_way_out_and_the_proxys_hop() {
+    let bare = pd(role(1, 64, linear_step(5_000.0, 30.0, 0.0)), role(1, 64, linear_step(10_000.0, 0.0, 0.01)), 1.0);
+    let with = DeploymentSpec {
+        frontend: FrontEndSpec { request_us: Some(1_000.0), response_us: Some(2_000.0) },
+        ..bare.clone()
+    };
+    let (a, b) = (run(&glm_spec(), &bare, vec![req(0, 1_000, 2)]), run(&glm_spec(), &with, vec![req(0, 1_000, 2)]));
+    let (a, b) = (&a.records[0].t, &b.records[0].t);
+    let ms = |n: u64| SimDuration::from_millis(n);
+    assert_eq!(b.arrival, SimTime::ZERO);
+    assert_eq!(b.prefill_queued, Some(SimTime::ZERO + ms(1)));
+    assert_eq!(b.prefill_done, Some(a.prefill_done.unwrap() + ms(1)));
+    assert_eq!(b.reserve_requested, Some(b.prefill_done.unwrap() + ms(3)));
+    for (x, y) in [(a.first_token, b.first_token), (a.last_token, b.last_token), (a.finished, b.finished)] {
+        assert_eq!(y.unwrap() - x.unwrap(), ms(6));
+    }
+    assert_eq!(b.last_token.unwrap() - b.first_token.unwrap(), a.last_token.unwrap() - a.first_token.unwrap());
+}
+
+/// A closed-loop client sends its next request when it sees the last one
+/// end, one way out through the API server after the engine ended it; the
+/// output tokens are counted in 1 s windows at the client's time too.
+#[test]
+fn a_closed_loop_client_waits_for_the_way_out() {
+    let spec = DeploymentSpec {
+        prefill: None,
+        decode: None,
+        aggregated: Some(role(1, 1_000, linear_step(10_000.0, 0.0, 0.0))),
+        frontend: FrontEndSpec { request_us: Some(0.0), response_us: Some(1_982_000.0) },
+        ..pd(RoleSpec::default(), RoleSpec::default(), 1.0)
+    };
+    let dep = Deployment::build(&linear_spec(32_768), &spec).unwrap();
+    let closed = RunInput { arrivals: ArrivalMode::Closed { concurrency: 1 }, ..input(vec![req(0, 100, 2); 2]) };
+    let out = sim::run(&dep, closed).unwrap();
+    let (first, second) = (&out.records[0].t, &out.records[1].t);
+    let ms = |n: u64| SimTime::ZERO + SimDuration::from_millis(n);
+    // Two 10 ms steps: the engine ends the first request at 20 ms, its
+    // client sees it 1,982 ms later and sends the second then.
+    assert_eq!((first.first_token, first.finished), (Some(ms(1_992)), Some(ms(2_002))));
+    assert_eq!(second.arrival, ms(2_002));
+    assert_eq!((second.first_token, second.finished), (Some(ms(3_994)), Some(ms(4_004))));
+    // The engine made the first request's two tokens in the first second
+    // (10 and 20 ms) and the second's in the third (2,012 and 2,022 ms);
+    // their clients got them at 1,992, 2,002, 3,994 and 4,004 ms: one in
+    // each of four 1 s windows.
+    assert_eq!(out.summary.bench.max_output_tokens_per_s, 1.0);
 }

@@ -32,6 +32,7 @@ fn pd() -> DeploymentSpec {
         link: LinkSpec::default(),
         router: Default::default(),
         faults: Default::default(),
+        frontend: Default::default(),
         timeline_interval_ms: 100.0,
         check_invariants: false,
         hardware: None,
