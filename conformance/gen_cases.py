@@ -2,6 +2,7 @@
 """Seeded random cases for the conformance suite.
 
   gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|window-only|mamba-only|sizes] [--async]
+               [--first-chunk]
 
 (window: full attention + a sliding window; mamba: full attention + a
 Mamba state + a tail ring; mixed: either, drawn per case; window-only: a
@@ -14,7 +15,9 @@ sharing, prompt and output lengths and arrival steps, all drawn from one
 seeded stream, so the same seed gives the same cases on every machine.
 A case always fits: every request's prompt and output fit the pool alone.
 --async marks every case `"async_scheduling": true` (vLLM's asynchronous
-engine loop; the draws are the same as without it).
+engine loop; the draws are the same as without it). --first-chunk marks
+every case `"scheduler_reserve_full_isl": false` (admission by the first
+chunk; the same draws).
 """
 import json
 import os
@@ -91,6 +94,8 @@ def main():
         c = case(rng, groups)
         if "--async" in sys.argv:
             c["async_scheduling"] = True
+        if "--first-chunk" in sys.argv:
+            c["scheduler_reserve_full_isl"] = False
         with open(os.path.join(out, f"gen-{seed}-{k}.json"), "w") as f:
             json.dump(c, f)
             f.write("\n")

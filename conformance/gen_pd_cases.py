@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seeded random decode-side (P/D) cases for the conformance suite.
 
-  gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba]
+  gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba] [--first-chunk]
 
 writes OUT_DIR/gen-pd-SEED-K.json for K in 0..COUNT: cases of
 vllm_pd_steps.py ("role": "decode") with block sizes,
@@ -14,7 +14,8 @@ preempted, but every request's prompt and output fit the pool alone.
 group), window (full attention and a sliding window, as gen_cases.py
 draws them) or mamba (full attention, a Mamba state, a tail ring); a
 hybrid case takes the same draws as a full-attention one, then its
-window and pool size.
+window and pool size. --first-chunk marks every case
+`"scheduler_reserve_full_isl": false` (the same draws).
 """
 import json
 import os
@@ -74,8 +75,11 @@ def main():
     rng = random.Random(seed)
     os.makedirs(out, exist_ok=True)
     for k in range(count):
+        c = case(rng, groups)
+        if "--first-chunk" in sys.argv:
+            c["scheduler_reserve_full_isl"] = False
         with open(os.path.join(out, f"gen-pd-{seed}-{k}.json"), "w") as f:
-            json.dump(case(rng, groups), f)
+            json.dump(c, f)
             f.write("\n")
 
 

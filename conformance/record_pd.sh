@@ -21,6 +21,12 @@ python3 "$here/gen_pd_cases.py" 7 50 "$here/pd_cases" --groups window
 python3 "$here/gen_pd_cases.py" 8 50 "$here/pd_cases" --groups mamba
 python3 "$here/gen_pd_cases.py" 6 500 "$work"
 for k in 12 153 178 18 184 21 29 327 328 343 375 379 387 397 438 441 469 92; do cp "$work/gen-pd-6-$k.json" "$here/pd_cases/"; done
+# Admission by the first chunk (scheduler_reserve_full_isl = false): the
+# cases of seeds 1106-1107 that reserve differently from the default.
+rm -f "$here"/pd_cases/gen-pd-110[67]-*
+python3 "$here/gen_pd_cases.py" 1106 60 "$work" --first-chunk
+python3 "$here/gen_pd_cases.py" 1107 40 "$work" --groups window --first-chunk
+for k in 1106-2 1106-53 1107-15 1107-20 1107-34 1107-5 1107-9; do cp "$work/gen-pd-$k.json" "$here/pd_cases/"; done
 cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py pd_cases pd_cases/*.json \
   2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls pd_cases/*.vllm.jsonl | wc -l) cases"

@@ -22,6 +22,9 @@ A request arriving at step s is added before the s-th schedule() call (the
 first call is step 0). Every scheduled request that reaches the end of its
 known tokens samples one token (never EOS); it finishes at max_tokens.
 
+"scheduler_reserve_full_isl": false (optional; default true) admits a
+waiting request when its first chunk fits rather than its whole sequence.
+
 "async_scheduling": true (optional) runs vLLM's AsyncScheduler the way
 EngineCore.step_with_batch_queue drives it (`v1/engine/core.py:708-822`)
 with a batch queue of two (`config/vllm.py:588` max_concurrent_batches):
@@ -81,7 +84,8 @@ def build(cfg, kv_transfer_config=None):
         return build_hybrid(cfg, kv_transfer_config)
     sc = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
                          max_model_len=cfg.get("max_model_len", 8192), enable_chunked_prefill=True,
-                         async_scheduling=is_async(cfg), is_encoder_decoder=False)
+                         async_scheduling=is_async(cfg), is_encoder_decoder=False,
+                         scheduler_reserve_full_isl=cfg.get("scheduler_reserve_full_isl", True))
     mc = ModelConfig(model=os.path.join(HERE, "tiny-llama"), skip_tokenizer_init=True, dtype="float16",
                      max_model_len=cfg.get("max_model_len", 8192))
     cc = CacheConfig(block_size=cfg["block_size"], enable_prefix_caching=cfg["prefix_caching"])
@@ -134,7 +138,8 @@ def build_hybrid(cfg, kv_transfer_config=None):
     mamba = [s.block_size for s in specs if isinstance(s, MambaSpec)]
     sc = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
                          max_model_len=max_model_len, enable_chunked_prefill=True,
-                         async_scheduling=is_async(cfg), is_encoder_decoder=False)
+                         async_scheduling=is_async(cfg), is_encoder_decoder=False,
+                         scheduler_reserve_full_isl=cfg.get("scheduler_reserve_full_isl", True))
     mc = ModelConfig(model=os.path.join(HERE, "tiny-llama"), skip_tokenizer_init=True, dtype="float16",
                      max_model_len=max_model_len)
     # What MambaModelConfig.verify_and_update_config does for a Mamba model:

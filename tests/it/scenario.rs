@@ -323,7 +323,7 @@ fn unmodelled_vllm_scheduler_options_are_refused_with_the_reason() {
         assert!(err.message().contains("is not modelled"), "{err}");
         assert!(err.message().contains(o.why) && err.message().contains(o.default), "{err}");
     }
-    assert_eq!(actors::options::UNMODELLED_SCHEDULER_OPTIONS.len(), 10);
+    assert_eq!(actors::options::UNMODELLED_SCHEDULER_OPTIONS.len(), 9);
 }
 
 /// `[frontend]`: each field a time in µs from 0 to 10⁹, placed at its line

@@ -117,6 +117,13 @@ pub struct RoleSpec {
     /// version's default (on, in every version pdsim knows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub async_scheduling: Option<bool>,
+    /// vLLM's `--scheduler-reserve-full-isl` (default true): a waiting
+    /// request is admitted only if its whole known sequence (its prompt,
+    /// and after a preemption its output so far) fits in the free blocks;
+    /// false, if its first chunk does, so a long prompt may start in a
+    /// pool it cannot finish in and be preempted (`actors/src/vllm/admission.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_reserve_full_isl: Option<bool>,
     /// The forward-pass time of one step.
     pub step_time: StepTimeSpec,
 }
@@ -143,6 +150,7 @@ impl Default for RoleSpec {
             prefix_caching: yes(),
             vllm_version: None,
             async_scheduling: None,
+            scheduler_reserve_full_isl: None,
             step_time: StepTimeSpec::Roofline(Default::default()),
         }
     }

@@ -83,6 +83,15 @@ pub struct Case {
     /// `EngineCore.step_with_batch_queue` interleaves them.
     #[serde(default)]
     pub async_scheduling: bool,
+    /// vLLM's `scheduler_reserve_full_isl` (default true): a waiting
+    /// request is admitted only if its whole known sequence fits; false,
+    /// if its first chunk does.
+    #[serde(default = "yes")]
+    pub scheduler_reserve_full_isl: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A request of a case.
@@ -205,6 +214,7 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
     let mut sched = Scheduler::new(Mode::Generate, limits, false, pool, Box::new(OneMs), Box::new(VllmPolicy));
     sched.set_lazy_decoding(false);
     sched.set_check_invariants(true);
+    sched.set_reserve_full_isl(case.scheduler_reserve_full_isl);
     if case.async_scheduling {
         // The case numbers the schedule calls itself: nothing is held back.
         sched.set_engine_loop(EngineLoop::Async, false);

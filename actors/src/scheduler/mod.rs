@@ -198,6 +198,10 @@ struct Core {
     preempted: Vec<ReqId>,
     /// How the rank's engine loop drives the scheduler.
     engine: EngineLoop,
+    /// Admit a waiting request only if its whole known sequence fits
+    /// (vLLM's `scheduler_reserve_full_isl`, on by default); off, its first
+    /// chunk alone must fit ([`crate::vllm::admission`]).
+    full_isl: bool,
     /// Hold new work back as the asynchronous loop does
     /// ([`engine::visible_at_plan`]); off where the caller numbers the
     /// schedule calls itself (`pdsim steps`).
@@ -275,6 +279,7 @@ impl Scheduler {
             done: Vec::new(),
             preempted: Vec::new(),
             engine: EngineLoop::Sync,
+            full_isl: true,
             hold_inputs: false,
             finishing: 0,
             released: Vec::new(),
@@ -298,6 +303,13 @@ impl Scheduler {
     pub(crate) fn set_engine_loop(&mut self, engine: EngineLoop, hold_inputs: bool) {
         self.core.engine = engine;
         self.core.hold_inputs = hold_inputs && engine.holds_inputs();
+    }
+
+    /// Admits a waiting request only if its whole known sequence fits (on,
+    /// vLLM's default), or by its first chunk alone (off): vLLM's
+    /// `scheduler_reserve_full_isl` ([`crate::vllm::admission`]).
+    pub(crate) fn set_reserve_full_isl(&mut self, on: bool) {
+        self.core.full_isl = on;
     }
 
     /// Uses the decoding set (on by default). Off, every step handles every

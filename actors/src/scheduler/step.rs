@@ -251,8 +251,9 @@ impl<'a> Step<'a> {
         let state = handoff::reservation_span(t, n, windows);
         let need = core.pool.blocks_after_hit(hit, state.0, state.1, false);
         core.make_room(core.pool.pin_and_take_need(hit, need) + keep);
-        if t < n {
-            // (With T = N the allocation's own check is the stricter.)
+        if t < n && core.full_isl {
+            // (With T = N the allocation's own check is the stricter; with
+            // `scheduler_reserve_full_isl` off there is none.)
             let whole = handoff::load_whole(n);
             core.make_room(core.pool.pin_and_take_need(hit, core.pool.blocks_after_hit(hit, whole.0, whole.1, false)));
             let seq = core.seqs.get(key);
@@ -313,11 +314,13 @@ impl<'a> Step<'a> {
             let seq = core.seqs.get(key);
             let k = (seq.goal(mode) - seq.computed).get().min(budget);
             let (from, to) = (seq.computed, seq.computed + Tokens::new(k));
-            // (A fresh one is checked against its whole sequence.)
+            // (A fresh one is checked against its whole sequence, unless
+            // admission counts its first chunk alone.)
             let need = if seq.looked_up {
                 core.pool.extra_needed(&seq.alloc, from, to, checkpoints)
             } else {
-                core.pool.blocks_after_hit(0, Tokens::ZERO, seq.goal(mode).max(Tokens::new(k)), checkpoints)
+                let upto = if core.full_isl { seq.goal(mode).max(Tokens::new(k)) } else { Tokens::new(k) };
+                core.pool.blocks_after_hit(0, Tokens::ZERO, upto, checkpoints)
             };
             core.make_room(need);
         }
@@ -338,10 +341,15 @@ impl<'a> Step<'a> {
             let to = from + Tokens::new(k);
             let ckpt = checkpoints && mode == Mode::PrefillOnly && to == goal;
             // Whole-sequence admission: it waits unless everything it knows
-            // (prompt, and output so far after a preemption) would fit.
+            // (prompt, and output so far after a preemption) would fit;
+            // with `scheduler_reserve_full_isl` off, its first chunk alone.
             let in_flight = Tokens::new(core.engine.in_flight_tokens(core.limits.max_num_batched_tokens));
             let whole = admission::whole_sequence(from, goal, checkpoints && mode == Mode::PrefillOnly, in_flight);
-            let admitted = pool.whole_fits(&seq.req.prefix, seq.req.prompt, seq.req.id, hit, whole).and_then(|()| {
+            let fits = match core.full_isl {
+                true => pool.whole_fits(&seq.req.prefix, seq.req.prompt, seq.req.id, hit, whole),
+                false => Ok(()),
+            };
+            let admitted = fits.and_then(|()| {
                 pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit, (from, to), ckpt)
             });
             if let Err(short) = admitted {

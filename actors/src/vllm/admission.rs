@@ -8,7 +8,10 @@
 //! the span ([`Whole`], [`whole_sequence`]) and each group's blocks for it
 //! ([`group_blocks_counted`]: a window group at most its admission cap).
 //! The pool compares the count with its free and evictable blocks
-//! (`KvPool::whole_fits`).
+//! (`KvPool::whole_fits`). With `scheduler_reserve_full_isl = false` vLLM
+//! skips this check alone (the first chunk's allocation is still checked,
+//! and a remote load still leaves the prefills in flight their blocks):
+//! the scheduler's `full_isl` switch (`Scheduler::set_reserve_full_isl`).
 //!
 //! B = 16, 8 usable blocks, one 64-token request running (4 blocks): a
 //! 100-token prompt needs cdiv(100, 16) = 7 > 4 free and waits, even with a

@@ -49,12 +49,6 @@ pub const UNMODELLED_SCHEDULER_OPTIONS: &[UnmodelledOption] = &[
               does not model",
     },
     UnmodelledOption {
-        name: "scheduler_reserve_full_isl",
-        default: "true (a waiting request is admitted only when its whole sequence fits)",
-        why: "admission by the first chunk alone is not modelled; the rule pdsim runs is in \
-              vllm/admission.rs",
-    },
-    UnmodelledOption {
         name: "watermark",
         default: "0 (no free blocks held back from admission)",
         why: "a reserve of free blocks at admission is not modelled",

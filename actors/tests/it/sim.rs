@@ -1335,3 +1335,33 @@ fn a_closed_loop_client_waits_for_the_way_out() {
     // each of four 1 s windows.
     assert_eq!(out.summary.bench.max_output_tokens_per_s, 1.0);
 }
+
+/// `scheduler_reserve_full_isl = false` admits a waiting request when its
+/// first chunk fits, not only when its whole prompt does.
+///
+/// B = 16, 24 blocks, a token budget of 64: A (160 tokens, 40 out, 10
+/// blocks and growing) runs; B (240 tokens, 15 blocks) arrives at 5 ms,
+/// when 13 blocks are free. By default B waits until A has finished; with
+/// the option off its first chunk of 64 tokens (4 blocks) starts at once.
+#[test]
+fn admission_by_the_first_chunk_starts_a_prompt_the_pool_cannot_yet_hold() {
+    let run_with = |full_isl: Option<bool>| {
+        let mut r = role(1, 24, linear_step(10_000.0, 0.0, 0.0));
+        r.max_num_batched_tokens = 64;
+        r.scheduler_reserve_full_isl = full_isl;
+        let spec = DeploymentSpec {
+            prefill: None,
+            decode: None,
+            aggregated: Some(r),
+            ..pd(role(1, 1, linear_step(1.0, 0.0, 0.0)), role(1, 1, linear_step(1.0, 0.0, 0.0)), 1.0)
+        };
+        let out = run(&linear_spec(32_768), &spec, vec![req(0, 160, 40), req(5_000_000, 240, 2)]);
+        assert!(out.records.iter().all(|r| r.outcome == Outcome::Completed), "{:?}", out.records);
+        (out.records[0].t, out.records[1].t)
+    };
+    let (a, b) = run_with(None);
+    assert_eq!(run_with(Some(true)), (a, b), "true is the default");
+    assert!(b.prefill_started.unwrap() >= a.last_token.unwrap(), "{b:?} {a:?}");
+    let (a2, b2) = run_with(Some(false));
+    assert!(b2.prefill_started.unwrap() < a2.last_token.unwrap(), "{b2:?} {a2:?}");
+}
