@@ -17,6 +17,7 @@ use actors::metrics::EntitySample;
 use actors::records::RecordSink;
 use pdsim::report::{self, RequestRows, TimelineRows, TraceSlices};
 use pdsim::runner::{Run, SampleSinkFactory};
+use sim_core::SimDuration;
 
 use pdsim::output::{self, TempFile};
 
@@ -93,6 +94,7 @@ struct Trace {
     index: Vec<(u32, u64, u64)>,
     topology: LinkTopology,
     disaggregated: bool,
+    way_out: SimDuration,
 }
 
 impl Trace {
@@ -128,18 +130,16 @@ impl Live {
     /// opened, those already made are removed.
     pub fn create(
         dir: &Path,
-        disaggregated: bool,
-        topology: LinkTopology,
+        (disaggregated, topology, way_out): (bool, LinkTopology, SimDuration),
         timeline: bool,
         trace: bool,
     ) -> Result<Self, CmdError> {
-        Self::open(dir, disaggregated, topology, timeline, trace).inspect_err(|_| remove_partials(dir))
+        Self::open(dir, (disaggregated, topology, way_out), timeline, trace).inspect_err(|_| remove_partials(dir))
     }
 
     fn open(
         dir: &Path,
-        disaggregated: bool,
-        topology: LinkTopology,
+        (disaggregated, topology, way_out): (bool, LinkTopology, SimDuration),
         timeline: bool,
         trace: bool,
     ) -> Result<Self, CmdError> {
@@ -165,6 +165,7 @@ impl Live {
                 index: Vec::new(),
                 topology,
                 disaggregated,
+                way_out,
             })
         } else {
             None
@@ -207,7 +208,7 @@ impl Live {
                 }
                 if let Some(t) = &mut f.trace {
                     let names: Vec<String> = entities.iter().map(|(n, _)| n.clone()).collect();
-                    t.fmt = Some(TraceSlices::new(&names, t.topology, t.disaggregated));
+                    t.fmt = Some(TraceSlices::new(&names, t.topology, t.disaggregated, t.way_out));
                     t.pending = vec![Vec::new(); names.len()];
                     t.groups = entities.iter().map(|(_, g)| g.clone()).collect();
                 }

@@ -184,7 +184,8 @@ fn simulate_live(
     let (want_timeline, want_trace) = (files.contains(&"timeline.csv"), files.contains(&"trace.json"));
     clear_dir(dir)?;
     let deployment = scenario.deployment();
-    let live = Live::create(dir, deployment.prefill.is_some(), deployment.link.topology, want_timeline, want_trace)?;
+    let shape = (deployment.prefill.is_some(), deployment.link.topology, scenario.front_end().response);
+    let live = Live::create(dir, shape, want_timeline, want_trace)?;
     let keep = runner::Keep {
         timelines: want_timeline || want_trace,
         record_sink: Some(live.record_sink()),

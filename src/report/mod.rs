@@ -282,7 +282,8 @@ impl LinkSummary {
 /// average ([`Overload::wait_ms`]): the prefill queue for prefill (or
 /// aggregated) ranks, the transfer wait (routing and the decode rank's
 /// reservation of blocks) plus the decode queue for decode ranks, the
-/// transfer itself for links. A busy share cannot tell it: a decode rank
+/// transfer itself for links; each less the API server's legs inside it
+/// (the way in, the proxy's hop), which are no rank's queue. A busy share cannot tell it: a decode rank
 /// with anything to decode steps all the time, however small its batch,
 /// so its busy share sits near 100 % below its capacity (a GLM 1P1D run
 /// at 5 req/s with bursty arrivals: decode 95.0 % busy, prefill 79.2 %,
@@ -315,7 +316,8 @@ pub struct Overload {
     pub bottleneck_ttft_share: Option<f64>,
     /// Each role's mean wait in front of it, ms (the summary's stage
     /// means): prefill or aggregated, the prefill queue; decode, the
-    /// transfer wait plus the decode queue; link, the transfer time.
+    /// transfer wait plus the decode queue; link, the transfer time; the
+    /// API server's legs taken out.
     pub wait_ms: BTreeMap<&'static str, f64>,
     /// Each role's mean busy share (of its ranks, or of the links). A
     /// decode rank steps whenever it has anything to decode, so its share
@@ -354,10 +356,16 @@ pub fn overload(scenario: &Scenario, run: &Run) -> Overload {
     }
     let busy_share: BTreeMap<&'static str, f64> =
         shares.into_iter().map(|(k, (sum, n))| (k, sum / f64::from(n.max(1)))).collect();
-    // The mean wait in front of each role, ms.
+    // The mean wait in front of each role, ms, less the API server's
+    // legs every request crosses there (the way in before the prefill
+    // queue, the proxy's hop inside the transfer wait): time spent in the
+    // front end is no role's queue.
+    let front = scenario.front_end();
+    let ms = |d: sim_core::SimDuration| d.as_nanos() as f64 / 1e6;
+    let (way_in, hop) = (ms(front.request), ms(front.request) + ms(front.response));
     let wait = |role: &str| match role {
-        "prefill" | "aggregated" => s.prefill_queue_ms.mean,
-        "decode" => s.transfer_wait_ms.mean + s.decode_queue_ms.mean,
+        "prefill" | "aggregated" => (s.prefill_queue_ms.mean - way_in).max(0.0),
+        "decode" => (s.transfer_wait_ms.mean - hop).max(0.0) + s.decode_queue_ms.mean,
         _ => s.transfer_time_ms.mean,
     };
     let wait_ms: BTreeMap<&'static str, f64> = busy_share.keys().map(|&k| (k, wait(k))).collect();

@@ -2,6 +2,7 @@
 //! slice a step or transfer and one counter a timeline sample.
 
 use super::*;
+use sim_core::SimDuration;
 
 /// Writes `trace.json` in the Chrome trace-event format (JSON object form),
 /// for Perfetto (ui.perfetto.dev) or chrome://tracing.
@@ -14,7 +15,8 @@ use super::*;
 ///   token), `transfer` on its link (from the start to the end of the
 ///   transfer; none when nothing moved), `decode` on its decode rank (from
 ///   the first decode step to the end; on an aggregated rank, from the
-///   first token to the end). Overlapping requests get their own rows
+///   first token to the end; a request's first token and end as its rank
+///   made them, before the API server's way out). Overlapping requests get their own rows
 ///   under the rank's track. A request that failed mid-stage ends that
 ///   stage at its failure. Slice args carry the request's numbers.
 /// - Counters (`ph` `C`), one per timeline row of the series shown (so at
@@ -33,13 +35,14 @@ pub fn write_trace_json(
     run: &Run,
     topology: LinkTopology,
     disaggregated: bool,
+    way_out: SimDuration,
 ) -> io::Result<()> {
     let out = &run.output;
     let entities: Vec<String> =
         out.ranks.iter().map(|r| r.name.clone()).chain(out.links.iter().map(|l| l.name.clone())).collect();
     write_trace_head(w, scenario_label, run.seed, out.digest, &entities)?;
     let mut buf = Vec::new();
-    let mut slices = TraceSlices::new(&entities, topology, disaggregated);
+    let mut slices = TraceSlices::new(&entities, topology, disaggregated, way_out);
     for chunk in out.records.chunks(1024) {
         buf.clear();
         for r in chunk {
@@ -163,14 +166,19 @@ pub struct TraceSlices {
     pid_of: BTreeMap<String, usize>,
     topology: LinkTopology,
     disaggregated: bool,
+    /// The API server's way out: a request's output times are its client's,
+    /// this much after the rank made them.
+    way_out: SimDuration,
     name: String,
 }
 
 impl TraceSlices {
-    /// Slices on these entities (the ranks in report order, then the links).
-    pub fn new(entities: &[String], topology: LinkTopology, disaggregated: bool) -> Self {
+    /// Slices on these entities (the ranks in report order, then the links),
+    /// of requests whose output times are `way_out` after their ranks made
+    /// them (the API server's way out: the slices end at the rank's time).
+    pub fn new(entities: &[String], topology: LinkTopology, disaggregated: bool, way_out: SimDuration) -> Self {
         let pid_of = entities.iter().enumerate().map(|(i, n)| (n.clone(), i + 1)).collect();
-        TraceSlices { pid_of, topology, disaggregated, name: String::new() }
+        TraceSlices { pid_of, topology, disaggregated, way_out, name: String::new() }
     }
 
     /// The pid of rank `index` of `role`, or of `r`'s link.
@@ -200,7 +208,11 @@ impl TraceSlices {
     /// Appends the slices of `r`.
     pub fn push(&mut self, out: &mut Vec<u8>, r: &Request) {
         let s = &r.t;
-        let end_or_failure = |end: Option<SimTime>| end.or(s.finished);
+        // Output times at the rank (the records hold the client's).
+        let at_rank =
+            |t: Option<SimTime>| t.map(|t| SimTime::from_nanos(t.as_nanos().saturating_sub(self.way_out.as_nanos())));
+        let (first_token, finished) = (at_rank(s.first_token), at_rank(s.finished));
+        let end_or_failure = |end: Option<SimTime>| end.or(finished);
         // (stage, pid, start, end)
         let mut slices: [Slice; 3] = [("", None, None, None); 3];
         if self.disaggregated {
@@ -213,11 +225,11 @@ impl TraceSlices {
             if r.transfer_bytes.get() > 0 {
                 slices[1] = ("transfer", self.pid(None, None, r), s.transfer_started, end_or_failure(s.transfer_done));
             }
-            slices[2] = ("decode", self.pid(Some(Role::Decode), r.decode_rank, r), s.decode_started, s.finished);
+            slices[2] = ("decode", self.pid(Some(Role::Decode), r.decode_rank, r), s.decode_started, finished);
         } else {
             let pid = self.pid(Some(Role::Aggregated), r.prefill_rank, r);
-            slices[0] = ("prefill", pid, s.prefill_started, end_or_failure(s.first_token));
-            slices[1] = ("decode", pid, s.first_token, s.finished);
+            slices[0] = ("prefill", pid, s.prefill_started, end_or_failure(first_token));
+            slices[1] = ("decode", pid, first_token, finished);
         }
         for (stage, pid, start, end) in slices {
             let (Some(pid), Some(start), Some(end)) = (pid, start, end) else { continue };

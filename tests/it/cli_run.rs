@@ -390,7 +390,8 @@ fn streamed_files_are_those_written_from_memory() {
         let (mut req, mut tl, mut tr) = (Vec::new(), Vec::new(), Vec::new());
         report::write_requests_csv(&mut req, &run.output.records, disaggregated).unwrap();
         report::write_timeline_csv(&mut tl, &run.output.ranks, &run.output.links).unwrap();
-        report::write_trace_json(&mut tr, &label, &run, d.link.topology, disaggregated).unwrap();
+        let way_out = s.front_end().response;
+        report::write_trace_json(&mut tr, &label, &run, d.link.topology, disaggregated, way_out).unwrap();
         for (name, want) in [("requests.csv", req), ("timeline.csv", tl), ("trace.json", tr)] {
             assert!(std::fs::read(dir.join(name)).unwrap() == want, "{file}: {name} differs");
         }

@@ -18,19 +18,19 @@ use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 13] = [
-    ("default.toml", 0x27a0_afdd_1c9e_1abf, 0x9ba9_660f_5229_8ce7, 0x8475_e873_2d9e_819c),
-    ("glm-5.3-flash-1p1d.toml", 0x5026_f4f3_03ef_35ae, 0x9962_9abd_0f1f_888c, 0x46cc_c411_dfc1_1179),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0x1db1_5c49_58a9_31d9, 0xd636_850a_80b7_d15b, 0x0892_c91c_3b2a_d1cf),
-    ("glm-5.3-flash-2p2d.toml", 0x0bb9_4b43_52ff_681e, 0xd8bc_897a_c12b_112e, 0x041b_0b39_5e82_0ed9),
-    ("glm-5.3-flash-p4d8.toml", 0x93ce_18c8_c857_e822, 0xfc51_54e9_bdcd_b34f, 0xcd53_62e7_99a9_88fb),
-    ("gpt-oss-1p1d.toml", 0x6ca8_02db_34b8_cfdf, 0x7caf_28aa_169b_293c, 0x498f_875b_b42f_fcb5),
-    ("llama-3.1-8b-1p1d.toml", 0x13ea_7eff_eb07_d307, 0x7d27_cd8a_2666_2571, 0xfee2_ed1a_cc8d_4aa1),
-    ("llama-3.1-8b-aggregated.toml", 0x44e9_dd5e_7802_2c3a, 0xc87a_f5b6_a7db_c48b, 0x5496_cc58_909c_08d6),
-    ("llama-3.1-8b-h200-tp1.toml", 0x60b7_f008_9fea_0411, 0x9ca6_d0ac_cd73_d37f, 0x9045_051f_1619_0d05),
-    ("llama-3.1-8b-h200-tp2.toml", 0x151e_d9c7_e1e0_7bb0, 0xdb4b_cc6e_9337_a4c1, 0x4060_77f9_7ecc_836f),
-    ("llama-3.1-8b-h200-tp4.toml", 0x2e75_dbae_f20c_89aa, 0x2fff_0901_a9ba_2465, 0x7d28_8d03_8c8d_9e1a),
-    ("llama-3.1-8b-mooncake.toml", 0x5cfc_836c_6eca_acb0, 0x060b_d46f_9768_40c9, 0x8783_01cb_b863_1acf),
-    ("mamba2-hybrid-1p1d.toml", 0xd824_887e_6a7c_52e2, 0xe420_42dd_1403_8797, 0x1ed5_7103_17e4_c9aa),
+    ("default.toml", 0xbb9c_2f9b_49ee_477c, 0x9ba9_660f_5229_8ce7, 0x8475_e873_2d9e_819c),
+    ("glm-5.3-flash-1p1d.toml", 0x2abe_d671_d207_6b06, 0x9962_9abd_0f1f_888c, 0x46cc_c411_dfc1_1179),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0x6287_190e_8854_4388, 0xd636_850a_80b7_d15b, 0x0892_c91c_3b2a_d1cf),
+    ("glm-5.3-flash-2p2d.toml", 0x415e_76e6_8337_801e, 0xd8bc_897a_c12b_112e, 0x041b_0b39_5e82_0ed9),
+    ("glm-5.3-flash-p4d8.toml", 0x055d_ca71_5e7c_4726, 0xfc51_54e9_bdcd_b34f, 0xcd53_62e7_99a9_88fb),
+    ("gpt-oss-1p1d.toml", 0x39c2_52bd_f44b_26b6, 0x7caf_28aa_169b_293c, 0x498f_875b_b42f_fcb5),
+    ("llama-3.1-8b-1p1d.toml", 0x4d9e_3421_3992_475d, 0x7d27_cd8a_2666_2571, 0xfee2_ed1a_cc8d_4aa1),
+    ("llama-3.1-8b-aggregated.toml", 0x2016_36b7_9957_c489, 0xc87a_f5b6_a7db_c48b, 0x5496_cc58_909c_08d6),
+    ("llama-3.1-8b-h200-tp1.toml", 0xd56a_e364_d632_3aab, 0x9ca6_d0ac_cd73_d37f, 0x9045_051f_1619_0d05),
+    ("llama-3.1-8b-h200-tp2.toml", 0x08a3_8e7e_3ca0_deb1, 0xdb4b_cc6e_9337_a4c1, 0x4060_77f9_7ecc_836f),
+    ("llama-3.1-8b-h200-tp4.toml", 0xa71a_e9fc_58ba_8f9d, 0x2fff_0901_a9ba_2465, 0x7d28_8d03_8c8d_9e1a),
+    ("llama-3.1-8b-mooncake.toml", 0xf3d9_a3d1_a51b_e9e6, 0x060b_d46f_9768_40c9, 0x8783_01cb_b863_1acf),
+    ("mamba2-hybrid-1p1d.toml", 0x03f2_e351_5553_c1d1, 0xe420_42dd_1403_8797, 0x1ed5_7103_17e4_c9aa),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {

@@ -383,10 +383,11 @@ pub enum SimError {
         END_OF_TIME.as_secs_f64()
     )]
     PastEndOfTime {
-        /// The scenario field that makes it (`decode.step_time`, or
-        /// `link.bandwidth_gb_s`).
+        /// The scenario field that makes it (`decode.step_time`,
+        /// `link.bandwidth_gb_s`, or `frontend.request_us`).
         field: String,
-        /// What would end too late: a step, or a transfer.
+        /// What would end too late: a step, a transfer, or a request's way
+        /// through the API server.
         what: &'static str,
     },
 }
@@ -586,8 +587,12 @@ impl Built<'_> {
                 late = Some(core.role());
             }
         });
+        let router = self.sim.actor::<Router>(self.router).expect("router");
         match late {
             Some(role) => SimError::PastEndOfTime { field: format!("{role}.step_time"), what: "step" },
+            None if router.crossing_past(END_OF_TIME) => {
+                SimError::PastEndOfTime { field: "frontend.request_us".into(), what: "way through the API server" }
+            }
             None => SimError::PastEndOfTime { field: "link.bandwidth_gb_s".into(), what: "transfer" },
         }
     }
@@ -1024,6 +1029,8 @@ fn collect(built: Built<'_>, final_time: SimTime, cut_short: bool) -> Result<Sim
     }
     for mut req in unfinished {
         req.fail(FailReason::Unfinished, final_time);
+        // As the router records every other request: at its client's time.
+        req.shift_to_client_time(dep.front_end.response);
         stream.push(req);
     }
     let mut link_reports = Vec::new();

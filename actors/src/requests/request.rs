@@ -83,6 +83,15 @@ impl Request {
         }
     }
 
+    /// Moves its output times (first and last token, its end) from when the
+    /// engine made them to when its client gets them, `way_out` later (the
+    /// API server's response leg). Done once, as the request is recorded.
+    pub(crate) fn shift_to_client_time(&mut self, way_out: SimDuration) {
+        for t in [&mut self.t.first_token, &mut self.t.last_token, &mut self.t.finished].into_iter().flatten() {
+            *t = t.saturating_add(way_out);
+        }
+    }
+
     /// Time to first token.
     pub fn ttft(&self) -> Option<SimDuration> {
         Some(self.t.first_token? - self.t.arrival)

@@ -208,8 +208,9 @@ pub struct Router {
     limit: Option<u64>,
     next: Option<RequestSpec>,
     issued: u64,
-    /// The decode rank of each held source routed and not yet finished.
-    decode_of: FxHashMap<ReqId, ActorId>,
+    /// The decode rank of each held source routed and not yet finished,
+    /// and when its reservation request reaches that rank (the proxy's hop).
+    decode_of: FxHashMap<ReqId, (ActorId, SimTime)>,
     /// Decode ranks that went down, by index.
     decode_down: Vec<bool>,
     /// Crashes still to come (injected faults).
@@ -274,6 +275,12 @@ impl Router {
         }
     }
 
+    /// Whether a request crossing the API server reaches its engine at `t`
+    /// or later.
+    pub(crate) fn crossing_past(&self, t: SimTime) -> bool {
+        self.in_transit.iter().any(|&(due, _)| due >= t)
+    }
+
     /// The events that may still carry requests across the API server (a
     /// run cut short takes them back; those delivered are gone).
     pub(crate) fn take_in_transit(&mut self) -> VecDeque<(SimTime, EventId)> {
@@ -281,22 +288,24 @@ impl Router {
     }
 
     /// Sends `msg` (carrying a request) to `to` across `leg` of the API
-    /// server: at once when the leg takes no time.
-    fn cross(&mut self, ctx: &mut Context<'_, Msg>, leg: Leg, to: ActorId, msg: Msg) {
+    /// server: at once when the leg takes no time. Returns when it arrives.
+    fn cross(&mut self, ctx: &mut Context<'_, Msg>, leg: Leg, to: ActorId, msg: Msg) -> SimTime {
         let delay = match leg {
             Leg::In => self.front.request,
             Leg::Hop => self.front.response.saturating_add(self.front.request),
         };
+        let now = ctx.now();
         if delay == SimDuration::ZERO {
             ctx.send(to, msg).expect("ranks outlive the run");
-            return;
+            return now;
         }
-        let now = ctx.now();
         while self.in_transit.front().is_some_and(|&(due, _)| due < now) {
             self.in_transit.pop_front();
         }
         let id = ctx.send_after(delay, to, msg).expect("ranks outlive the run");
-        self.in_transit.push_back((now.saturating_add(delay), id));
+        let due = now.saturating_add(delay);
+        self.in_transit.push_back((due, id));
+        due
     }
 
     /// Wires the ranks.
@@ -427,10 +436,7 @@ impl Router {
     /// through the API server later.
     fn record(&mut self, mut req: Box<Request>) {
         req.prefix = PrefixIds::none();
-        let out = self.front.response;
-        for t in [&mut req.t.first_token, &mut req.t.last_token, &mut req.t.finished].into_iter().flatten() {
-            *t = t.saturating_add(out);
-        }
+        req.shift_to_client_time(self.front.response);
         if let Some(ended) = &mut self.ended {
             ended.push((*req).clone());
         }
@@ -509,15 +515,24 @@ impl Actor<Msg> for Router {
                 let to = decode[d];
                 req.decode_rank = Some(d as u32);
                 self.decode_load[d] += (req.prompt + req.output).get();
-                self.decode_of.insert(req.id, to);
+                let id = req.id;
                 // The proxy has the prefill server's answer one way out of
                 // its API server later, and the decode server's engine core
                 // has the request one way in through its own.
-                self.cross(ctx, Leg::Hop, to, Msg::ReserveDestination(req));
+                let due = self.cross(ctx, Leg::Hop, to, Msg::ReserveDestination(req));
+                self.decode_of.insert(id, (to, due));
             }
             Msg::SourceExpired(id, reason) => {
-                if let Some(&d) = self.decode_of.get(&id) {
-                    ctx.send(d, Msg::CancelDestination(id, reason)).expect("ranks outlive the run");
+                // A source that lapses while its request crosses the hop is
+                // cancelled when the request reaches the decode rank (after
+                // it, at that instant), not before.
+                if let Some(&(d, due)) = self.decode_of.get(&id) {
+                    let cancel = Msg::CancelDestination(id, reason);
+                    match due.saturating_since(ctx.now()) {
+                        SimDuration::ZERO => ctx.send(d, cancel),
+                        wait => ctx.send_after(wait, d, cancel),
+                    }
+                    .expect("ranks outlive the run");
                 }
             }
             Msg::RankDown(d) => self.decode_down[d as usize] = true,

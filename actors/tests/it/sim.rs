@@ -733,6 +733,8 @@ fn a_time_limit_while_requests_cross_the_front_end_accounts_for_them() {
         assert_eq!(r.outcome, Outcome::Failed(FailReason::Unfinished), "limit {limit_ms} ms");
         assert_eq!(r.t.prefill_queued.is_some(), queued, "limit {limit_ms} ms");
         assert_eq!(r.t.reserve_requested, None, "limit {limit_ms} ms");
+        // Its client learns of the end one way out after the cut.
+        assert_eq!(r.t.finished, Some(SimTime::ZERO + SimDuration::from_millis(limit_ms + 5)), "limit {limit_ms} ms");
     }
 }
 
@@ -1305,6 +1307,34 @@ fn the_front_end_adds_its_way_in_its_way_out_and_the_proxys_hop() {
         assert_eq!(y.unwrap() - x.unwrap(), ms(6));
     }
     assert_eq!(b.last_token.unwrap() - b.first_token.unwrap(), a.last_token.unwrap() - a.first_token.unwrap());
+}
+
+/// A source whose fixed hold runs out while its request crosses the
+/// proxy's hop fails the request when it reaches the decode rank: the
+/// cancel never overtakes the reservation. The GLM request with 5 ms each
+/// way (a 10 ms hop) and a 5 ms hold.
+#[test]
+fn a_source_that_lapses_during_the_hop_fails_its_request() {
+    let mut spec = pd(role(1, 64, linear_step(5_000.0, 30.0, 0.0)), role(1, 64, linear_step(10_000.0, 0.0, 0.01)), 1.0);
+    spec.frontend = FrontEndSpec { request_us: Some(5_000.0), response_us: Some(5_000.0) };
+    spec.faults.source_hold_s = Some(0.005);
+    let out = run(&glm_spec(), &spec, vec![req(0, 1_000, 2)]);
+    let Outcome::Failed(reason) = out.records[0].outcome else { panic!("{:?}", out.records[0]) };
+    assert_eq!(reason.to_string(), "source hold expired after 5ms without a release from the decode rank");
+    let sources = out.ranks[0].sources.unwrap();
+    assert_eq!((sources.expired, sources.released, sources.stale), (1, 0, 0));
+}
+
+/// A request that arrives within its way through the API server of the end
+/// of simulated time (2^62 ns) would reach its engine after it: the run
+/// stops there with an error that names the front end.
+#[test]
+fn an_arrival_at_the_end_of_time_names_the_front_end() {
+    let mut spec = pd(role(1, 64, linear_step(5_000.0, 30.0, 0.0)), role(1, 64, linear_step(10_000.0, 0.0, 0.01)), 1.0);
+    spec.frontend = FrontEndSpec { request_us: Some(1_000.0), response_us: Some(0.0) };
+    let dep = Deployment::build(&glm_spec(), &spec).unwrap();
+    let e = sim::run(&dep, input(vec![req((1 << 62) - 10, 100, 2)])).unwrap_err();
+    assert!(e.to_string().starts_with("frontend.request_us: the simulated clock would pass"), "{e}");
 }
 
 /// A closed-loop client sends its next request when it sees the last one
