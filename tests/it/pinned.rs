@@ -19,18 +19,18 @@ use crate::common::scenario_file;
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 13] = [
     ("default.toml", 0xbb9c_2f9b_49ee_477c, 0x9ba9_660f_5229_8ce7, 0x8475_e873_2d9e_819c),
-    ("glm-5.3-flash-1p1d.toml", 0x2abe_d671_d207_6b06, 0x9962_9abd_0f1f_888c, 0x46cc_c411_dfc1_1179),
+    ("glm-5.3-flash-1p1d.toml", 0x2abe_d671_d207_6b06, 0x9962_9abd_0f1f_888c, 0x5adc_22c6_9dc3_3a85),
     ("glm-5.3-flash-2p1d-pressure.toml", 0x6287_190e_8854_4388, 0xd636_850a_80b7_d15b, 0x0892_c91c_3b2a_d1cf),
-    ("glm-5.3-flash-2p2d.toml", 0x415e_76e6_8337_801e, 0xd8bc_897a_c12b_112e, 0x041b_0b39_5e82_0ed9),
-    ("glm-5.3-flash-p4d8.toml", 0x055d_ca71_5e7c_4726, 0xfc51_54e9_bdcd_b34f, 0xcd53_62e7_99a9_88fb),
-    ("gpt-oss-1p1d.toml", 0x39c2_52bd_f44b_26b6, 0x7caf_28aa_169b_293c, 0x498f_875b_b42f_fcb5),
-    ("llama-3.1-8b-1p1d.toml", 0x4d9e_3421_3992_475d, 0x7d27_cd8a_2666_2571, 0xfee2_ed1a_cc8d_4aa1),
+    ("glm-5.3-flash-2p2d.toml", 0x415e_76e6_8337_801e, 0xd8bc_897a_c12b_112e, 0x6f36_4bb1_9459_7b66),
+    ("glm-5.3-flash-p4d8.toml", 0x055d_ca71_5e7c_4726, 0xfc51_54e9_bdcd_b34f, 0x1f8e_24f9_3ee2_3a07),
+    ("gpt-oss-1p1d.toml", 0x54bc_4c2b_7dc9_103f, 0x7caf_28aa_169b_293c, 0xb6ef_a197_ad58_0813),
+    ("llama-3.1-8b-1p1d.toml", 0x35fd_6f45_e4ae_bdf8, 0x7d27_cd8a_2666_2571, 0x43f8_f10e_834f_08d9),
     ("llama-3.1-8b-aggregated.toml", 0x2016_36b7_9957_c489, 0xc87a_f5b6_a7db_c48b, 0x5496_cc58_909c_08d6),
-    ("llama-3.1-8b-h200-tp1.toml", 0xd56a_e364_d632_3aab, 0x9ca6_d0ac_cd73_d37f, 0x9045_051f_1619_0d05),
-    ("llama-3.1-8b-h200-tp2.toml", 0x08a3_8e7e_3ca0_deb1, 0xdb4b_cc6e_9337_a4c1, 0x4060_77f9_7ecc_836f),
+    ("llama-3.1-8b-h200-tp1.toml", 0xd56a_e364_d632_3aab, 0x9ca6_d0ac_cd73_d37f, 0x6b6c_ada6_f24b_7c42),
+    ("llama-3.1-8b-h200-tp2.toml", 0x08a3_8e7e_3ca0_deb1, 0xdb4b_cc6e_9337_a4c1, 0x3674_c107_64ac_3441),
     ("llama-3.1-8b-h200-tp4.toml", 0xa71a_e9fc_58ba_8f9d, 0x2fff_0901_a9ba_2465, 0x7d28_8d03_8c8d_9e1a),
     ("llama-3.1-8b-mooncake.toml", 0xf3d9_a3d1_a51b_e9e6, 0x060b_d46f_9768_40c9, 0x8783_01cb_b863_1acf),
-    ("mamba2-hybrid-1p1d.toml", 0x03f2_e351_5553_c1d1, 0xe420_42dd_1403_8797, 0x1ed5_7103_17e4_c9aa),
+    ("mamba2-hybrid-1p1d.toml", 0x03f2_e351_5553_c1d1, 0xe420_42dd_1403_8797, 0x3559_6749_3216_eeea),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {

@@ -745,11 +745,17 @@ impl Scheduler {
 /// keeps its in-window blocks, a state group its running block; the rest,
 /// checkpoint blocks included, is freed).
 fn core_finished(pool: &mut KvPool, mode: Mode, seq: Seq) -> Finished {
-    let hashable = seq.hashable();
     let Seq { mut req, mut alloc, computed, .. } = seq;
     match mode {
         Mode::Generate => {
-            pool.release(&mut alloc, hashable);
+            // Every block it computed is cached, the last one's too: the
+            // asynchronous loop's output of its last step is applied before
+            // it is freed, and that update caches through all it computed
+            // (`update_from_output` calls `cache_blocks(num_computed −
+            // num_in_flight)` with nothing left in flight, `scheduler.py`
+            // 2406-2416), where a preemption frees on the placeholder's
+            // basis ([`Seq::hashable`]).
+            pool.release(&mut alloc, computed);
             Finished::Completed(req)
         }
         Mode::PrefillOnly => {

@@ -103,8 +103,9 @@ impl Seq {
 
     /// Tokens of its KV whose blocks vLLM has cached (hashed) by now: all it
     /// computed, but the last token if it was a placeholder when its step
-    /// was scheduled ([`Seq::placeholder`]). What a preemption or a finish
-    /// leaves in the prefix cache.
+    /// was scheduled ([`Seq::placeholder`]), its step's output not applied
+    /// yet. What a preemption leaves in the prefix cache (a finish leaves
+    /// all it computed: its last output is applied first).
     pub(super) fn hashable(&self) -> Tokens {
         self.computed.saturating_sub(Tokens::new(u64::from(self.placeholder)))
     }
