@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Runs vllm_steps.py (or, for a decode case, vllm_pd_steps.py) on many
-cases in one process (vLLM's import takes most of half a minute):
+"""Runs vllm_steps.py (or, for a decode case, vllm_pd_steps.py; for a
+timed case, one with `step_time_ps`, vllm_timed.py) on many cases in one
+process (vLLM's import takes most of half a minute):
 vllm_batch.py OUT_DIR CASE.json... writes OUT_DIR/<case name>.vllm.jsonl
 for each."""
 import contextlib
@@ -10,6 +11,7 @@ import sys
 
 import vllm_pd_steps
 import vllm_steps
+import vllm_timed
 
 
 def main():
@@ -18,7 +20,8 @@ def main():
     for case in cases:
         name = os.path.basename(case)[: -len(".json")]
         with open(os.path.join(out_dir, name + ".vllm.jsonl"), "w") as f, contextlib.redirect_stdout(f):
-            driver = vllm_pd_steps if json.load(open(case)).get("role") == "decode" else vllm_steps
+            cfg = json.load(open(case))
+            driver = vllm_timed if "step_time_ps" in cfg else vllm_pd_steps if cfg.get("role") == "decode" else vllm_steps
             sys.argv = [os.path.basename(driver.__file__), case]
             driver.main()
 

@@ -25,6 +25,7 @@ mod robust;
 mod scenario;
 mod serve;
 mod steptime_fidelity;
+mod timed;
 mod timeline;
 mod traces;
 mod vllm_bench;
