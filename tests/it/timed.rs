@@ -18,12 +18,11 @@ use serde_json::Value;
 use crate::common::root;
 
 /// Cases pdsim does not follow yet, with what differs: the asynchronous
-/// loop frees a window's (or a Mamba state's) skipped blocks on the
-/// processed-token basis (`kv_cache_manager.py:561-568`), one step later
-/// than pdsim, so under pool pressure vLLM has fewer free blocks.
+/// loop frees a Mamba state's blocks on the processed-token basis
+/// (`kv_cache_manager.py:561-568`, `MambaManager.remove_skipped_blocks`),
+/// one step later than pdsim, so under pool pressure vLLM has fewer free
+/// blocks (pdsim follows the rule for window groups).
 const NOT_YET: &[(&str, &str)] = &[
-    ("timed-24-0", "async window: skipped blocks freed on the processed-token basis"),
-    ("timed-24-3", "async window: skipped blocks freed on the processed-token basis"),
     ("timed-26-0", "async Mamba: state blocks freed on the processed-token basis"),
     ("timed-26-1", "async Mamba: state blocks freed on the processed-token basis"),
     ("timed-26-2", "async Mamba: state blocks freed on the processed-token basis"),

@@ -845,6 +845,7 @@ impl Core {
             let key = self.batch[bi];
             let seq = self.seqs.get_mut(key);
             seq.computed += seq.step_tokens;
+            seq.stepped = self.log.step;
             self.stats.computed(seq.step_tokens.get());
             if seq.computed < seq.goal(mode) {
                 continue;
@@ -882,7 +883,7 @@ impl Core {
             if finished {
                 any_done = true;
                 seq.finished = true;
-            } else if self.lazy_decoding {
+            } else if self.lazy() {
                 self.join(key, true);
             }
         }

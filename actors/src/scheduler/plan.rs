@@ -299,6 +299,26 @@ impl Spare {
 }
 
 impl Core {
+    /// Whether the decoding set runs: asked for ([`Scheduler::set_lazy_decoding`]),
+    /// and not where the asynchronous loop's skipped-block frees lag
+    /// ([`Core::lags_skips`]), which the set's runs of decode steps do not
+    /// follow: those sequences step one by one.
+    pub(super) fn lazy(&self) -> bool {
+        self.lazy_decoding && !self.lags_skips()
+    }
+
+    /// Whether a sequence's window blocks are freed on the processed-token
+    /// basis, one step late: vLLM's asynchronous loop frees the blocks a
+    /// step skips with `remove_skipped_blocks(num_computed −
+    /// num_in_flight)` (`kv_cache_manager.py:561-568`), and a sequence that
+    /// was in the step in flight still has that step's tokens in flight, so
+    /// its window starts where that step started. pdsim follows it for
+    /// window groups; not yet in Mamba's align mode, whose state blocks
+    /// vLLM frees on the same basis (the README says so).
+    pub(super) fn lags_skips(&self) -> bool {
+        self.engine == crate::vllm::engine::EngineLoop::Async && self.pool.has_window() && self.pool.align().is_none()
+    }
+
     /// Plans the next step with `policy`, or a run of steps of pure decoding
     /// ending at the latest at `horizon`. Returns the time until the event
     /// that ends it, or `None` if there is nothing to run (or a step is in
@@ -321,7 +341,7 @@ impl Core {
         let mut shape = None;
         self.ahead.freed_next = false;
         let budget = self.limits.max_num_batched_tokens;
-        if self.lazy_decoding && self.dec.count <= budget && self.take_blocks(self.log.step + 1).is_ok() {
+        if self.lazy() && self.dec.count <= budget && self.take_blocks(self.log.step + 1).is_ok() {
             let after = self.dec.context(self.log.step + 1);
             let members = BatchShape::decoding(self.dec.count, after - self.dec.count);
             self.ahead.planning = true;

@@ -36,8 +36,12 @@ pub(crate) struct Seq {
     pub(super) looked_up: bool,
     /// When its last output token came out.
     pub(super) last_token: Option<SimTime>,
-    /// Tokens it computes in the current step.
+    /// Tokens it computes in the current step (after the step, those it
+    /// computed in it).
     pub(super) step_tokens: Tokens,
+    /// The step it last computed in ([`super::plan`]'s step numbers;
+    /// `u64::MAX` before its first).
+    pub(super) stepped: u64,
     /// While it is in the decoding set: when it joined and its counts then.
     pub(super) member: Option<Member>,
     /// Bumped when it leaves the decoding set, so that heap entries of an
@@ -88,6 +92,7 @@ impl Seq {
             looked_up,
             last_token: None,
             step_tokens: Tokens::ZERO,
+            stepped: u64::MAX,
             member: None,
             membership: 0,
             remote: false,

@@ -130,8 +130,16 @@ impl<'a> Step<'a> {
             return false;
         }
         let k = k.min((seq.goal(mode) - seq.computed).get());
-        let (from, to) = (seq.computed, seq.computed + Tokens::new(k));
+        let to = seq.computed + Tokens::new(k);
         let ckpt = checkpoints && mode == Mode::PrefillOnly && to == seq.goal(mode);
+        // The pool's step starts where vLLM frees skipped blocks from: with
+        // the asynchronous loop, for a sequence in the step just planned
+        // (in flight), where that step started ([`Core::lags_skips`]).
+        let from = if core.lags_skips() && seq.stepped == core.log.step {
+            seq.computed - seq.step_tokens
+        } else {
+            seq.computed
+        };
         let extra = core.pool.extra_needed(&seq.alloc, from, to, ckpt);
         core.make_room(extra);
         let seq = core.seqs.get_mut(key);

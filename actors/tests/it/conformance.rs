@@ -15,22 +15,14 @@ use actors::steps::{Case, StepLine, run_case};
 use serde_json::Value;
 
 /// (case, the vLLM rule pdsim does not follow yet). With the asynchronous
-/// engine loop, vLLM frees a window's (and a Mamba state's) skipped blocks
-/// on the processed-token basis: a step scheduled while the one before it
-/// executes still holds the blocks that step reads
-/// (`remove_skipped_blocks(total_computed_tokens − num_in_flight_tokens)`);
-/// pdsim frees them as the synchronous loop does, one step earlier.
+/// engine loop, vLLM frees skipped blocks on the processed-token basis: a
+/// step scheduled while the one before it executes still holds the blocks
+/// that step reads (`remove_skipped_blocks(total_computed_tokens −
+/// num_in_flight_tokens)`). pdsim follows it for window groups; a Mamba
+/// state's blocks (`MambaManager.remove_skipped_blocks`,
+/// `last_state_block_idx`) it frees as the synchronous loop does, one
+/// step earlier.
 const NOT_YET: &[(&str, &str)] = &[
-    ("gen-502-11", "async: window blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-502-27", "async: window blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-502-31", "async: window blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-502-36", "async: window blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-502-47", "async: window blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-502-51", "async: window blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-502-55", "async: window blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-502-59", "async: window blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-502-69", "async: window blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-502-7", "async: window blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
     ("gen-503-1", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
     ("gen-503-14", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
     ("gen-503-18", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),

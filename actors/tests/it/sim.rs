@@ -26,6 +26,17 @@ fn role(count: u32, num_blocks: u64, step_time: StepTimeSpec) -> RoleSpec {
     RoleSpec { count, tp: Some(4), num_blocks: Some(num_blocks), step_time, ..RoleSpec::default() }
 }
 
+/// `d` with vLLM's synchronous loop on every role: where a model has a
+/// sliding window, the asynchronous loop's lagging frees make its
+/// sequences step one by one, so only the synchronous loop runs the
+/// decoding set on it (`Core::lags_skips`).
+fn synchronous(mut d: DeploymentSpec) -> DeploymentSpec {
+    for r in [&mut d.prefill, &mut d.decode, &mut d.aggregated].into_iter().flatten() {
+        r.async_scheduling = Some(false);
+    }
+    d
+}
+
 fn pd(prefill: RoleSpec, decode: RoleSpec, bandwidth_gb_s: f64) -> DeploymentSpec {
     DeploymentSpec {
         vllm_version: Some("0.32.0".into()),
@@ -389,8 +400,11 @@ fn the_decoding_set_matches_stepping_every_sequence() {
     // but 8 at a block boundary), so blocks a run takes ahead can be fewer
     // than stepping holds on the way. W = 100 changes at other tokens.
     let window_model = |w| spec(vec![fa("full attention", 16, 4_096), window("sliding window", w, 16, 4_096)]);
-    let windowed =
-        pd(role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)), role(1, 600, linear_step(6_000.0, 10.0, 0.001)), 20.0);
+    let windowed = synchronous(pd(
+        role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)),
+        role(1, 600, linear_step(6_000.0, 10.0, 0.001)),
+        20.0,
+    ));
     // A step time that prices prefill and decode apart: a landed handoff's
     // last prompt token is a prefill in its first step and a decode after,
     // in a run as stepping one by one.
@@ -983,6 +997,7 @@ fn window_models_match_stepping_under_pressure() {
                         d.aggregated = Some(role(1, pool, step));
                         (d.prefill, d.decode) = (None, None);
                     }
+                    let d = synchronous(d);
                     let mut dep = Deployment::build(&model, &d).unwrap();
                     let fast = sim::run(&dep, input(requests.clone())).unwrap();
                     dep.set_lazy_decoding(false);
@@ -1216,6 +1231,7 @@ fn runs_that_evict_ahead_match_stepping() {
         }
         let model = if seed % 6 == 5 {
             d.vllm_version = Some("0.33.0".into());
+            d = synchronous(d);
             spec(vec![fa("full attention", 16, 4_096), window("sliding window", 128, 16, 4_096)])
         } else {
             linear_spec(4_096)

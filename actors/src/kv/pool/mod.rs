@@ -460,6 +460,12 @@ impl KvPool {
         self.win().is_some()
     }
 
+    /// Whether a step frees blocks below a sliding window (some group has
+    /// a window).
+    pub(crate) fn has_window(&self) -> bool {
+        self.groups.iter().any(|g| g.kind() == CacheGroupKind::SlidingWindow && g.window().is_some())
+    }
+
     /// The groups folded into classes that hold alike for any allocation
     /// state: the same of all that [`KvPool::group_blocks`] reads (kind,
     /// block size, window, checkpoint blocks, prefix caching), in the order
