@@ -136,7 +136,7 @@ impl<'a> Step<'a> {
         // the asynchronous loop, for a sequence in the step just planned
         // (in flight), where that step started ([`Core::lags_skips`]).
         let from = if core.lags_skips() && seq.stepped == core.log.step {
-            seq.computed - seq.step_tokens
+            seq.alloc.processed_start(seq.computed - seq.step_tokens)
         } else {
             seq.computed
         };

@@ -69,6 +69,16 @@ impl Alloc {
         if self.from == self.to { from.max(self.from) } else { from }
     }
 
+    /// Where a step starts whose skipped blocks are freed through
+    /// `processed` tokens (vLLM's asynchronous loop): there, but never
+    /// before the start this holding already has (what vLLM has processed
+    /// only grows; a landed load's first step starts past its last prompt
+    /// token, whose skipped blocks its reservation never held).
+    #[inline]
+    pub(crate) fn processed_start(&self, processed: Tokens) -> Tokens {
+        processed.max(self.from)
+    }
+
     /// Whether it holds the KV of tokens past `computed` (a landed load
     /// before its first decode step, [`Alloc::step_from`]).
     #[inline]
