@@ -35,7 +35,7 @@
 //!
 //! pdsim plans the batch that executes from `e(n)` on at `e(n)`, the end of
 //! batch `n` (the state it needs, batch `n`'s outputs, is known then), and
-//! applies these two rules, which make that plan the one vLLM made at
+//! applies the first two rules, which make that plan the one vLLM made at
 //! `e(n − 1)`. vLLM 0.33 enables it unless an option it does not support is
 //! set (`config/vllm.py:1685-1719`: pooling models, pipeline parallelism,
 //! some speculative methods, executors without support), none of which

@@ -1021,6 +1021,40 @@ fn window_models_match_stepping_under_pressure() {
     assert!(preemptions > 50, "the pools are tight: {preemptions} preemptions");
 }
 
+/// The asynchronous loop frees window blocks through what is processed,
+/// one step behind (`Core::lags_skips`): on both roles of a P/D
+/// deployment under pressure, landed loads included (their first step
+/// starts past their last prompt token, and the next one's processed
+/// start must not fall back below it), every request completes or fails
+/// with a reason and the pool keeps its counts after every step.
+#[test]
+fn window_models_under_the_asynchronous_loop_keep_their_pools() {
+    let mut preemptions = 0;
+    for (seed, pool, w) in [(3u64, 300u64, 128u64), (8, 500, 40), (5, 700, 33)] {
+        let mut requests = poisson(seed, 200, 40.0);
+        for (i, r) in requests.iter_mut().enumerate() {
+            r.output = Tokens::new(1 + (i as u64 * 37) % 300);
+        }
+        let model = spec(vec![fa("full attention", 16, 4_096), window("sliding window", w, 16, 4_096)]);
+        // (Prompts of up to 4,000 tokens: the prefill pool fits any; the
+        // decode pool is the tight one.)
+        let mut d = pd(
+            role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)),
+            role(1, pool, linear_step(6_000.0, 10.0, 0.001)),
+            20.0,
+        );
+        d.vllm_version = Some("0.33.0".into());
+        // (`pd` checks the pools' counts after every step.)
+        let dep = Deployment::build(&model, &d).unwrap();
+        let out = sim::run(&dep, input(requests)).unwrap();
+        assert_eq!(out.violations, Vec::<String>::new(), "{seed}");
+        assert_eq!(out.summary.completed + out.summary.failed, 200, "{seed}");
+        assert!(out.summary.completed >= 150, "{seed}: {:?}", out.summary.failure_reasons);
+        preemptions += out.summary.preemptions;
+    }
+    assert!(preemptions > 20, "the pools are tight: {preemptions} preemptions");
+}
+
 /// A constant step time, whatever the batch.
 struct Constant(SimDuration);
 
