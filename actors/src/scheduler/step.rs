@@ -133,8 +133,9 @@ impl<'a> Step<'a> {
         let to = seq.computed + Tokens::new(k);
         let ckpt = checkpoints && mode == Mode::PrefillOnly && to == seq.goal(mode);
         // The pool's step starts where vLLM frees skipped blocks from: with
-        // the asynchronous loop, for a sequence in the step just planned
-        // (in flight), where that step started ([`Core::lags_skips`]).
+        // the asynchronous loop, for a sequence in the step that just ended
+        // here (vLLM's batch still in flight when it schedules this one),
+        // where that step started ([`Core::lags_skips`]).
         let from = if core.lags_skips() && seq.stepped == core.log.step {
             seq.alloc.processed_start(seq.computed - seq.step_tokens)
         } else {
