@@ -23,7 +23,7 @@ const PINNED: [(&str, u64, u64, u64); 13] = [
     ("glm-5.3-flash-2p1d-pressure.toml", 0x6287_190e_8854_4388, 0xd636_850a_80b7_d15b, 0x0892_c91c_3b2a_d1cf),
     ("glm-5.3-flash-2p2d.toml", 0x415e_76e6_8337_801e, 0xd8bc_897a_c12b_112e, 0x6f36_4bb1_9459_7b66),
     ("glm-5.3-flash-p4d8.toml", 0x055d_ca71_5e7c_4726, 0xfc51_54e9_bdcd_b34f, 0x1f8e_24f9_3ee2_3a07),
-    ("gpt-oss-1p1d.toml", 0xa3f4_07c4_886a_beb3, 0x7caf_28aa_169b_293c, 0xd4f0_d3bb_87bf_2f7c),
+    ("gpt-oss-1p1d.toml", 0x81fd_e029_2f2b_0b25, 0x7caf_28aa_169b_293c, 0xd4f0_d3bb_87bf_2f7c),
     ("llama-3.1-8b-1p1d.toml", 0x35fd_6f45_e4ae_bdf8, 0x7d27_cd8a_2666_2571, 0x43f8_f10e_834f_08d9),
     ("llama-3.1-8b-aggregated.toml", 0x2016_36b7_9957_c489, 0xc87a_f5b6_a7db_c48b, 0x5496_cc58_909c_08d6),
     ("llama-3.1-8b-h200-tp1.toml", 0xd56a_e364_d632_3aab, 0x9ca6_d0ac_cd73_d37f, 0x6b6c_ada6_f24b_7c42),

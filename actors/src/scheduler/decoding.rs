@@ -21,6 +21,8 @@ use sim_core::SimDuration;
 use super::Core;
 use super::seqs::SeqKey;
 use crate::base::units::Tokens;
+#[cfg(doc)]
+use crate::kv::Alloc;
 use crate::vllm::engine::EngineLoop;
 
 /// A member of the decoding set: the step count when it joined, and its
@@ -38,6 +40,10 @@ pub(crate) struct Member {
     /// are what the sum has gained since (set at its first token when it
     /// joined before it).
     sq_base: u128,
+    /// Where its holding's step started when it joined: no later step
+    /// starts before it (a landed load's first step starts past its last
+    /// prompt token, [`Alloc::step_start`]).
+    floor: Tokens,
 }
 
 impl Member {
@@ -45,6 +51,21 @@ impl Member {
     /// step after joining).
     pub(super) fn tokens_at(self, n: u64) -> Tokens {
         self.computed + Tokens::new(n.max(self.join + 1) - self.join)
+    }
+
+    /// Where its step `n` starts as the pool sees it (its decode step ends
+    /// at [`Member::tokens_at`]): one token before its end, or, where the
+    /// asynchronous loop frees skipped blocks from the start of the step
+    /// before (`lagging`, [`Core::lags_skips`]), two, once it was in the
+    /// step before: from its second step on, or its first if it joined
+    /// after a step of its own ([`Core::may_join`]) rather than at its
+    /// admission.
+    /// Never before where its holding started when it joined.
+    #[inline]
+    pub(super) fn step_from(self, n: u64, lagging: bool) -> Tokens {
+        let n = n.max(self.join + 1);
+        let back = 1 + u64::from(lagging && (n > self.join + 1 || self.first_gap == self.join + 1));
+        self.tokens_at(n).saturating_sub(Tokens::new(back)).max(self.floor)
     }
 
     /// The first step at which it needs blocks its allocation, held the
@@ -264,11 +285,13 @@ impl Core {
     /// first step is a decode step.
     pub(super) fn join(&mut self, key: SeqKey, has_token: bool) {
         let step = self.log.step;
+        let lagging = self.lags_skips();
         let seq = self.seqs.get_mut(key);
         let first_gap = if has_token { step + 1 } else { step + 2 };
         // (Before its first token, the base is set with the token.)
         let sq_base = self.dec.sq;
-        let m = Member { join: step, computed: seq.computed, generated: seq.req.generated, first_gap, sq_base };
+        let floor = seq.alloc.step_start();
+        let m = Member { join: step, computed: seq.computed, generated: seq.req.generated, first_gap, sq_base, floor };
         if !has_token {
             self.dec.fresh.push(key);
         }
@@ -278,7 +301,8 @@ impl Core {
         let g = seq.membership;
         let last = step + (seq.req.output - seq.req.generated).get();
         self.dec.finishes.push(Reverse((last, key, g)));
-        let change = if seq.alloc.stable_to() > m.computed { m.change_step(seq.alloc.stable_to()) } else { step + 1 };
+        let stable_to = seq.alloc.stable_to(u64::from(lagging));
+        let change = if stable_to > m.computed { m.change_step(stable_to) } else { step + 1 };
         self.dec.changes.join(change, key, g, &m);
     }
 
@@ -294,6 +318,9 @@ impl Core {
         seq.computed = m.computed + Tokens::new(d);
         seq.req.generated = m.generated + Tokens::new(d);
         if d > 0 {
+            // Its last step was the current one, of one token (for where its
+            // next one starts, `Step::schedule_running`).
+            (seq.stepped, seq.stepped_from) = (step, seq.computed - Tokens::new(1));
             seq.last_token = Some(last);
             seq.req.t.last_token = Some(last);
             // Its last step computed the token its step before sampled,

@@ -844,6 +844,7 @@ impl Core {
         for bi in 0..self.batch.len() {
             let key = self.batch[bi];
             let seq = self.seqs.get_mut(key);
+            seq.stepped_from = seq.computed;
             seq.computed += seq.step_tokens;
             seq.stepped = self.log.step;
             self.stats.computed(seq.step_tokens.get());
@@ -880,10 +881,11 @@ impl Core {
                     seq.req.generated >= seq.req.output
                 }
             };
+            let step_tokens = seq.step_tokens;
             if finished {
                 any_done = true;
                 seq.finished = true;
-            } else if self.lazy() {
+            } else if self.may_join(step_tokens) {
                 self.join(key, true);
             }
         }

@@ -299,12 +299,20 @@ impl Spare {
 }
 
 impl Core {
-    /// Whether the decoding set runs: asked for ([`Scheduler::set_lazy_decoding`]),
-    /// and not where the asynchronous loop's skipped-block frees lag
-    /// ([`Core::lags_skips`]), which the set's runs of decode steps do not
-    /// follow: those sequences step one by one.
+    /// Whether the decoding set runs ([`Scheduler::set_lazy_decoding`]).
     pub(super) fn lazy(&self) -> bool {
-        self.lazy_decoding && !self.lags_skips()
+        self.lazy_decoding
+    }
+
+    /// Whether a running sequence that just computed `step_tokens` in the
+    /// step that ended may join the decoding set now: always, but where
+    /// skipped-block frees lag, only after a step of one token, so that
+    /// every step of its membership starts where the step before it
+    /// started ([`Member::step_from`](super::decoding::Member::step_from)); after a longer chunk it
+    /// steps once more one by one first.
+    #[inline]
+    pub(super) fn may_join(&self, step_tokens: Tokens) -> bool {
+        self.lazy() && (step_tokens.get() == 1 || !self.lags_skips())
     }
 
     /// Whether a sequence's window blocks are freed on the processed-token
@@ -505,6 +513,7 @@ impl Core {
         // are not the stepping ones, so they only count towards the peak
         // once given back.
         let exact = if self.stepping && self.log.planned > 1 { self.run.exact } else { self.ahead.members.is_empty() };
+        let lagging = self.lags_skips();
         let mut step_changes = std::mem::take(&mut self.ahead.step_changes);
         let window_cache = self.pool.window_cached();
         let align = self.pool.align();
@@ -535,7 +544,7 @@ impl Core {
                     // entry carries on.
                     continue;
                 }
-                let from = to - Tokens::new(1);
+                let from = m.step_from(n, lagging);
                 let delta = self.pool.change_in_blocks(&seq.alloc, from, to);
                 // (Blocks freed into the eviction order are not plain free.)
                 let mut cached = 0;
@@ -610,7 +619,7 @@ impl Core {
                 let seq = self.seqs.get_mut(key);
                 let m = seq.member.expect("member");
                 let free_before = self.pool.free_plain();
-                let from = to - Tokens::new(1);
+                let from = m.step_from(n, lagging);
                 let resized = match (evicts, ahead) {
                     (false, _) => self.pool.resize_from_free(&mut seq.alloc, from, to),
                     (true, false) => self.pool.resize(&mut seq.alloc, from, to, false),
@@ -630,7 +639,7 @@ impl Core {
                     }
                     self.pool.suspend_peak(true);
                 }
-                let next = m.change_step(seq.alloc.stable_to());
+                let next = m.change_step(seq.alloc.stable_to(u64::from(lagging)));
                 self.dec.changes.push(next, key, g);
                 most = most.max(self.pool.used());
             }
@@ -665,6 +674,7 @@ impl Core {
             (false, false) => self.log.step,
         };
         let mut ahead = std::mem::take(&mut self.ahead.members);
+        let lagging = self.lags_skips();
         // Blocks given back first, then the window blocks taken back that a
         // member freed ahead of the step that frees them: the end state is
         // the stepping one, which fits, so the second pass always finds room.
@@ -676,7 +686,7 @@ impl Core {
                 if seq.alloc.tokens() <= to {
                     continue;
                 }
-                let from = to - Tokens::new(1);
+                let from = m.step_from(target, lagging);
                 if (self.pool.extra_needed(&seq.alloc, from, to, false) > 0) != regrow {
                     continue;
                 }
@@ -685,7 +695,7 @@ impl Core {
                     .expect("blocks given back first leave room for the ones taken back");
                 // The old heap entry stays; take_blocks skips it when it
                 // comes up (the member holds that step's blocks by then).
-                let next = m.change_step(seq.alloc.stable_to());
+                let next = m.change_step(seq.alloc.stable_to(u64::from(lagging)));
                 self.dec.changes.push(next, key, g);
             }
         }

@@ -42,6 +42,10 @@ pub(crate) struct Seq {
     /// The step it last computed in ([`super::plan`]'s step numbers;
     /// `u64::MAX` before its first).
     pub(super) stepped: u64,
+    /// Where that step started (its computed tokens before it): kept apart
+    /// from `step_tokens`, which a plan that is retried one by one has
+    /// already overwritten (`Step::schedule_running`).
+    pub(super) stepped_from: Tokens,
     /// While it is in the decoding set: when it joined and its counts then.
     pub(super) member: Option<Member>,
     /// Bumped when it leaves the decoding set, so that heap entries of an
@@ -93,6 +97,7 @@ impl Seq {
             last_token: None,
             step_tokens: Tokens::ZERO,
             stepped: u64::MAX,
+            stepped_from: Tokens::ZERO,
             member: None,
             membership: 0,
             remote: false,

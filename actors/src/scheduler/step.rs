@@ -137,7 +137,7 @@ impl<'a> Step<'a> {
         // here (vLLM's batch still in flight when it schedules this one),
         // where that step started ([`Core::lags_skips`]).
         let from = if core.lags_skips() && seq.stepped == core.log.step {
-            seq.alloc.processed_start(seq.computed - seq.step_tokens)
+            seq.alloc.processed_start(seq.stepped_from)
         } else {
             seq.computed
         };

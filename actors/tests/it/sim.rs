@@ -26,13 +26,12 @@ fn role(count: u32, num_blocks: u64, step_time: StepTimeSpec) -> RoleSpec {
     RoleSpec { count, tp: Some(4), num_blocks: Some(num_blocks), step_time, ..RoleSpec::default() }
 }
 
-/// `d` with vLLM's synchronous loop on every role: where a model has a
-/// sliding window, the asynchronous loop's lagging frees make its
-/// sequences step one by one, so only the synchronous loop runs the
-/// decoding set on it (`Core::lags_skips`).
-fn synchronous(mut d: DeploymentSpec) -> DeploymentSpec {
+/// `d` with vLLM's synchronous or asynchronous loop on every role (window
+/// models take a different path under each: the asynchronous loop frees
+/// skipped blocks one step late, `Core::lags_skips`).
+fn with_loop(mut d: DeploymentSpec, asynchronous: bool) -> DeploymentSpec {
     for r in [&mut d.prefill, &mut d.decode, &mut d.aggregated].into_iter().flatten() {
-        r.async_scheduling = Some(false);
+        r.async_scheduling = Some(asynchronous);
     }
     d
 }
@@ -400,11 +399,12 @@ fn the_decoding_set_matches_stepping_every_sequence() {
     // but 8 at a block boundary), so blocks a run takes ahead can be fewer
     // than stepping holds on the way. W = 100 changes at other tokens.
     let window_model = |w| spec(vec![fa("full attention", 16, 4_096), window("sliding window", w, 16, 4_096)]);
-    let windowed = synchronous(pd(
-        role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)),
-        role(1, 600, linear_step(6_000.0, 10.0, 0.001)),
-        20.0,
-    ));
+    let windowed = |asynchronous| {
+        with_loop(
+            pd(role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)), role(1, 600, linear_step(6_000.0, 10.0, 0.001)), 20.0),
+            asynchronous,
+        )
+    };
     // A step time that prices prefill and decode apart: a landed handoff's
     // last prompt token is a prefill in its first step and a decode after,
     // in a run as stepping one by one.
@@ -444,8 +444,10 @@ fn the_decoding_set_matches_stepping_every_sequence() {
         (glm_spec(), agg_table2d, requests.clone()),
         (linear_spec(4_096), tight, shared.clone()),
         (linear_spec(4_096), busy, busy_requests),
-        (window_model(128), windowed.clone(), shared.clone()),
-        (window_model(100), windowed, shared),
+        (window_model(128), windowed(false), shared.clone()),
+        (window_model(100), windowed(false), shared.clone()),
+        (window_model(128), windowed(true), shared.clone()),
+        (window_model(100), windowed(true), shared),
         (linear_spec(4_096), full_cache, named),
     ];
     for (case, (model, spec, requests)) in cases.into_iter().enumerate() {
@@ -984,7 +986,7 @@ fn window_models_match_stepping_under_pressure() {
     for seed in [3u64, 8] {
         for pool in [450u64, 900] {
             for w in [128u64, 40] {
-                for aggregated in [false, true] {
+                for (aggregated, asynchronous) in [(false, false), (true, false), (false, true), (true, true)] {
                     let mut requests = poisson(seed, 200, 40.0);
                     for (i, r) in requests.iter_mut().enumerate() {
                         r.output = Tokens::new(1 + (i as u64 * 37) % 300);
@@ -997,12 +999,12 @@ fn window_models_match_stepping_under_pressure() {
                         d.aggregated = Some(role(1, pool, step));
                         (d.prefill, d.decode) = (None, None);
                     }
-                    let d = synchronous(d);
+                    let d = with_loop(d, asynchronous);
                     let mut dep = Deployment::build(&model, &d).unwrap();
                     let fast = sim::run(&dep, input(requests.clone())).unwrap();
                     dep.set_lazy_decoding(false);
                     let slow = sim::run(&dep, input(requests)).unwrap();
-                    let case = (seed, pool, w, aggregated);
+                    let case = (seed, pool, w, aggregated, asynchronous);
                     if let Some(i) = (0..fast.records.len()).find(|&i| fast.records.get(i) != slow.records.get(i)) {
                         assert_eq!(fast.records.get(i), slow.records.get(i), "{case:?}, request {i}");
                     }
@@ -1045,8 +1047,19 @@ fn window_models_under_the_asynchronous_loop_keep_their_pools() {
         );
         d.vllm_version = Some("0.33.0".into());
         // (`pd` checks the pools' counts after every step.)
-        let dep = Deployment::build(&model, &d).unwrap();
-        let out = sim::run(&dep, input(requests)).unwrap();
+        let mut dep = Deployment::build(&model, &d).unwrap();
+        let out = sim::run(&dep, input(requests.clone())).unwrap();
+        // The decoding set's runs follow the lag: what stepping every
+        // sequence one by one gives, to the pools' peaks.
+        dep.set_lazy_decoding(false);
+        let slow = sim::run(&dep, input(requests)).unwrap();
+        if let Some(i) = (0..out.records.len()).find(|&i| out.records.get(i) != slow.records.get(i)) {
+            assert_eq!(out.records.get(i), slow.records.get(i), "{seed}, request {i}");
+        }
+        let pools = |o: &SimOutput| o.ranks.iter().map(|r| (r.evicted_blocks, r.peak_used_blocks)).collect::<Vec<_>>();
+        assert_eq!(pools(&out), pools(&slow), "{seed}");
+        assert_eq!(out.digest, slow.digest, "{seed}");
+        assert!(out.events < slow.events, "{seed}: runs save events");
         assert_eq!(out.violations, Vec::<String>::new(), "{seed}");
         assert_eq!(out.summary.completed + out.summary.failed, 200, "{seed}");
         assert!(out.summary.completed >= 150, "{seed}: {:?}", out.summary.failure_reasons);
@@ -1265,7 +1278,7 @@ fn runs_that_evict_ahead_match_stepping() {
         }
         let model = if seed % 6 == 5 {
             d.vllm_version = Some("0.33.0".into());
-            d = synchronous(d);
+            d = with_loop(d, seed % 12 == 11);
             spec(vec![fa("full attention", 16, 4_096), window("sliding window", 128, 16, 4_096)])
         } else {
             linear_spec(4_096)
@@ -1444,4 +1457,69 @@ fn admission_by_the_first_chunk_starts_a_prompt_the_pool_cannot_yet_hold() {
     assert!(b.prefill_started.unwrap() >= a.last_token.unwrap(), "{b:?} {a:?}");
     let (a2, b2) = run_with(Some(false));
     assert!(b2.prefill_started.unwrap() < a2.last_token.unwrap(), "{b2:?} {a2:?}");
+}
+
+/// Window models under the asynchronous loop, generated: window sizes
+/// across and off the block size, window blocks of one and two
+/// full-attention blocks, a window-only model, tight to roomy pools, shared
+/// prefixes or none, aggregated and on the decode side. The decoding set
+/// (whose steps start where the step before started) gives what stepping
+/// every sequence gives, preemptions included. Seed 62 is a plan the set
+/// tries, then retries one by one: the retry starts each sequence's step
+/// where its step that just ended started, not where the abandoned plan
+/// put it.
+#[test]
+fn window_models_under_the_asynchronous_loop_agree_with_stepping_across_loads() {
+    let mut preemptions = 0;
+    for seed in 56..69u64 {
+        let w = [17u64, 33, 40, 100, 128, 257][(seed % 6) as usize];
+        let wb = if seed % 5 == 4 { 32 } else { 16 };
+        let pool = [250u64, 400, 700, 1_500][((seed / 6) % 4) as usize];
+        let aggregated = seed % 2 == 0;
+        let mut requests = poisson(seed, 150, [10.0, 40.0, 80.0][(seed % 3) as usize]);
+        for (i, r) in requests.iter_mut().enumerate() {
+            r.output = Tokens::new(1 + (i as u64 * 37 + seed) % [50, 300, 700][((seed / 3) % 3) as usize]);
+            let nb = r.prompt.get().div_ceil(16) as usize;
+            match seed % 4 {
+                0 => r.prefix = ids(i as u64 % 3, 20.min(nb), i as u64, nb),
+                1 => r.prefix = ids(i as u64 % 5, nb / 2, i as u64, nb),
+                _ => {}
+            }
+        }
+        let groups = if seed % 7 == 6 {
+            vec![window("sliding window", w, wb, 4_096)]
+        } else {
+            vec![fa("full attention", 16, 4_096), window("sliding window", w, wb, 4_096)]
+        };
+        let model = spec(groups);
+        let step = linear_step(6_000.0, 10.0, 0.001);
+        let mut d = pd(role(1, 20_000, linear_step(2_000.0, 20.0, 0.0)), role(1, pool, step.clone()), 20.0);
+        d.vllm_version = Some("0.33.0".into());
+        if aggregated {
+            d.aggregated = Some(role(1, pool, step));
+            (d.prefill, d.decode) = (None, None);
+        }
+        let d = with_loop(d, true);
+        let mut dep = Deployment::build(&model, &d).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        dep.set_keep_timelines(true);
+        let fast = sim::run(&dep, input(requests.clone())).unwrap();
+        dep.set_lazy_decoding(false);
+        let slow = sim::run(&dep, input(requests)).unwrap();
+        if let Some(i) = (0..fast.records.len()).find(|&i| fast.records.get(i) != slow.records.get(i)) {
+            assert_eq!(fast.records.get(i), slow.records.get(i), "seed {seed}, request {i}");
+        }
+        assert_eq!(fast.digest, slow.digest, "seed {seed}");
+        assert_eq!(fast.violations, Vec::<String>::new(), "seed {seed}");
+        let pools = |o: &SimOutput| o.ranks.iter().map(|r| (r.evicted_blocks, r.peak_used_blocks)).collect::<Vec<_>>();
+        assert_eq!(pools(&fast), pools(&slow), "seed {seed}");
+        for (e, (a, b)) in fast.ranks.iter().zip(&slow.ranks).enumerate() {
+            let (a, b) = (&a.timeline.samples, &b.timeline.samples);
+            if let Some(i) = (0..a.len()).find(|&i| a.get(i) != b.get(i)) {
+                assert_eq!(a.get(i), b.get(i), "seed {seed}, rank {e}, row {i}");
+            }
+        }
+        preemptions += fast.summary.preemptions;
+    }
+    // The loads reach the pools' limits (the cases are worth comparing).
+    assert!(preemptions > 20, "{preemptions} preemptions");
 }

@@ -47,9 +47,13 @@ impl Alloc {
         self.to
     }
     /// For a decode-step state, the largest `to` whose decode step holds the
-    /// same blocks (zero for other states).
-    pub(crate) fn stable_to(&self) -> Tokens {
-        self.stable_to
+    /// same blocks (zero for other states), read for decode steps that
+    /// start `lag` tokens before their own token (`KvPool::stable_to`):
+    /// the state's bound holds for steps of its own lag, and of one more
+    /// (a window that only widens keeps its blocks at least as long); zero
+    /// for a state that lags more than the steps that read it.
+    pub(crate) fn stable_to(&self, lag: u64) -> Tokens {
+        if self.to - self.from <= Tokens::new(1 + lag) { self.stable_to } else { Tokens::ZERO }
     }
     /// Whether it holds nothing.
     pub(crate) fn is_empty(&self) -> bool {
@@ -77,6 +81,13 @@ impl Alloc {
     #[inline]
     pub(crate) fn processed_start(&self, processed: Tokens) -> Tokens {
         processed.max(self.from)
+    }
+
+    /// Where its current step starts (no later step of a holding starts
+    /// before it).
+    #[inline]
+    pub(crate) fn step_start(&self) -> Tokens {
+        self.from
     }
 
     /// Whether it holds the KV of tokens past `computed` (a landed load

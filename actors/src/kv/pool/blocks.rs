@@ -2,6 +2,8 @@
 //! (vLLM's rules, `crate::vllm::blocks`), summed over the groups that hold
 //! alike, and how far a decoding holding goes before its blocks change.
 
+#[cfg(doc)]
+use super::Span;
 use super::{Alloc, KvPool};
 use crate::base::units::Tokens;
 use crate::models::model::{CacheGroup, CacheGroupKind};
@@ -96,26 +98,31 @@ impl KvPool {
         self.private_need(tokens - Tokens::new(1), tokens, checkpoints, 0)
     }
 
-    /// For a decode step ending at `to`: the largest `t ≥ to` whose decode
-    /// step (`t − 1 .. t`) holds the same blocks in every group.
+    /// For a decode step ending at `to` that starts `lag` tokens before its
+    /// own token ([`Span::decode_lag`]): the largest `t ≥ to` whose decode
+    /// step of the same lag (`t − 1 − lag .. t`) holds the same blocks in
+    /// every group.
     ///
     /// Full attention holds `cdiv(t, B)`: the same up to `cdiv(to, B) × B`.
-    /// A window group holds `cdiv(t, B) − floor(max(0, t − W) / B)`: the
-    /// second term stays at `m = floor(max(0, to − W) / B)` while
-    /// `t ≤ W + (m + 1) × B − 1`. A state group holds one block throughout,
-    /// but in align mode two in the step from a block boundary (`kB .. kB +
-    /// 1`): stable through the end of the block, or only that step.
+    /// A window group holds `cdiv(t, B) − floor(max(0, t − W − lag) / B)`
+    /// (the skipped blocks of a step from `t − 1 − lag`: a lag widens the
+    /// window by as many tokens): the second term stays at `m = floor(max(0,
+    /// to − W − lag) / B)` while `t ≤ W + lag + (m + 1) × B − 1`. A state
+    /// group holds one block throughout, but in align mode two in the step
+    /// from a block boundary (`kB .. kB + 1`): stable through the end of
+    /// the block, or only that step (align mode has no lagging steps: only
+    /// that step).
     #[inline]
-    pub(super) fn stable_to(&self, to: Tokens) -> Tokens {
+    pub(super) fn stable_to(&self, to: Tokens, lag: u64) -> Tokens {
         if let Some(b) = self.uniform() {
             return b.round_up(to);
         }
-        self.stable_to_by_group(to)
+        self.stable_to_by_group(to, lag)
     }
 
     /// [`KvPool::stable_to`], group by group.
     #[inline(never)]
-    pub(super) fn stable_to_by_group(&self, to: Tokens) -> Tokens {
+    pub(super) fn stable_to_by_group(&self, to: Tokens, lag: u64) -> Tokens {
         let t = to.get();
         let mut stable = u64::MAX;
         let align = self.align().is_some();
@@ -126,7 +133,7 @@ impl KvPool {
                 (CacheGroupKind::State, _) if align && g.prefix_cacheable() => {
                     // Up to the step that ends on the boundary, which caches
                     // the state it writes (`register_state`).
-                    if mamba::moves_block(g, to.saturating_sub(Tokens::new(1)), to) || t == end_of_block {
+                    if lag > 0 || mamba::moves_block(g, to.saturating_sub(Tokens::new(1)), to) || t == end_of_block {
                         t
                     } else {
                         end_of_block - 1
@@ -134,7 +141,7 @@ impl KvPool {
                 }
                 (CacheGroupKind::State, _) => u64::MAX,
                 (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
-                    let w = w.get();
+                    let w = w.get() + lag;
                     let m = t.saturating_sub(w) / b;
                     end_of_block.min(w + (m + 1) * b - 1)
                 }

@@ -155,10 +155,17 @@ impl Span {
     fn new(from: Tokens, to: Tokens) -> Span {
         Span { from, to, checkpoints: false }
     }
-    /// Whether it is a decode step: one token, no checkpoint blocks.
+    /// Whether it is a decode step, and how many tokens before its own it
+    /// starts (its lag): one token computed from `to − 1` (lag 0), or, with
+    /// vLLM's asynchronous loop, from `to − 2`, where the step before it
+    /// started (lag 1: the skipped blocks are freed one step late,
+    /// [`KvPool::stable_to`]); no checkpoint blocks.
     #[inline]
-    fn is_decode_step(self) -> bool {
-        self.from + Tokens::new(1) == self.to && !self.checkpoints
+    fn decode_lag(self) -> Option<u64> {
+        match self.to.get().checked_sub(self.from.get()) {
+            Some(d @ 1..=2) if !self.checkpoints => Some(d - 1),
+            _ => None,
+        }
     }
 }
 

@@ -36,8 +36,10 @@ impl KvPool {
     pub(super) fn resize_inner(&mut self, alloc: &mut Alloc, mut span: Span, how: Take) -> Result<(), Shortfall> {
         span.from = alloc.step_from(span.from);
         let (from, to) = (span.from, span.to);
-        if span.is_decode_step() && to >= alloc.to && to <= alloc.stable_to {
-            // The next decode step holds what this one holds (most steps).
+        if span.decode_lag().is_some() && to >= alloc.to && to <= alloc.stable_to && to - from == alloc.to - alloc.from
+        {
+            // The next decode step (of the same lag) holds what this one
+            // holds (most steps).
             (alloc.from, alloc.to) = (from, to);
             return Ok(());
         }
@@ -94,7 +96,7 @@ impl KvPool {
         }
         self.private = self.private + need - alloc.private;
         (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (span.from, span.to, span.checkpoints, need);
-        alloc.stable_to = if span.is_decode_step() { self.stable_to(span.to) } else { Tokens::ZERO };
+        alloc.stable_to = span.decode_lag().map_or(Tokens::ZERO, |lag| self.stable_to(span.to, lag));
         if how == Take::Evicting {
             self.note_peak();
         }

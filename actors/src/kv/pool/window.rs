@@ -322,10 +322,9 @@ impl KvPool {
         }
         self.take(need, Take::Evicting).expect("checked: the step fits");
         self.private += need;
-        let decode_step = from + Tokens::new(1) == to;
         *alloc =
             Alloc { from, to, shared: fa, private: need, wfirst: lo, wpinned: nw - lo, ..Alloc::owned_by(alloc.owner) };
-        alloc.stable_to = if decode_step { self.stable_to(to) } else { Tokens::ZERO };
+        alloc.stable_to = Span::new(from, to).decode_lag().map_or(Tokens::ZERO, |lag| self.stable_to(to, lag));
         self.note_peak();
     }
 
