@@ -19,10 +19,10 @@ use crate::common::scenario_file;
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 13] = [
     ("default.toml", 0xbb9c_2f9b_49ee_477c, 0x9ba9_660f_5229_8ce7, 0x8475_e873_2d9e_819c),
-    ("glm-5.3-flash-1p1d.toml", 0x2abe_d671_d207_6b06, 0x9962_9abd_0f1f_888c, 0x5adc_22c6_9dc3_3a85),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0x6287_190e_8854_4388, 0xd636_850a_80b7_d15b, 0x0892_c91c_3b2a_d1cf),
-    ("glm-5.3-flash-2p2d.toml", 0x415e_76e6_8337_801e, 0xd8bc_897a_c12b_112e, 0x6f36_4bb1_9459_7b66),
-    ("glm-5.3-flash-p4d8.toml", 0x055d_ca71_5e7c_4726, 0xfc51_54e9_bdcd_b34f, 0x1f8e_24f9_3ee2_3a07),
+    ("glm-5.3-flash-1p1d.toml", 0x39b0_9433_aea2_1f89, 0x9962_9abd_0f1f_888c, 0x78d4_92e7_009a_497b),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0x8329_9d77_a5a2_f158, 0xb120_882b_cf3f_65ee, 0x5104_f292_fc3e_9b91),
+    ("glm-5.3-flash-2p2d.toml", 0x0f3d_0935_390b_4bf7, 0xd8bc_897a_c12b_112e, 0x6ab6_6f4c_4f36_abb1),
+    ("glm-5.3-flash-p4d8.toml", 0x41b5_0d10_9d4f_3fc0, 0xfc51_54e9_bdcd_b34f, 0x2b77_0982_5718_afa7),
     ("gpt-oss-1p1d.toml", 0x81fd_e029_2f2b_0b25, 0x7caf_28aa_169b_293c, 0xd4f0_d3bb_87bf_2f7c),
     ("llama-3.1-8b-1p1d.toml", 0x35fd_6f45_e4ae_bdf8, 0x7d27_cd8a_2666_2571, 0x43f8_f10e_834f_08d9),
     ("llama-3.1-8b-aggregated.toml", 0x2016_36b7_9957_c489, 0xc87a_f5b6_a7db_c48b, 0x5496_cc58_909c_08d6),
@@ -30,7 +30,7 @@ const PINNED: [(&str, u64, u64, u64); 13] = [
     ("llama-3.1-8b-h200-tp2.toml", 0x08a3_8e7e_3ca0_deb1, 0xdb4b_cc6e_9337_a4c1, 0x3674_c107_64ac_3441),
     ("llama-3.1-8b-h200-tp4.toml", 0xa71a_e9fc_58ba_8f9d, 0x2fff_0901_a9ba_2465, 0x7d28_8d03_8c8d_9e1a),
     ("llama-3.1-8b-mooncake.toml", 0xf3d9_a3d1_a51b_e9e6, 0x060b_d46f_9768_40c9, 0x8783_01cb_b863_1acf),
-    ("mamba2-hybrid-1p1d.toml", 0x03f2_e351_5553_c1d1, 0xe420_42dd_1403_8797, 0x3559_6749_3216_eeea),
+    ("mamba2-hybrid-1p1d.toml", 0xacfb_0e73_0254_28d8, 0xe420_42dd_1403_8797, 0x57db_fb60_3dd6_31f2),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -145,7 +145,7 @@ fn streamed_timelines_give_the_pinned_timeline() {
 #[test]
 fn a_shipped_scenarios_page_gives_its_pinned_bytes() {
     use crate::common::{outcome, pdsim_in, scratch_dir};
-    const PINNED_PAGE: u64 = 0xf2ed_8ced_a063_f2fb;
+    const PINNED_PAGE: u64 = 0x39a7_c7f5_e6d7_3e9e;
     let dir = scratch_dir("pinned-page");
     // From the package root, by a relative path: the page names the
     // scenario as the command line did, and a clone may live anywhere.

@@ -53,8 +53,8 @@ impl Member {
         self.computed + Tokens::new(n.max(self.join + 1) - self.join)
     }
 
-    /// Where its step `n` starts as the pool sees it (its decode step ends
-    /// at [`Member::tokens_at`]): one token before its end, or, where the
+    /// Where its step `n`, ending at `to` ([`Member::tokens_at`]), starts as
+    /// the pool sees it: one token before its end, or, where the
     /// asynchronous loop frees skipped blocks from the start of the step
     /// before (`lagging`, [`Core::lags_skips`]), two, once it was in the
     /// step before: from its second step on, or its first if it joined
@@ -62,10 +62,13 @@ impl Member {
     /// admission.
     /// Never before where its holding started when it joined.
     #[inline]
-    pub(super) fn step_from(self, n: u64, lagging: bool) -> Tokens {
-        let n = n.max(self.join + 1);
-        let back = 1 + u64::from(lagging && (n > self.join + 1 || self.first_gap == self.join + 1));
-        self.tokens_at(n).saturating_sub(Tokens::new(back)).max(self.floor)
+    pub(super) fn step_from(self, n: u64, to: Tokens, lagging: bool) -> Tokens {
+        debug_assert_eq!(to, self.tokens_at(n));
+        if !lagging {
+            return to - Tokens::new(1);
+        }
+        let back = 1 + u64::from(n > self.join + 1 || self.first_gap == self.join + 1);
+        to.saturating_sub(Tokens::new(back)).max(self.floor)
     }
 
     /// The first step at which it needs blocks its allocation, held the

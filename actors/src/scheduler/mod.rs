@@ -198,6 +198,9 @@ struct Core {
     preempted: Vec<ReqId>,
     /// How the rank's engine loop drives the scheduler.
     engine: EngineLoop,
+    /// Whether skipped-block frees lag ([`Core::lags_skips`]): fixed by the
+    /// engine loop and the pool's groups, so read once.
+    lags: bool,
     /// Admit a waiting request only if its whole known sequence fits
     /// (vLLM's `scheduler_reserve_full_isl`, on by default); off, its first
     /// chunk alone must fit ([`crate::vllm::admission`]).
@@ -279,6 +282,7 @@ impl Scheduler {
             done: Vec::new(),
             preempted: Vec::new(),
             engine: EngineLoop::Sync,
+            lags: false,
             full_isl: true,
             hold_inputs: false,
             finishing: 0,
@@ -302,6 +306,8 @@ impl Scheduler {
     /// without, every enqueued sequence may be scheduled by the next plan.
     pub(crate) fn set_engine_loop(&mut self, engine: EngineLoop, hold_inputs: bool) {
         self.core.engine = engine;
+        let pool = &self.core.pool;
+        self.core.lags = engine == EngineLoop::Async && (pool.has_window() || pool.align().is_some());
         self.core.hold_inputs = hold_inputs && engine.holds_inputs();
     }
 

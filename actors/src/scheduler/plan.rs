@@ -315,16 +315,52 @@ impl Core {
         self.lazy() && (step_tokens.get() == 1 || !self.lags_skips())
     }
 
-    /// Whether a sequence's window blocks are freed on the processed-token
+    /// Whether a sequence's skipped blocks are freed on the processed-token
     /// basis, one step late: vLLM's asynchronous loop frees the blocks a
     /// step skips with `remove_skipped_blocks(num_computed −
     /// num_in_flight)` (`kv_cache_manager.py:561-568`), and a sequence that
     /// was in the step in flight still has that step's tokens in flight, so
-    /// its window starts where that step started. pdsim follows it for
-    /// window groups; not yet in Mamba's align mode, whose state blocks
-    /// vLLM frees on the same basis (the README says so).
+    /// its window starts where that step started, and in Mamba's align mode
+    /// it still holds the state block of where that step started
+    /// (`crate::vllm::mamba::earlier_states`).
+    #[inline]
     pub(super) fn lags_skips(&self) -> bool {
-        self.engine == crate::vllm::engine::EngineLoop::Async && self.pool.has_window() && self.pool.align().is_none()
+        self.lags
+    }
+
+    /// Whether a running sequence outside the decoding set that computes
+    /// in the next step comes before a member in running order. The set
+    /// plans its members first; stepping one by one, as vLLM does, goes in
+    /// running order: the budget a chunk sees (vLLM takes a member's token
+    /// only when it reaches it, so it gives a chunk the budget binds the
+    /// tokens of the members after it too) and the order of evictions and
+    /// preemptions then differ, so such a step is planned one by one.
+    ///
+    /// Only Mamba's align mode gets there: elsewhere a sequence is admitted
+    /// only when the budget is left over after the chunks before it, so
+    /// the chunk before it was its sequence's last, and a sequence joins the
+    /// set once its prompt is computed (or, where skipped-block frees lag,
+    /// one step later, before any sequence admitted after it can); in align
+    /// mode a chunk ends on a block boundary, leaving budget over for
+    /// sequences after a prompt still being computed. O(1) elsewhere, and
+    /// when every running sequence is a member.
+    fn computes_ahead_of_members(&self) -> bool {
+        let running = &self.seqs.running;
+        if self.pool.align().is_none() || running.len() as u64 == self.dec.count {
+            return false;
+        }
+        let mut computing = false;
+        for &key in running {
+            let seq = self.seqs.get(key);
+            if seq.member.is_some() {
+                if computing {
+                    return true;
+                }
+            } else {
+                computing |= !seq.finished;
+            }
+        }
+        false
     }
 
     /// Plans the next step with `policy`, or a run of steps of pure decoding
@@ -349,7 +385,11 @@ impl Core {
         let mut shape = None;
         self.ahead.freed_next = false;
         let budget = self.limits.max_num_batched_tokens;
-        if self.lazy() && self.dec.count <= budget && self.take_blocks(self.log.step + 1).is_ok() {
+        if self.lazy()
+            && self.dec.count <= budget
+            && !self.computes_ahead_of_members()
+            && self.take_blocks(self.log.step + 1).is_ok()
+        {
             let after = self.dec.context(self.log.step + 1);
             let members = BatchShape::decoding(self.dec.count, after - self.dec.count);
             self.ahead.planning = true;
@@ -544,7 +584,7 @@ impl Core {
                     // entry carries on.
                     continue;
                 }
-                let from = m.step_from(n, lagging);
+                let from = m.step_from(n, to, lagging);
                 let delta = self.pool.change_in_blocks(&seq.alloc, from, to);
                 // (Blocks freed into the eviction order are not plain free.)
                 let mut cached = 0;
@@ -619,7 +659,7 @@ impl Core {
                 let seq = self.seqs.get_mut(key);
                 let m = seq.member.expect("member");
                 let free_before = self.pool.free_plain();
-                let from = m.step_from(n, lagging);
+                let from = m.step_from(n, to, lagging);
                 let resized = match (evicts, ahead) {
                     (false, _) => self.pool.resize_from_free(&mut seq.alloc, from, to),
                     (true, false) => self.pool.resize(&mut seq.alloc, from, to, false),
@@ -686,7 +726,7 @@ impl Core {
                 if seq.alloc.tokens() <= to {
                     continue;
                 }
-                let from = m.step_from(target, lagging);
+                let from = m.step_from(target, to, lagging);
                 if (self.pool.extra_needed(&seq.alloc, from, to, false) > 0) != regrow {
                     continue;
                 }

@@ -141,10 +141,11 @@ impl<'a> Step<'a> {
         } else {
             seq.computed
         };
-        let extra = core.pool.extra_needed(&seq.alloc, from, to, ckpt);
+        let mid = seq.computed;
+        let extra = core.pool.extra_needed_lagging(&seq.alloc, from, mid, to, ckpt);
         core.make_room(extra);
         let seq = core.seqs.get_mut(key);
-        if core.pool.resize(&mut seq.alloc, from, to, ckpt).is_err() {
+        if core.pool.resize_lagging(&mut seq.alloc, from, mid, to, ckpt).is_err() {
             return false;
         }
         self.put(key, k, to);

@@ -52,7 +52,7 @@ pub(crate) fn whole_sequence(from: Tokens, goal: Tokens, checkpoints: bool, in_f
 /// `get_num_blocks_to_allocate(apply_admission_cap=True)`.
 #[inline]
 pub(crate) fn group_blocks_counted(group: &CacheGroup, align: bool, whole: Whole) -> u64 {
-    let blocks = blocks_for_step_in(group, align, whole.from, whole.to, whole.checkpoints);
+    let blocks = blocks_for_step_in(group, align, whole.from, whole.from, whole.to, whole.checkpoints);
     match (group.kind(), group.window()) {
         (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) => {
             blocks.min(admission_cap_blocks(w, group.block_size(), whole.in_flight))

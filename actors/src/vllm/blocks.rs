@@ -92,13 +92,23 @@ pub fn blocks_for_step(group: &CacheGroup, from: Tokens, to: Tokens, with_checkp
     }
 }
 
-/// Blocks `group` holds during the step `from..to` in a pool whose Mamba
-/// groups are in align mode or not (`align`): [`blocks_for_step`], and in
-/// align mode a prefix-cacheable state group's block of the state the step
-/// starts from besides the one it writes ([`mamba::holds_previous_state`]).
+/// Blocks `group` holds during the step computing `mid..to` whose skipped
+/// blocks vLLM frees from `from` on (`from ≤ mid`; `from < mid` under the
+/// asynchronous loop, for a request whose step before is in flight) in a
+/// pool whose Mamba groups are in align mode or not (`align`):
+/// [`blocks_for_step`] from `from`, and in align mode a prefix-cacheable
+/// state group's blocks of the earlier states it still holds besides the
+/// one it writes ([`mamba::earlier_states`]).
 /// No allocation: a pool calls it for every group it cannot sum otherwise.
 #[inline]
-pub(crate) fn blocks_for_step_in(group: &CacheGroup, align: bool, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+pub(crate) fn blocks_for_step_in(
+    group: &CacheGroup,
+    align: bool,
+    from: Tokens,
+    mid: Tokens,
+    to: Tokens,
+    checkpoints: bool,
+) -> u64 {
     let held = blocks_for_step(group, from, to, checkpoints).get();
-    if align && mamba::holds_previous_state(group, from, to) { held + 1 } else { held }
+    if align { held + mamba::earlier_states(group, from, mid, to) } else { held }
 }

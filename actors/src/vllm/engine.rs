@@ -23,12 +23,16 @@
 //!   calls, and batch `n + 1` was scheduled when batch `n` started
 //!   ([`visible_at_plan`]); unless batch `n + 1` turned out empty, when it
 //!   is scheduled as soon as batch `n` ends;
-//! - blocks a step skips (below a sliding window) are freed on the
-//!   processed-token basis (`kv_cache_manager.py:561-568`): a request in
-//!   batch `n` still has batch `n`'s tokens in flight when batch `n + 1`
-//!   is scheduled, so its window starts where batch `n` started, one step
-//!   behind the synchronous loop's (`Core::lags_skips` in the scheduler;
-//!   a Mamba state's blocks, freed on the same basis, not yet);
+//! - blocks a step skips (below a sliding window, a Mamba state's earlier
+//!   states in align mode) are freed on the processed-token basis
+//!   (`kv_cache_manager.py:561-568`): a request in batch `n` still has
+//!   batch `n`'s tokens in flight when batch `n + 1` is scheduled, so its
+//!   window starts where batch `n` started, one step behind the
+//!   synchronous loop's, and it still holds the state block batch `n`
+//!   started from (`Core::lags_skips` in the scheduler,
+//!   `crate::vllm::mamba::earlier_states`); a state written by a step whose
+//!   token is still a placeholder is cached at once, where vLLM waits for
+//!   the token (not yet followed: `tests/it/timed.rs`);
 //! - a finished request's blocks are all cached when it is freed: the
 //!   update that finishes it caches through everything it computed (a
 //!   preempted one's only through what was processed).

@@ -4,7 +4,7 @@
 //! written only at the end of a step, so a prefill chunk that is not the
 //! prompt's last must end on a block boundary ([`aligned_chunk`]), and a
 //! step that moves into a new block holds the block of the state it
-//! starts from as well as the one it writes ([`holds_previous_state`]).
+//! starts from as well as the one it writes ([`earlier_states`]).
 //!
 //! [`aligned_chunk`] is `Scheduler._mamba_block_aligned_split`
 //! (`v1/core/sched/scheduler.py:546-660`) for the configurations pdsim
@@ -32,20 +32,31 @@ pub(crate) fn align_block(groups: &[CacheGroup], prefix_caching: bool) -> Option
         .map(|g| g.block_size())
 }
 
-/// Whether, in align mode, `group` holds the block of the state the step
-/// `from..to` starts from besides the one it writes: a prefix-cacheable
-/// state group whose step ends in another block than the one holding its
-/// starting state (none at 0).
+/// The state blocks a prefix-cacheable state group holds in align mode
+/// besides the one its step writes, for a step computing `mid..to` whose
+/// blocks vLLM frees from `from` on (`from ≤ mid`): the blocks of the
+/// states after `from` and after `mid`, those before `to`'s block (none at
+/// 0, one for the two when they share a block).
 ///
-/// vLLM's `MambaManager` (`v1/core/single_type_kv_cache_manager.py:1428`):
-/// `allocate_new_blocks` puts the new state at `cdiv(to, B) − 1` and keeps
-/// the previous one as `last_state_block_idx` (line 1456), which
-/// `remove_skipped_blocks` frees before the next step's allocation (lines
-/// 1629-1660). B = 8: the step 8..13 holds 2 blocks, the steps 13..16 and
-/// 0..8 hold 1.
+/// vLLM's `MambaManager.remove_skipped_blocks(processed)` (lines 1629-1660)
+/// frees every state block before the one of the state after `processed`
+/// tokens; `allocate_new_blocks` writes a step's state in a new block when
+/// the step moves into one. The synchronous loop frees from `mid` (`from
+/// == mid`: one block more when the step moves block). The asynchronous
+/// loop frees from where the step before started, whose tokens are still
+/// in flight (`processed = computed − in flight`, `kv_cache_manager.py:
+/// 561-568`): B = 16, chunks of 32, the chunk 64..96 scheduled while
+/// 32..64 runs holds the states after 32, 64 and 96 (three blocks, two
+/// when scheduled synchronously); a decode step 33..34 scheduled while
+/// 32..33 runs still holds the state after 32 (block 1) beside block 2.
 #[inline]
-pub(crate) fn holds_previous_state(group: &CacheGroup, from: Tokens, to: Tokens) -> bool {
-    group.kind() == CacheGroupKind::State && group.prefix_cacheable() && moves_block(group, from, to)
+pub(crate) fn earlier_states(group: &CacheGroup, from: Tokens, mid: Tokens, to: Tokens) -> u64 {
+    if group.kind() != CacheGroupKind::State || !group.prefix_cacheable() {
+        return 0;
+    }
+    let b = group.block_size();
+    let idx = |t: Tokens| t.blocks_ceil(b);
+    u64::from(!mid.is_zero() && idx(mid) < idx(to)) + u64::from(!from.is_zero() && idx(from) < idx(mid))
 }
 
 /// Whether the step `from..to` ends in another block of `group` than the

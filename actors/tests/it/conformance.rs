@@ -14,25 +14,10 @@ use std::path::{Path, PathBuf};
 use actors::steps::{Case, StepLine, run_case};
 use serde_json::Value;
 
-/// (case, the vLLM rule pdsim does not follow yet). With the asynchronous
-/// engine loop, vLLM frees skipped blocks on the processed-token basis: a
-/// step scheduled while the one before it executes still holds the blocks
-/// that step reads (`remove_skipped_blocks(total_computed_tokens −
-/// num_in_flight_tokens)`). pdsim follows it for window groups; a Mamba
-/// state's blocks (`MambaManager.remove_skipped_blocks`,
-/// `last_state_block_idx`) it frees as the synchronous loop does, one
-/// step earlier.
-const NOT_YET: &[(&str, &str)] = &[
-    ("gen-503-1", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-503-14", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-503-18", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-503-21", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-503-29", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-503-31", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-503-43", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-503-5", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-    ("gen-503-63", "async: Mamba state blocks freed on the processed-token basis (kv_cache_manager.py:561-568)"),
-];
+/// (case, the vLLM rule pdsim does not follow yet): none today. The last
+/// ones were asynchronous Mamba cases, before pdsim freed a state's blocks
+/// on the processed-token basis (`crate::vllm::mamba::earlier_states`).
+const NOT_YET: &[(&str, &str)] = &[];
 
 /// The decode-side cases (`pd_cases/`) pdsim does not follow yet, with what
 /// differs. With a Mamba group, under pool pressure, vLLM has fewer free

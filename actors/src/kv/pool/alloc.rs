@@ -8,8 +8,14 @@ use crate::base::units::Tokens;
 /// one holding per owner.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Alloc {
-    /// Tokens whose KV was present before the step.
+    /// Where the step's skipped blocks are freed from: the tokens whose KV
+    /// was present before the step, or under the asynchronous loop before
+    /// the step before it, still in flight when this one was scheduled.
     pub(super) from: Tokens,
+    /// Tokens whose KV was present before the step (`from` but under the
+    /// asynchronous loop; in align mode a state block of its own,
+    /// `mamba::earlier_states`).
+    pub(super) mid: Tokens,
     /// Tokens whose KV is present after the step.
     pub(super) to: Tokens,
     /// Whether the step holds the groups' checkpoint blocks.

@@ -15,7 +15,7 @@ impl KvPool {
     #[inline]
     pub(crate) fn change_in_blocks(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> i64 {
         let from = alloc.step_from(from);
-        let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
+        let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, from, to) * self.state_groups };
         let wkept = if self.win().is_some() { self.win_step(alloc, from).0 } else { 0 };
         (self.private_need(from, to, false, alloc.shared) - kept - wkept) as i64 - alloc.private as i64
     }
@@ -23,10 +23,42 @@ impl KvPool {
     /// How many more blocks moving `alloc` to the step `from..to` takes (0
     /// if it gives blocks back); no side effects.
     pub(crate) fn extra_needed(&self, alloc: &Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        self.extra_needed_lagging(alloc, from, from, to, checkpoints)
+    }
+
+    /// [`KvPool::extra_needed`] for a step computing `mid..to` whose
+    /// skipped blocks vLLM frees from `from ≤ mid` on (the asynchronous
+    /// loop, a request whose step before is in flight).
+    pub(crate) fn extra_needed_lagging(
+        &self,
+        alloc: &Alloc,
+        from: Tokens,
+        mid: Tokens,
+        to: Tokens,
+        checkpoints: bool,
+    ) -> u64 {
         let from = alloc.step_from(from);
-        let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, to) * self.state_groups };
+        let mid = mid.max(from);
+        let kept = if self.state_groups == 0 { 0 } else { self.states_kept(alloc, from, mid, to) * self.state_groups };
         let (wkept, cached) = if self.win().is_some() { self.win_step(alloc, from) } else { (0, 0) };
-        (self.private_need(from, to, checkpoints, alloc.shared) - kept - wkept).saturating_sub(alloc.private - cached)
+        let need = self.private_need(from, to, checkpoints, alloc.shared) + self.mid_states(from, mid, to);
+        (need - kept - wkept).saturating_sub(alloc.private - cached)
+    }
+
+    /// In align mode, the state blocks a step computing `mid..to` holds
+    /// beyond one freeing from `mid` would (all state groups): the block of
+    /// the state after `mid` when the state after `from` lies in an
+    /// earlier one ([`mamba::earlier_states`]).
+    #[inline]
+    pub(super) fn mid_states(&self, from: Tokens, mid: Tokens, to: Tokens) -> u64 {
+        match self.align() {
+            Some(b) if mid > from => {
+                let idx = |t: Tokens| t.blocks_ceil(b);
+                // Three distinct blocks, or from 0 (no state) two.
+                u64::from(idx(mid) < idx(to) && (from.is_zero() || idx(from) < idx(mid))) * self.state_groups
+            }
+            _ => 0,
+        }
     }
 
     /// Blocks a new allocation holds for the step `from..to` after pinning
@@ -52,7 +84,7 @@ impl KvPool {
     #[inline(never)]
     pub(super) fn all_blocks_by_group(&self, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
         let align = self.align().is_some();
-        self.classes.iter().map(|(g, n)| n * Self::group_blocks(g, align, from, to, checkpoints)).sum()
+        self.classes.iter().map(|(g, n)| n * Self::group_blocks(g, align, from, from, to, checkpoints)).sum()
     }
 
     /// [`KvPool::all_blocks`] over the classes and group by group, to
@@ -60,7 +92,7 @@ impl KvPool {
     #[cfg(test)]
     pub(crate) fn all_blocks_both_ways(&self, from: Tokens, to: Tokens, checkpoints: bool) -> (u64, u64) {
         let align = self.align().is_some();
-        let each = self.groups.iter().map(|g| Self::group_blocks(g, align, from, to, checkpoints)).sum();
+        let each = self.groups.iter().map(|g| Self::group_blocks(g, align, from, from, to, checkpoints)).sum();
         (self.all_blocks(from, to, checkpoints), each)
     }
 
@@ -76,8 +108,18 @@ impl KvPool {
     /// `remove_skipped_blocks` frees before the next step's allocation).
     /// B = 8: the step 8..13 holds 2, the steps 13..16 and 0..8 hold 1.
     #[inline]
-    pub(super) fn group_blocks(g: &CacheGroup, align: bool, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
-        blocks::blocks_for_step_in(g, align, from, to, checkpoints)
+    ///
+    /// `mid`: the tokens computed before the step, past `from` under the
+    /// asynchronous loop ([`mamba::earlier_states`]).
+    pub(super) fn group_blocks(
+        g: &CacheGroup,
+        align: bool,
+        from: Tokens,
+        mid: Tokens,
+        to: Tokens,
+        checkpoints: bool,
+    ) -> u64 {
+        blocks::blocks_for_step_in(g, align, from, mid, to, checkpoints)
     }
 
     /// Total private blocks for a state with `shared` cached leading blocks.
@@ -110,8 +152,10 @@ impl KvPool {
     /// to − W − lag) / B)` while `t ≤ W + lag + (m + 1) × B − 1`. A state
     /// group holds one block throughout, but in align mode two in the step
     /// from a block boundary (`kB .. kB + 1`): stable through the end of
-    /// the block, or only that step (align mode has no lagging steps: only
-    /// that step).
+    /// the block, or only that step; with lag 1, two (the same two) in the
+    /// steps ending at `kB + 1` and `kB + 2`, one after them (B = 16: from
+    /// 33, stable to 34; from 35, to 47; the step ending at 48 caches its
+    /// state, so it is a change of its own).
     #[inline]
     pub(super) fn stable_to(&self, to: Tokens, lag: u64) -> Tokens {
         if let Some(b) = self.uniform() {
@@ -132,8 +176,17 @@ impl KvPool {
             let g_stable = match (g.kind(), g.window()) {
                 (CacheGroupKind::State, _) if align && g.prefix_cacheable() => {
                     // Up to the step that ends on the boundary, which caches
-                    // the state it writes (`register_state`).
-                    if lag > 0 || mamba::moves_block(g, to.saturating_sub(Tokens::new(1)), to) || t == end_of_block {
+                    // the state it writes (`register_state`). Lag 1 holds
+                    // two blocks in the steps ending at kB + 1 and kB + 2
+                    // (the same two: stable to kB + 2), one after.
+                    let r = t % b;
+                    if t == end_of_block || b == 1 {
+                        t
+                    } else if lag == 0 {
+                        if mamba::moves_block(g, to.saturating_sub(Tokens::new(1)), to) { t } else { end_of_block - 1 }
+                    } else if r == 1 {
+                        (t + 1).min(end_of_block - 1)
+                    } else if r == 2 {
                         t
                     } else {
                         end_of_block - 1

@@ -140,11 +140,14 @@ impl Take {
     }
 }
 
-/// The step a holding moves to: tokens computed before and after it, and
-/// whether it takes the groups' checkpoint blocks.
+/// The step a holding moves to: where vLLM frees its skipped blocks from
+/// (`from`), the tokens computed before it (`mid`, past `from` only under
+/// the asynchronous loop, for a request whose step before is in flight)
+/// and after it, and whether it takes the groups' checkpoint blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Span {
     from: Tokens,
+    mid: Tokens,
     to: Tokens,
     checkpoints: bool,
 }
@@ -153,7 +156,7 @@ impl Span {
     /// A step computing `from..to`, without checkpoint blocks.
     #[inline]
     fn new(from: Tokens, to: Tokens) -> Span {
-        Span { from, to, checkpoints: false }
+        Span { from, mid: from, to, checkpoints: false }
     }
     /// Whether it is a decode step, and how many tokens before its own it
     /// starts (its lag): one token computed from `to − 1` (lag 0), or, with
@@ -274,7 +277,7 @@ pub(crate) struct KvPool {
     states_call: u64,
     /// The state entries each holding that pins any does (key, block
     /// index; key 0: none), by owner.
-    state_pins: FxHashMap<u64, [(u64, u32); 2]>,
+    state_pins: FxHashMap<u64, [(u64, u32); 3]>,
     /// By owner: the slots of the window entries a holding pins, in block
     /// order (`Alloc::wfirst ..`).
     win_slots: FxHashMap<u64, Vec<u32>>,

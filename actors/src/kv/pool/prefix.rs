@@ -302,12 +302,13 @@ impl KvPool {
                     CacheGroupKind::SlidingWindow => u64::from(wpins),
                     _ => 0,
                 };
-                self.group_used[i] += Self::group_blocks(g, align, t, t, false) - pinned;
+                self.group_used[i] += Self::group_blocks(g, align, t, t, t, false) - pinned;
             }
         }
         self.private += need;
         *alloc = Alloc {
             from: t,
+            mid: t,
             to: t,
             checkpoints: false,
             shared: fa,
@@ -319,7 +320,7 @@ impl KvPool {
             wpinned: wpins,
         };
         if sk != 0 {
-            let pins = [(0, 0), (sk, self.state_index(t))];
+            let pins = [(0, 0), (0, 0), (sk, self.state_index(t))];
             self.set_pins(alloc, pins);
         }
         self.note_peak();

@@ -4,7 +4,7 @@
 use super::{Alloc, KvPool, Layout, MAX_GROUPS, Shortfall, Span, Take};
 use crate::base::units::Tokens;
 use crate::models::model::CacheGroupKind;
-use crate::vllm::{blocks, handoff, mamba};
+use crate::vllm::{blocks, handoff};
 
 impl KvPool {
     /// Moves `alloc` to the step `from..to` (with or without checkpoint
@@ -19,8 +19,22 @@ impl KvPool {
         to: Tokens,
         checkpoints: bool,
     ) -> Result<(), Shortfall> {
+        self.resize_lagging(alloc, from, from, to, checkpoints)
+    }
+
+    /// [`KvPool::resize`] to a step computing `mid..to` whose skipped
+    /// blocks vLLM frees from `from ≤ mid` on (the asynchronous loop, a
+    /// request whose step before is in flight).
+    pub(crate) fn resize_lagging(
+        &mut self,
+        alloc: &mut Alloc,
+        from: Tokens,
+        mid: Tokens,
+        to: Tokens,
+        checkpoints: bool,
+    ) -> Result<(), Shortfall> {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
-        self.resize_inner(alloc, Span { from, to, checkpoints }, Take::Evicting)
+        self.resize_inner(alloc, Span { from, mid, to, checkpoints }, Take::Evicting)
     }
 
     /// [`KvPool::resize`] from plain free blocks only: never evicts a cached
@@ -35,12 +49,13 @@ impl KvPool {
     #[inline(always)]
     pub(super) fn resize_inner(&mut self, alloc: &mut Alloc, mut span: Span, how: Take) -> Result<(), Shortfall> {
         span.from = alloc.step_from(span.from);
+        span.mid = span.mid.max(span.from);
         let (from, to) = (span.from, span.to);
         if span.decode_lag().is_some() && to >= alloc.to && to <= alloc.stable_to && to - from == alloc.to - alloc.from
         {
             // The next decode step (of the same lag) holds what this one
             // holds (most steps).
-            (alloc.from, alloc.to) = (from, to);
+            (alloc.from, alloc.mid, alloc.to) = (from, span.mid, to);
             return Ok(());
         }
         match self.layout {
@@ -64,7 +79,7 @@ impl KvPool {
     /// hot path of every other model, kept apart.
     #[inline(never)]
     pub(super) fn resize_plain(&mut self, alloc: &mut Alloc, span: Span, how: Take) -> Result<(), Shortfall> {
-        let Span { from, to, checkpoints } = span;
+        let Span { from, to, checkpoints, .. } = span;
         let mut all = 0u64;
         let mut deltas = [0i64; MAX_GROUPS];
         for (i, g) in self.groups.iter().enumerate() {
@@ -95,7 +110,8 @@ impl KvPool {
             *used = used.checked_add_signed(d).expect("a group's count stays >= 0");
         }
         self.private = self.private + need - alloc.private;
-        (alloc.from, alloc.to, alloc.checkpoints, alloc.private) = (span.from, span.to, span.checkpoints, need);
+        (alloc.from, alloc.mid, alloc.to, alloc.checkpoints, alloc.private) =
+            (span.from, span.mid, span.to, span.checkpoints, need);
         alloc.stable_to = span.decode_lag().map_or(Tokens::ZERO, |lag| self.stable_to(span.to, lag));
         if how == Take::Evicting {
             self.note_peak();
@@ -139,7 +155,7 @@ impl KvPool {
         let align = self.align().is_some();
         let pinned = alloc.pinned_states();
         for (i, g) in self.groups.iter().enumerate() {
-            let held = Self::group_blocks(g, align, alloc.from, alloc.to, alloc.checkpoints);
+            let held = Self::group_blocks(g, align, alloc.from, alloc.mid, alloc.to, alloc.checkpoints);
             let shared = match g.kind() {
                 CacheGroupKind::FullAttention => u64::from(alloc.shared),
                 CacheGroupKind::State if align && g.prefix_cacheable() => pinned,
@@ -188,30 +204,29 @@ impl KvPool {
         }
         let mut freed = 0u64;
         let align = self.align().is_some();
-        // A cached state it started the last step from is unpinned instead.
-        let [prev, _] = self.state_blocks_held(alloc.from, alloc.to);
+        // In align mode the earlier states it still holds go too (vLLM's
+        // `remove_skipped_blocks` when a connector-held request finishes):
+        // cached ones are unpinned, its own freed.
+        let [at_from, at_mid, _] = self.state_blocks_held(alloc.from, alloc.mid, alloc.to);
         let mut pins = self.pins(alloc);
-        let prev_entry = pins.iter().position(|&(k, i)| k != 0 && Some(i) == prev);
-        if let Some(slot) = prev_entry {
-            let k = pins[slot].0;
-            pins[slot] = (0, 0);
-            self.set_pins(alloc, pins);
-            self.unref(k);
+        let mut own_earlier = 0;
+        for idx in [at_from, at_mid].into_iter().flatten() {
+            match pins.iter().position(|&(k, i)| k != 0 && i == idx) {
+                Some(slot) => {
+                    let k = pins[slot].0;
+                    pins[slot] = (0, 0);
+                    self.set_pins(alloc, pins);
+                    self.unref(k);
+                }
+                None => own_earlier += 1,
+            }
         }
         for (i, g) in self.groups.iter().enumerate() {
             let r = handoff::group_release(g, alloc.from, alloc.to, alloc.checkpoints);
-            // In align mode the state it started the last step from goes too
-            // (vLLM's `remove_skipped_blocks` when a connector-held request
-            // finishes).
-            let previous = u64::from(
-                align
-                    && g.kind() == CacheGroupKind::State
-                    && g.prefix_cacheable()
-                    && mamba::moves_block(g, alloc.from, alloc.to)
-                    && prev_entry.is_none(),
-            );
+            let previous =
+                if align && g.kind() == CacheGroupKind::State && g.prefix_cacheable() { own_earlier } else { 0 };
             let free = r.free().get() + previous;
-            debug_assert_eq!(r.keep().get(), Self::group_blocks(g, align, alloc.to, alloc.to, false));
+            debug_assert_eq!(r.keep().get(), Self::group_blocks(g, align, alloc.to, alloc.to, alloc.to, false));
             self.group_used[i] -= free;
             freed += free;
         }
@@ -219,6 +234,6 @@ impl KvPool {
         self.private -= freed;
         self.free += freed;
         alloc.private -= freed;
-        (alloc.from, alloc.checkpoints, alloc.stable_to) = (alloc.to, false, Tokens::ZERO);
+        (alloc.from, alloc.mid, alloc.checkpoints, alloc.stable_to) = (alloc.to, alloc.to, false, Tokens::ZERO);
     }
 }

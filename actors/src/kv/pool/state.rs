@@ -13,12 +13,12 @@ pub(super) const STATE_ENTRY: u64 = 0x7374_6174_655f_6b65;
 
 impl KvPool {
     /// The state entries `alloc` pins (key, block index; key 0: none).
-    pub(super) fn pins(&self, alloc: &Alloc) -> [(u64, u32); 2] {
-        if alloc.pinned == 0 { [(0, 0); 2] } else { self.state_pins.get(&alloc.owner).copied().unwrap_or_default() }
+    pub(super) fn pins(&self, alloc: &Alloc) -> [(u64, u32); 3] {
+        if alloc.pinned == 0 { [(0, 0); 3] } else { self.state_pins.get(&alloc.owner).copied().unwrap_or_default() }
     }
 
     /// Records the state entries `alloc` pins.
-    pub(super) fn set_pins(&mut self, alloc: &mut Alloc, pins: [(u64, u32); 2]) {
+    pub(super) fn set_pins(&mut self, alloc: &mut Alloc, pins: [(u64, u32); 3]) {
         let n = pins.iter().filter(|p| p.0 != 0).count();
         alloc.pinned = u8::try_from(n).unwrap_or(u8::MAX);
         if n == 0 {
@@ -28,22 +28,27 @@ impl KvPool {
         }
     }
 
-    /// The state-group block indices the step `from..to` holds in align
-    /// mode: the one it writes, and the one it starts from if that differs.
-    pub(super) fn state_blocks_held(&self, from: Tokens, to: Tokens) -> [Option<u32>; 2] {
-        let Some(b) = self.align() else { return [None, None] };
+    /// The state-group block indices a step computing `mid..to`, freeing
+    /// from `from ≤ mid`, holds in align mode: those of the states after
+    /// `from` and after `mid` where they lie before the block of the one it
+    /// writes, and that one ([`mamba::earlier_states`]).
+    pub(super) fn state_blocks_held(&self, from: Tokens, mid: Tokens, to: Tokens) -> [Option<u32>; 3] {
+        let Some(b) = self.align() else { return [None; 3] };
         let idx = |t: Tokens| u32::try_from(t.blocks_ceil(b).get().saturating_sub(1)).unwrap_or(u32::MAX);
         let cur = (!to.is_zero()).then(|| idx(to));
-        let prev = (!from.is_zero() && from < to && from.blocks_ceil(b) != to.blocks_ceil(b)).then(|| idx(from));
-        [prev, cur]
+        let before = |t: Tokens| !t.is_zero() && t < to && t.blocks_ceil(b) != to.blocks_ceil(b);
+        let at_mid = before(mid).then(|| idx(mid));
+        let at_from = (before(from) && from.blocks_ceil(b) != mid.blocks_ceil(b)).then(|| idx(from));
+        [at_from, at_mid, cur]
     }
 
-    /// How many of `alloc`'s pinned state entries the step `from..to` still holds.
-    pub(super) fn states_kept(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> u64 {
+    /// How many of `alloc`'s pinned state entries the step computing
+    /// `mid..to`, freeing from `from`, still holds.
+    pub(super) fn states_kept(&self, alloc: &Alloc, from: Tokens, mid: Tokens, to: Tokens) -> u64 {
         if alloc.pinned == 0 {
             return 0;
         }
-        let held = self.state_blocks_held(from, to);
+        let held = self.state_blocks_held(from, mid, to);
         self.pins(alloc).iter().filter(|&&(k, i)| k != 0 && held.contains(&Some(i))).count() as u64
     }
 
@@ -54,7 +59,7 @@ impl KvPool {
     pub(crate) fn caches_state(&self, alloc: &Alloc, from: Tokens, to: Tokens) -> bool {
         let Some(sb) = self.align() else { return false };
         to.get().is_multiple_of(sb.get())
-            || (alloc.pinned != 0 && self.states_kept(alloc, from, to) < alloc.pinned_states())
+            || (alloc.pinned != 0 && self.states_kept(alloc, from, from, to) < alloc.pinned_states())
     }
 
     /// [`KvPool::resize_inner`] in align mode: state entries pinned and
@@ -67,19 +72,25 @@ impl KvPool {
     pub(super) fn resize_aligned(&mut self, alloc: &mut Alloc, span: Span, how: Take) -> Result<(), Shortfall> {
         let from = span.from;
         let result = self.resize_aligned_once(alloc, span, how);
+        // What it holds once the states before `from` are freed: the step
+        // it was in, from `from` (at its end: the synchronous loop; at its
+        // start, where the step before it was in flight: the asynchronous
+        // one).
         if result.is_err()
             && how.evicts()
-            && from == alloc.to
-            && self.state_blocks_held(alloc.from, alloc.to)[0].is_some()
+            && from > alloc.from
+            && from <= alloc.to
+            && self.state_blocks_held(from, from, alloc.to) != self.state_blocks_held(alloc.from, alloc.mid, alloc.to)
         {
-            self.resize_aligned_once(alloc, Span::new(from, from), how).expect("giving blocks back fits");
+            let left = Span::new(from, alloc.to);
+            self.resize_aligned_once(alloc, left, how).expect("giving blocks back fits");
         }
         result
     }
 
     /// [`KvPool::resize_aligned`]'s move, all or nothing.
     pub(super) fn resize_aligned_once(&mut self, alloc: &mut Alloc, span: Span, how: Take) -> Result<(), Shortfall> {
-        let Span { from, to, checkpoints } = span;
+        let Span { from, mid, to, checkpoints } = span;
         // Per group, what the new state holds and the change from the old.
         let mut all = 0u64;
         let mut deltas = [0i64; MAX_GROUPS];
@@ -87,9 +98,9 @@ impl KvPool {
         // Cached state entries it pins: those the new state no longer holds
         // are unpinned first, as vLLM frees them (`remove_skipped_blocks`)
         // before it allocates.
-        let (mut dropped, mut old_pinned, mut kept) = ([0u64; 2], 0, 0);
+        let (mut dropped, mut old_pinned, mut kept) = ([0u64; 3], 0, 0);
         if alloc.pinned != 0 {
-            let held = self.state_blocks_held(from, to);
+            let held = self.state_blocks_held(from, mid, to);
             for (d, &(k, i)) in dropped.iter_mut().zip(&self.pins(alloc)) {
                 if k != 0 && !held.contains(&Some(i)) {
                     *d = k;
@@ -99,8 +110,8 @@ impl KvPool {
             kept = old_pinned - dropped.iter().filter(|&&k| k != 0).count() as u64;
         }
         for (i, g) in self.groups.iter().enumerate() {
-            let new = Self::group_blocks(g, align, from, to, checkpoints);
-            let old = Self::group_blocks(g, align, alloc.from, alloc.to, alloc.checkpoints);
+            let new = Self::group_blocks(g, align, from, mid, to, checkpoints);
+            let old = Self::group_blocks(g, align, alloc.from, alloc.mid, alloc.to, alloc.checkpoints);
             all += new;
             deltas[i] = new as i64 - old as i64;
         }
@@ -197,7 +208,7 @@ impl KvPool {
         if self.state_groups == 0 || to.is_zero() || !to.get().is_multiple_of(sb.get()) {
             return;
         }
-        if !self.state_blocks_held(alloc.from, alloc.to).contains(&Some(self.state_index(to))) {
+        if !self.state_blocks_held(alloc.from, alloc.mid, alloc.to).contains(&Some(self.state_index(to))) {
             return;
         }
         if !to.get().is_multiple_of(fb.get()) {

@@ -212,7 +212,7 @@ impl KvPool {
             alloc.wpinned -= dropped;
             self.put_win_slots(alloc.owner, slots);
         }
-        alloc.from = from;
+        (alloc.from, alloc.mid) = (from, from);
         alloc.stable_to = Tokens::ZERO;
     }
 
@@ -322,8 +322,16 @@ impl KvPool {
         }
         self.take(need, Take::Evicting).expect("checked: the step fits");
         self.private += need;
-        *alloc =
-            Alloc { from, to, shared: fa, private: need, wfirst: lo, wpinned: nw - lo, ..Alloc::owned_by(alloc.owner) };
+        *alloc = Alloc {
+            from,
+            mid: from,
+            to,
+            shared: fa,
+            private: need,
+            wfirst: lo,
+            wpinned: nw - lo,
+            ..Alloc::owned_by(alloc.owner)
+        };
         alloc.stable_to = Span::new(from, to).decode_lag().map_or(Tokens::ZERO, |lag| self.stable_to(to, lag));
         self.note_peak();
     }
