@@ -336,17 +336,19 @@ impl Core {
     /// tokens of the members after it too) and the order of evictions and
     /// preemptions then differ, so such a step is planned one by one.
     ///
-    /// Only Mamba's align mode gets there: elsewhere a sequence is admitted
-    /// only when the budget is left over after the chunks before it, so
-    /// the chunk before it was its sequence's last, and a sequence joins the
-    /// set once its prompt is computed (or, where skipped-block frees lag,
-    /// one step later, before any sequence admitted after it can); in align
-    /// mode a chunk ends on a block boundary, leaving budget over for
-    /// sequences after a prompt still being computed. O(1) elsewhere, and
-    /// when every running sequence is a member.
+    /// Looked for in Mamba's align mode, where a chunk ends on a block
+    /// boundary and leaves budget over for sequences after a prompt still
+    /// being computed, and where skipped-block frees lag, where a sequence
+    /// steps once more one by one after its last chunk while one admitted
+    /// after it, whose last prompt step was of one token (a whole-prompt
+    /// hit), may have joined. Elsewhere a sequence is admitted only when
+    /// the budget is left over after the chunks before it, so the chunk
+    /// before it was its sequence's last, and a sequence joins the set once
+    /// its prompt is computed, before any admitted after it can. O(1) there,
+    /// and when every running sequence is a member.
     fn computes_ahead_of_members(&self) -> bool {
         let running = &self.seqs.running;
-        if self.pool.align().is_none() || running.len() as u64 == self.dec.count {
+        if (self.pool.align().is_none() && !self.lags) || running.len() as u64 == self.dec.count {
             return false;
         }
         let mut computing = false;

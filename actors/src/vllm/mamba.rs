@@ -4,7 +4,9 @@
 //! written only at the end of a step, so a prefill chunk that is not the
 //! prompt's last must end on a block boundary ([`aligned_chunk`]), and a
 //! step that moves into a new block holds the block of the state it
-//! starts from as well as the one it writes ([`earlier_states`]).
+//! starts from as well as the one it writes, and under the asynchronous
+//! loop the block of the state its step before started from too, while
+//! that step is in flight ([`earlier_states`]).
 //!
 //! [`aligned_chunk`] is `Scheduler._mamba_block_aligned_split`
 //! (`v1/core/sched/scheduler.py:546-660`) for the configurations pdsim

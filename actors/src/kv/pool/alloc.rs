@@ -14,7 +14,11 @@ pub(crate) struct Alloc {
     pub(super) from: Tokens,
     /// Tokens whose KV was present before the step (`from` but under the
     /// asynchronous loop; in align mode a state block of its own,
-    /// `mamba::earlier_states`).
+    /// `mamba::earlier_states`). The decoding set's members leave it at
+    /// `from` (their steps go through `KvPool::resize` and the like): for a
+    /// decode step from `to − 2` the state after `to − 1` shares a block with
+    /// the one after `to − 2` or `to` when state blocks hold more than one
+    /// token, as vLLM's do.
     pub(super) mid: Tokens,
     /// Tokens whose KV is present after the step.
     pub(super) to: Tokens,

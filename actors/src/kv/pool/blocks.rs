@@ -45,10 +45,13 @@ impl KvPool {
         (need - kept - wkept).saturating_sub(alloc.private - cached)
     }
 
-    /// In align mode, the state blocks a step computing `mid..to` holds
-    /// beyond one freeing from `mid` would (all state groups): the block of
-    /// the state after `mid` when the state after `from` lies in an
-    /// earlier one ([`mamba::earlier_states`]).
+    /// In align mode, the state blocks a step computing `mid..to` and
+    /// freeing from `from` holds beyond what [`KvPool::private_need`]
+    /// counts for the step `from..to` (all state groups): the block of the
+    /// state after `mid` when it lies strictly between those after `from`
+    /// (or none, from 0) and after `to` ([`mamba::earlier_states`]). B = 16,
+    /// from 32, mid 64, to 96: one; from 30, mid 33, to 34: none (the
+    /// state after 33 shares the block of the one after 34).
     #[inline]
     pub(super) fn mid_states(&self, from: Tokens, mid: Tokens, to: Tokens) -> u64 {
         match self.align() {
@@ -107,10 +110,10 @@ impl KvPool {
     /// keeps the previous one as `last_state_block_idx`, which
     /// `remove_skipped_blocks` frees before the next step's allocation).
     /// B = 8: the step 8..13 holds 2, the steps 13..16 and 0..8 hold 1.
-    #[inline]
     ///
     /// `mid`: the tokens computed before the step, past `from` under the
     /// asynchronous loop ([`mamba::earlier_states`]).
+    #[inline]
     pub(super) fn group_blocks(
         g: &CacheGroup,
         align: bool,

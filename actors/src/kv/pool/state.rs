@@ -76,13 +76,16 @@ impl KvPool {
         // it was in, from `from` (at its end: the synchronous loop; at its
         // start, where the step before it was in flight: the asynchronous
         // one).
+        // (A decoding set's member may hold an earlier step's blocks, the
+        // same through `stable_to`: it is at `from` then.)
+        let at = alloc.to.max(from);
         if result.is_err()
             && how.evicts()
             && from > alloc.from
-            && from <= alloc.to
-            && self.state_blocks_held(from, from, alloc.to) != self.state_blocks_held(alloc.from, alloc.mid, alloc.to)
+            && from <= alloc.to.max(alloc.stable_to)
+            && self.state_blocks_held(from, from, at) != self.state_blocks_held(alloc.from, alloc.mid, alloc.to)
         {
-            let left = Span::new(from, alloc.to);
+            let left = Span::new(from, at);
             self.resize_aligned_once(alloc, left, how).expect("giving blocks back fits");
         }
         result
