@@ -1459,6 +1459,33 @@ fn admission_by_the_first_chunk_starts_a_prompt_the_pool_cannot_yet_hold() {
     assert!(b2.prefill_started.unwrap() < a2.last_token.unwrap(), "{b2:?} {a2:?}");
 }
 
+/// Runs `requests` on `dep` with the decoding set and stepping every
+/// sequence one by one, and checks that both give the same records,
+/// digest, pool counts and timelines (row by row, so a failure names the
+/// first one that differs), the set in no more events; returns the set's run.
+fn fast_matches_stepping(dep: &mut Deployment, requests: Vec<RequestSpec>, case: &str) -> SimOutput {
+    dep.set_keep_timelines(true);
+    dep.set_lazy_decoding(true);
+    let fast = sim::run(dep, input(requests.clone())).unwrap();
+    dep.set_lazy_decoding(false);
+    let slow = sim::run(dep, input(requests)).unwrap();
+    if let Some(i) = (0..fast.records.len()).find(|&i| fast.records.get(i) != slow.records.get(i)) {
+        assert_eq!(fast.records.get(i), slow.records.get(i), "{case}, request {i}");
+    }
+    assert_eq!(fast.digest, slow.digest, "{case}");
+    assert_eq!(fast.violations, Vec::<String>::new(), "{case}");
+    let pools = |o: &SimOutput| o.ranks.iter().map(|r| (r.evicted_blocks, r.peak_used_blocks)).collect::<Vec<_>>();
+    assert_eq!(pools(&fast), pools(&slow), "{case}");
+    for (e, (a, b)) in fast.ranks.iter().zip(&slow.ranks).enumerate() {
+        let (a, b) = (&a.timeline.samples, &b.timeline.samples);
+        if let Some(i) = (0..a.len()).find(|&i| a.get(i) != b.get(i)) {
+            assert_eq!(a.get(i), b.get(i), "{case}, rank {e}, row {i}");
+        }
+    }
+    assert!(fast.events <= slow.events, "{case}");
+    fast
+}
+
 /// Window models under the asynchronous loop, generated: window sizes
 /// across and off the block size, window blocks of one and two
 /// full-attention blocks, a window-only model, tight to roomy pools, shared
@@ -1501,23 +1528,7 @@ fn window_models_under_the_asynchronous_loop_agree_with_stepping_across_loads() 
         }
         let d = with_loop(d, true);
         let mut dep = Deployment::build(&model, &d).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        dep.set_keep_timelines(true);
-        let fast = sim::run(&dep, input(requests.clone())).unwrap();
-        dep.set_lazy_decoding(false);
-        let slow = sim::run(&dep, input(requests)).unwrap();
-        if let Some(i) = (0..fast.records.len()).find(|&i| fast.records.get(i) != slow.records.get(i)) {
-            assert_eq!(fast.records.get(i), slow.records.get(i), "seed {seed}, request {i}");
-        }
-        assert_eq!(fast.digest, slow.digest, "seed {seed}");
-        assert_eq!(fast.violations, Vec::<String>::new(), "seed {seed}");
-        let pools = |o: &SimOutput| o.ranks.iter().map(|r| (r.evicted_blocks, r.peak_used_blocks)).collect::<Vec<_>>();
-        assert_eq!(pools(&fast), pools(&slow), "seed {seed}");
-        for (e, (a, b)) in fast.ranks.iter().zip(&slow.ranks).enumerate() {
-            let (a, b) = (&a.timeline.samples, &b.timeline.samples);
-            if let Some(i) = (0..a.len()).find(|&i| a.get(i) != b.get(i)) {
-                assert_eq!(a.get(i), b.get(i), "seed {seed}, rank {e}, row {i}");
-            }
-        }
+        let fast = fast_matches_stepping(&mut dep, requests, &format!("seed {seed}"));
         preemptions += fast.summary.preemptions;
     }
     // The loads reach the pools' limits (the cases are worth comparing).
@@ -1569,25 +1580,7 @@ fn mamba_models_agree_with_stepping_across_loads() {
             let d = with_loop(d, asynchronous);
             let case = format!("seed {seed}, asynchronous {asynchronous}");
             let mut dep = Deployment::build(&spec(groups), &d).unwrap_or_else(|e| panic!("{case}: {e}"));
-            dep.set_keep_timelines(true);
-            let fast = sim::run(&dep, input(requests.clone())).unwrap();
-            dep.set_lazy_decoding(false);
-            let slow = sim::run(&dep, input(requests)).unwrap();
-            if let Some(i) = (0..fast.records.len()).find(|&i| fast.records.get(i) != slow.records.get(i)) {
-                assert_eq!(fast.records.get(i), slow.records.get(i), "{case}, request {i}");
-            }
-            assert_eq!(fast.digest, slow.digest, "{case}");
-            assert_eq!(fast.violations, Vec::<String>::new(), "{case}");
-            let pools =
-                |o: &SimOutput| o.ranks.iter().map(|r| (r.evicted_blocks, r.peak_used_blocks)).collect::<Vec<_>>();
-            assert_eq!(pools(&fast), pools(&slow), "{case}");
-            for (e, (a, b)) in fast.ranks.iter().zip(&slow.ranks).enumerate() {
-                let (a, b) = (&a.timeline.samples, &b.timeline.samples);
-                if let Some(i) = (0..a.len()).find(|&i| a.get(i) != b.get(i)) {
-                    assert_eq!(a.get(i), b.get(i), "{case}, rank {e}, row {i}");
-                }
-            }
-            assert!(fast.events <= slow.events, "{case}");
+            let fast = fast_matches_stepping(&mut dep, requests, &case);
             preemptions += fast.summary.preemptions;
         }
     }
