@@ -1459,6 +1459,23 @@ fn admission_by_the_first_chunk_starts_a_prompt_the_pool_cannot_yet_hold() {
     assert!(b2.prefill_started.unwrap() < a2.last_token.unwrap(), "{b2:?} {a2:?}");
 }
 
+/// `n` Poisson arrivals from stream `stream` whose rate, output lengths and
+/// shared prefixes (three groups of 20 blocks, five of half the prompt, or
+/// none) `seed` picks.
+fn generated_load(stream: u64, n: usize, seed: u64) -> Vec<RequestSpec> {
+    let mut requests = poisson(stream, n, [10.0, 40.0, 80.0][(seed % 3) as usize]);
+    for (i, r) in requests.iter_mut().enumerate() {
+        r.output = Tokens::new(1 + (i as u64 * 37 + seed) % [50, 300, 700][((seed / 3) % 3) as usize]);
+        let nb = r.prompt.get().div_ceil(16) as usize;
+        match seed % 4 {
+            0 => r.prefix = ids(i as u64 % 3, 20.min(nb), i as u64, nb),
+            1 => r.prefix = ids(i as u64 % 5, nb / 2, i as u64, nb),
+            _ => {}
+        }
+    }
+    requests
+}
+
 /// Runs `requests` on `dep` with the decoding set and stepping every
 /// sequence one by one, and checks that both give the same records,
 /// digest, pool counts and timelines (row by row, so a failure names the
@@ -1503,16 +1520,7 @@ fn window_models_under_the_asynchronous_loop_agree_with_stepping_across_loads() 
         let wb = if seed % 5 == 4 { 32 } else { 16 };
         let pool = [250u64, 400, 700, 1_500][((seed / 6) % 4) as usize];
         let aggregated = seed % 2 == 0;
-        let mut requests = poisson(seed, 150, [10.0, 40.0, 80.0][(seed % 3) as usize]);
-        for (i, r) in requests.iter_mut().enumerate() {
-            r.output = Tokens::new(1 + (i as u64 * 37 + seed) % [50, 300, 700][((seed / 3) % 3) as usize]);
-            let nb = r.prompt.get().div_ceil(16) as usize;
-            match seed % 4 {
-                0 => r.prefix = ids(i as u64 % 3, 20.min(nb), i as u64, nb),
-                1 => r.prefix = ids(i as u64 % 5, nb / 2, i as u64, nb),
-                _ => {}
-            }
-        }
+        let requests = generated_load(seed, 150, seed);
         let groups = if seed % 7 == 6 {
             vec![window("sliding window", w, wb, 4_096)]
         } else {
@@ -1554,16 +1562,7 @@ fn mamba_models_agree_with_stepping_across_loads() {
             let sb = if seed % 3 == 2 { 32 } else { 16 };
             let pool = [150u64, 300, 600, 1_500][((seed / 4) % 4) as usize];
             let aggregated = seed % 2 == 0;
-            let mut requests = poisson(500 + seed, 120, [10.0, 40.0, 80.0][(seed % 3) as usize]);
-            for (i, r) in requests.iter_mut().enumerate() {
-                r.output = Tokens::new(1 + (i as u64 * 37 + seed) % [50, 300, 700][((seed / 3) % 3) as usize]);
-                let nb = r.prompt.get().div_ceil(16) as usize;
-                match seed % 4 {
-                    0 => r.prefix = ids(i as u64 % 3, 20.min(nb), i as u64, nb),
-                    1 => r.prefix = ids(i as u64 % 5, nb / 2, i as u64, nb),
-                    _ => {}
-                }
-            }
+            let requests = generated_load(500 + seed, 120, seed);
             let mut groups = vec![fa("full attention", 16, 4_096), state("mamba", sb, 4_096, 4_096, true)];
             if seed % 5 == 3 {
                 groups.push(state("tail ring", sb, 4_096, 4_096, false));
