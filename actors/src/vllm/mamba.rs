@@ -56,7 +56,12 @@ pub(crate) fn earlier_states(group: &CacheGroup, from: Tokens, mid: Tokens, to: 
     if group.kind() != CacheGroupKind::State || !group.prefix_cacheable() {
         return 0;
     }
-    let b = group.block_size();
+    earlier_state_blocks(group.block_size(), from, mid, to)
+}
+
+/// [`earlier_states`] for state blocks of `b` tokens.
+#[inline]
+pub(crate) fn earlier_state_blocks(b: Tokens, from: Tokens, mid: Tokens, to: Tokens) -> u64 {
     let idx = |t: Tokens| t.blocks_ceil(b);
     u64::from(!mid.is_zero() && idx(mid) < idx(to)) + u64::from(!from.is_zero() && idx(from) < idx(mid))
 }

@@ -56,9 +56,8 @@ impl KvPool {
     pub(super) fn mid_states(&self, from: Tokens, mid: Tokens, to: Tokens) -> u64 {
         match self.align() {
             Some(b) if mid > from => {
-                let idx = |t: Tokens| t.blocks_ceil(b);
-                // Three distinct blocks, or from 0 (no state) two.
-                u64::from(idx(mid) < idx(to) && (from.is_zero() || idx(from) < idx(mid))) * self.state_groups
+                let with_mid = mamba::earlier_state_blocks(b, from, mid, to);
+                (with_mid - mamba::earlier_state_blocks(b, from, from, to)) * self.state_groups
             }
             _ => 0,
         }
