@@ -2,7 +2,7 @@
 """Seeded random cases for the conformance suite.
 
   gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|window-only|mamba-only|sizes] [--async]
-               [--first-chunk]
+               [--first-chunk] [--options]
 
 (window: full attention + a sliding window; mamba: full attention + a
 Mamba state + a tail ring; mixed: either, drawn per case; window-only: a
@@ -17,7 +17,10 @@ A case always fits: every request's prompt and output fit the pool alone.
 --async marks every case `"async_scheduling": true` (vLLM's asynchronous
 engine loop; the draws are the same as without it). --first-chunk marks
 every case `"scheduler_reserve_full_isl": false` (admission by the first
-chunk; the same draws).
+chunk; the same draws). --options draws vLLM's scheduler options into
+every case (`draw_options`: long_prefill_token_threshold, its adaptive
+form, watermark, max_num_active_seqs, enable_chunked_prefill = false),
+from a stream of their own, so the other draws are the same.
 """
 import json
 import os
@@ -85,6 +88,29 @@ def case(rng, groups):
     return c
 
 
+def draw_options(rng, c):
+    """Draws vLLM scheduler options into case `c` (--options): the
+    long-prefill threshold (adaptive or not), the watermark,
+    max_num_active_seqs, and chunked prefill off (which vLLM allows only
+    with a token budget of at least max_model_len, so the budget grows to
+    one past the longest request and max_model_len is set to it)."""
+    if rng.random() < 0.3:
+        c["enable_chunked_prefill"] = False
+        longest = max(r["prompt"] + r["output"] for r in c["requests"])
+        c["max_num_batched_tokens"] = max(c["max_num_batched_tokens"], longest + 1)
+        c["max_model_len"] = c["max_num_batched_tokens"]
+    if rng.random() < 0.6:
+        bs = c["block_size"]
+        t = rng.choice([1, 3, bs, 2 * bs, rng.randint(1, 64)])
+        c["long_prefill_token_threshold"] = min(t, c.get("max_model_len", 8192))
+        if rng.random() < 0.4:
+            c["long_prefill_token_threshold_adaptive"] = True
+    if rng.random() < 0.4:
+        c["watermark"] = rng.choice([0.01, 0.05, 0.1, 0.2, 0.3])
+    if rng.random() < 0.4:
+        c["max_num_active_seqs"] = rng.randint(1, c["max_num_seqs"])
+
+
 def main():
     seed, count, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     groups = sys.argv[sys.argv.index("--groups") + 1] if "--groups" in sys.argv else "full"
@@ -96,6 +122,9 @@ def main():
             c["async_scheduling"] = True
         if "--first-chunk" in sys.argv:
             c["scheduler_reserve_full_isl"] = False
+        if "--options" in sys.argv:
+            # A stream of its own, so the case's other draws stay the same.
+            draw_options(random.Random(f"{seed}-{k}-options"), c)
         with open(os.path.join(out, f"gen-{seed}-{k}.json"), "w") as f:
             json.dump(c, f)
             f.write("\n")

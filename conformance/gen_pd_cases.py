@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seeded random decode-side (P/D) cases for the conformance suite.
 
-  gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba] [--first-chunk]
+  gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba] [--first-chunk] [--options]
 
 writes OUT_DIR/gen-pd-SEED-K.json for K in 0..COUNT: cases of
 vllm_pd_steps.py ("role": "decode") with block sizes,
@@ -15,12 +15,15 @@ group), window (full attention and a sliding window, as gen_cases.py
 draws them) or mamba (full attention, a Mamba state, a tail ring); a
 hybrid case takes the same draws as a full-attention one, then its
 window and pool size. --first-chunk marks every case
-`"scheduler_reserve_full_isl": false` (the same draws).
+`"scheduler_reserve_full_isl": false` (the same draws); --options draws
+vLLM's scheduler options as gen_cases.py does.
 """
 import json
 import os
 import random
 import sys
+
+from gen_cases import draw_options
 
 
 def case(rng, groups="full"):
@@ -78,6 +81,8 @@ def main():
         c = case(rng, groups)
         if "--first-chunk" in sys.argv:
             c["scheduler_reserve_full_isl"] = False
+        if "--options" in sys.argv:
+            draw_options(random.Random(f"{seed}-{k}-options"), c)
         with open(os.path.join(out, f"gen-pd-{seed}-{k}.json"), "w") as f:
             json.dump(c, f)
             f.write("\n")

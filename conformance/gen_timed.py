@@ -2,7 +2,7 @@
 """Seeded random timed cases: one pdsim scenario and the same deployment as
 a vLLM case, for comparing per-request times (vllm_timed.py, timed.sh).
 
-  gen_timed.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed] [--async] [--requests N]
+  gen_timed.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed] [--async] [--options] [--requests N]
 
 writes, for K in 0..COUNT, OUT_DIR/timed-SEED-K.json (the case vllm_timed.py
 reads), OUT_DIR/timed-SEED-K.toml (the scenario `pdsim run` reads) and
@@ -13,6 +13,8 @@ against the step time (from light load to a standing queue), prompts of
 outputs of 1 to 200 tokens; a pool small enough to preempt in some cases;
 a `linear` step time with fractional microseconds. Every draw comes from
 one seeded stream: the same seed gives the same cases on every machine.
+--options draws vLLM's scheduler options as gen_cases.py does (from a
+stream of their own) into the case and the scenario's role.
 
 The two sides describe one deployment: the scenario's pool is the case's
 `num_blocks` less vLLM's null block; its front end is zero (the vLLM side
@@ -24,6 +26,8 @@ import json
 import os
 import random
 import sys
+
+from gen_cases import draw_options
 
 
 def groups_of(rng, kind, bs):
@@ -80,6 +84,16 @@ def case(rng, kind, n):
             "prefix_caching": rng.random() < 0.8, "cache_groups": groups, "step_time_ps": st, "requests": reqs}
 
 
+# vLLM's scheduler options a case may give (`--options`), each also a
+# field of the scenario's role of the same name.
+OPTION_KEYS = ["scheduler_reserve_full_isl", "enable_chunked_prefill", "long_prefill_token_threshold",
+               "long_prefill_token_threshold_adaptive", "max_num_active_seqs", "watermark", "max_model_len"]
+
+
+def toml_value(v):
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
 def us(ps):
     """Picoseconds as an exact decimal of microseconds."""
     return f"{ps // 1_000_000}.{ps % 1_000_000:06d}"
@@ -98,6 +112,7 @@ def scenario(name, c):
               f'max_num_batched_tokens = {c["max_num_batched_tokens"]}', f'max_num_seqs = {c["max_num_seqs"]}',
               f'prefix_caching = {str(c["prefix_caching"]).lower()}',
               f'async_scheduling = {str(c.get("async_scheduling", False)).lower()}',
+              *(f"{k} = {toml_value(c[k])}" for k in OPTION_KEYS if k in c),
               f'step_time = {{ kind = "linear", fixed_us = {us(st["fixed"])}, per_token_us = {us(st["per_token"])}, '
               f'per_seq_us = {us(st["per_seq"])}, per_context_token_us = {us(st["per_context_token"])} }}',
               "", "[frontend]", "request_us = 0", "response_us = 0",
@@ -128,6 +143,9 @@ def main():
         c = case(rng, rng.choice(["window", "mamba"]) if kind == "mixed" else kind, n)
         if "--async" in sys.argv:
             c["async_scheduling"] = True
+        if "--options" in sys.argv:
+            # A stream of its own, so the case's other draws stay the same.
+            draw_options(random.Random(f"{seed}-{k}-options"), c)
         name = f"timed-{seed}-{k}"
         with open(os.path.join(out, name + ".json"), "w") as f:
             json.dump(c, f)

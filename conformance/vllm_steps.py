@@ -24,6 +24,9 @@ known tokens samples one token (never EOS); it finishes at max_tokens.
 
 "scheduler_reserve_full_isl": false (optional; default true) admits a
 waiting request when its first chunk fits rather than its whole sequence.
+The other scheduler options a case may give (vLLM's defaults otherwise):
+"enable_chunked_prefill", "long_prefill_token_threshold",
+"long_prefill_token_threshold_adaptive", "max_num_active_seqs", "watermark".
 
 "async_scheduling": true (optional) runs vLLM's AsyncScheduler the way
 EngineCore.step_with_batch_queue drives it (`v1/engine/core.py:708-822`)
@@ -77,15 +80,30 @@ def scheduler_class(cfg):
     return AsyncScheduler if is_async(cfg) else Scheduler
 
 
+# The scheduler options a case may give, with vLLM's defaults.
+OPTIONS = {
+    "scheduler_reserve_full_isl": True,
+    "enable_chunked_prefill": True,
+    "long_prefill_token_threshold": 0,
+    "long_prefill_token_threshold_adaptive": False,
+    "max_num_active_seqs": None,
+    "watermark": 0.0,
+}
+
+
+def options(cfg):
+    """The case's scheduler options as SchedulerConfig arguments."""
+    return {k: cfg.get(k, d) for k, d in OPTIONS.items()}
+
+
 def build(cfg, kv_transfer_config=None):
     """Returns (scheduler, hash_block_size). `kv_transfer_config`: a KV
     connector's (the decode side of P/D, vllm_pd_steps.py)."""
     if cfg.get("cache_groups"):
         return build_hybrid(cfg, kv_transfer_config)
     sc = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
-                         max_model_len=cfg.get("max_model_len", 8192), enable_chunked_prefill=True,
-                         async_scheduling=is_async(cfg), is_encoder_decoder=False,
-                         scheduler_reserve_full_isl=cfg.get("scheduler_reserve_full_isl", True))
+                         max_model_len=cfg.get("max_model_len", 8192),
+                         async_scheduling=is_async(cfg), is_encoder_decoder=False, **options(cfg))
     mc = ModelConfig(model=os.path.join(HERE, "tiny-llama"), skip_tokenizer_init=True, dtype="float16",
                      max_model_len=cfg.get("max_model_len", 8192))
     cc = CacheConfig(block_size=cfg["block_size"], enable_prefix_caching=cfg["prefix_caching"])
@@ -137,9 +155,8 @@ def build_hybrid(cfg, kv_transfer_config=None):
     attn = [s.block_size for s in specs if not isinstance(s, MambaSpec)]
     mamba = [s.block_size for s in specs if isinstance(s, MambaSpec)]
     sc = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
-                         max_model_len=max_model_len, enable_chunked_prefill=True,
-                         async_scheduling=is_async(cfg), is_encoder_decoder=False,
-                         scheduler_reserve_full_isl=cfg.get("scheduler_reserve_full_isl", True))
+                         max_model_len=max_model_len,
+                         async_scheduling=is_async(cfg), is_encoder_decoder=False, **options(cfg))
     mc = ModelConfig(model=os.path.join(HERE, "tiny-llama"), skip_tokenizer_init=True, dtype="float16",
                      max_model_len=max_model_len)
     # What MambaModelConfig.verify_and_update_config does for a Mamba model:

@@ -323,7 +323,51 @@ fn unmodelled_vllm_scheduler_options_are_refused_with_the_reason() {
         assert!(err.message().contains("is not modelled"), "{err}");
         assert!(err.message().contains(o.why) && err.message().contains(o.default), "{err}");
     }
-    assert_eq!(actors::options::UNMODELLED_SCHEDULER_OPTIONS.len(), 9);
+    assert_eq!(actors::options::UNMODELLED_SCHEDULER_OPTIONS.len(), 3);
+}
+
+/// vLLM's scheduler options pdsim follows are read per role and checked as
+/// vLLM checks them, each error placed at its field; the partial-prefill
+/// limits, which vLLM 0.33 does not have, are unknown fields.
+#[test]
+fn modelled_vllm_scheduler_options_are_read_and_checked() {
+    let given = "long_prefill_token_threshold = 64\nlong_prefill_token_threshold_adaptive = true\n\
+                 watermark = 0.05\nmax_num_active_seqs = 16\nmax_model_len = 4096\nenable_chunked_prefill = false";
+    let s = scenario::load(scratch("options-ok.toml", &base_with_line(8, given))).unwrap();
+    let p = s.deployment().prefill.as_ref().unwrap();
+    let o = p.scheduler_options(p.num_blocks.unwrap());
+    assert_eq!(
+        (o.long_prefill_token_threshold, o.long_prefill_adaptive, o.max_num_active_seqs, o.chunked_prefill),
+        (64, true, Some(16), false)
+    );
+    // vLLM's watermark is a share of its blocks, its null block counted:
+    // int(0.05 × 101) = 5.
+    assert_eq!(o.watermark_blocks, 5);
+    let d = s.deployment().decode.as_ref().unwrap();
+    assert_eq!(d.scheduler_options(100), actors::options::SchedulerOptions::default());
+
+    for (line, field, want) in [
+        ("max_num_active_seqs = 0", "prefill.max_num_active_seqs", "must be from 1 to max_num_seqs (256), got 0"),
+        ("max_num_active_seqs = 257", "prefill.max_num_active_seqs", "got 257"),
+        ("watermark = 1.0", "prefill.watermark", "must be a share of the pool in [0, 1), got 1"),
+        ("enable_chunked_prefill = false", "prefill.enable_chunked_prefill", "false needs a max_model_len"),
+        (
+            "enable_chunked_prefill = false\nmax_model_len = 10000",
+            "prefill.enable_chunked_prefill",
+            "max_num_batched_tokens (8192) of at least max_model_len (10000)",
+        ),
+        (
+            "long_prefill_token_threshold = 5000\nmax_model_len = 4096",
+            "prefill.long_prefill_token_threshold",
+            "must not exceed max_model_len (4096), got 5000",
+        ),
+        ("max_num_partial_prefills = 2", "prefill.max_num_partial_prefills", "unknown field"),
+    ] {
+        let path = scratch("options-bad.toml", &base_with_line(8, line));
+        let err = scenario::load(&path).unwrap_err();
+        assert_eq!(err.field(), Some(field), "{line}: {err}");
+        assert!(err.message().contains(want), "{line}: {err}");
+    }
 }
 
 /// `[frontend]`: each field a time in µs from 0 to 10⁹, placed at its line

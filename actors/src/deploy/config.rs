@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::base::units::Tokens;
+use crate::vllm::options::SchedulerOptions;
 
 pub use crate::models::steptime::{DecodeGrid, MixedStep, StepTimeSpec};
 pub use crate::serving::link::Sharing;
@@ -124,6 +125,30 @@ pub struct RoleSpec {
     /// pool it cannot finish in and be preempted (`actors/src/vllm/admission.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_reserve_full_isl: Option<bool>,
+    /// vLLM's `--long-prefill-token-threshold` (default 0, off): a step
+    /// gives one request at most this many tokens (a long prompt is
+    /// computed in chunks of it), unless it is the only request running or
+    /// waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_prefill_token_threshold: Option<u64>,
+    /// vLLM's `--long-prefill-token-threshold-adaptive` (default false): the
+    /// threshold is raised to `max_num_batched_tokens` over the requests
+    /// running and waiting when that is larger.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_prefill_token_threshold_adaptive: Option<bool>,
+    /// vLLM's `--enable-chunked-prefill` (default true): false, a prompt is
+    /// scheduled whole or waits (and, as vLLM, `max_num_batched_tokens`
+    /// must be at least `max_model_len`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_chunked_prefill: Option<bool>,
+    /// vLLM's `--max-num-active-seqs` (default: `max_num_seqs`): admission
+    /// stops once this many requests run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_num_active_seqs: Option<u32>,
+    /// vLLM's `--watermark`, a share of the pool in [0, 1) (default 0): an
+    /// admission must leave that many blocks free while a request runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<f64>,
     /// The forward-pass time of one step.
     pub step_time: StepTimeSpec,
 }
@@ -151,6 +176,11 @@ impl Default for RoleSpec {
             vllm_version: None,
             async_scheduling: None,
             scheduler_reserve_full_isl: None,
+            long_prefill_token_threshold: None,
+            long_prefill_token_threshold_adaptive: None,
+            enable_chunked_prefill: None,
+            max_num_active_seqs: None,
+            watermark: None,
             step_time: StepTimeSpec::Roofline(Default::default()),
         }
     }
@@ -161,6 +191,24 @@ impl RoleSpec {
     /// else 1.
     pub fn tp_under(&self, model: &crate::models::model::ModelSpec) -> u32 {
         self.tp.or(model.tp).unwrap_or(1)
+    }
+
+    /// vLLM's scheduler options as the role gives them, each absent one at
+    /// vLLM's default, for a pool of `num_blocks` blocks (vLLM's count, a
+    /// block more with its null block, is what the watermark is a share of).
+    pub fn scheduler_options(&self, num_blocks: u64) -> SchedulerOptions {
+        let d = SchedulerOptions::default();
+        SchedulerOptions {
+            reserve_full_isl: self.scheduler_reserve_full_isl.unwrap_or(d.reserve_full_isl),
+            long_prefill_token_threshold: self.long_prefill_token_threshold.unwrap_or(0),
+            long_prefill_adaptive: self.long_prefill_token_threshold_adaptive.unwrap_or(d.long_prefill_adaptive),
+            chunked_prefill: self.enable_chunked_prefill.unwrap_or(d.chunked_prefill),
+            max_num_active_seqs: self.max_num_active_seqs.map(|n| n as usize),
+            watermark_blocks: SchedulerOptions::watermark_blocks_of(
+                self.watermark.unwrap_or(0.0),
+                num_blocks.saturating_add(1),
+            ),
+        }
     }
 }
 fn yes() -> bool {

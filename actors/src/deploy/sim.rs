@@ -298,7 +298,7 @@ impl Deployment {
             EngineLoop::Sync
         };
         b.set_engine_loop(engine, true);
-        b.set_reserve_full_isl(s.scheduler_reserve_full_isl.unwrap_or(true));
+        b.set_options(s.scheduler_options(plan.num_blocks));
         b
     }
 }

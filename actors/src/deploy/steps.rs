@@ -22,6 +22,11 @@
 //!   `prefix_cacheable`, `checkpoint_blocks`); absent, one full-attention
 //!   group of `block_size`.
 //!
+//! - vLLM's scheduler options (optional, vLLM's defaults when absent):
+//!   `async_scheduling`, `scheduler_reserve_full_isl`,
+//!   `long_prefill_token_threshold`, `long_prefill_token_threshold_adaptive`,
+//!   `enable_chunked_prefill`, `max_num_active_seqs`, `watermark`.
+//!
 //! - `role` (optional): `"aggregated"` (the default) or `"decode"`: a
 //!   decode rank of a P/D deployment, whose requests arrive as handoffs
 //!   (remote loads, `Scheduler::enqueue_remote`); a schedule call reserves
@@ -49,6 +54,7 @@ use crate::requests::workload::{PrefixIds, mix};
 use crate::scheduler::{Finished, Limits, Mode, Reservation, Scheduler, VllmPolicy};
 use crate::vllm::engine::EngineLoop;
 use crate::vllm::handoff;
+use crate::vllm::options::SchedulerOptions;
 
 /// A case.
 #[derive(Clone, Debug, Deserialize)]
@@ -88,7 +94,26 @@ pub struct Case {
     /// if its first chunk does.
     #[serde(default = "yes")]
     pub scheduler_reserve_full_isl: bool,
+    /// vLLM's `long_prefill_token_threshold` (default 0, off).
+    #[serde(default)]
+    pub long_prefill_token_threshold: u64,
+    /// vLLM's `long_prefill_token_threshold_adaptive` (default false).
+    #[serde(default)]
+    pub long_prefill_token_threshold_adaptive: bool,
+    /// vLLM's `enable_chunked_prefill` (default true; false needs a
+    /// `max_num_batched_tokens` of at least `max_model_len`, as in vLLM).
+    #[serde(default = "yes")]
+    pub enable_chunked_prefill: bool,
+    /// vLLM's `max_num_active_seqs` (default `max_num_seqs`).
+    #[serde(default)]
+    pub max_num_active_seqs: Option<u32>,
+    /// vLLM's `watermark`, a share of `num_blocks` (default 0).
+    #[serde(default)]
+    pub watermark: f64,
 }
+
+/// The driver's `max_model_len` when a case gives none.
+const DRIVER_MAX_MODEL_LEN: u64 = 8192;
 
 fn yes() -> bool {
     true
@@ -178,6 +203,36 @@ impl Serialize for StepLine {
     }
 }
 
+/// The case's scheduler options, checked as vLLM checks them.
+fn options(case: &Case) -> Result<SchedulerOptions, FieldError> {
+    let len = case.max_model_len.unwrap_or(DRIVER_MAX_MODEL_LEN);
+    if case.long_prefill_token_threshold > len {
+        return Err(FieldError::new("long_prefill_token_threshold", format!("must not exceed max_model_len ({len})")));
+    }
+    if !case.enable_chunked_prefill && case.max_num_batched_tokens < len {
+        return Err(FieldError::new(
+            "enable_chunked_prefill",
+            format!("false needs max_num_batched_tokens of at least max_model_len ({len}), as vLLM does"),
+        ));
+    }
+    if let Some(n) = case.max_num_active_seqs
+        && !(1..=case.max_num_seqs).contains(&n)
+    {
+        return Err(FieldError::new("max_num_active_seqs", "must be from 1 to max_num_seqs"));
+    }
+    if !(case.watermark.is_finite() && (0.0..1.0).contains(&case.watermark)) {
+        return Err(FieldError::new("watermark", "must be in [0, 1)"));
+    }
+    Ok(SchedulerOptions {
+        reserve_full_isl: case.scheduler_reserve_full_isl,
+        long_prefill_token_threshold: case.long_prefill_token_threshold,
+        long_prefill_adaptive: case.long_prefill_token_threshold_adaptive,
+        chunked_prefill: case.enable_chunked_prefill,
+        max_num_active_seqs: case.max_num_active_seqs.map(|n| n as usize),
+        watermark_blocks: SchedulerOptions::watermark_blocks_of(case.watermark, case.num_blocks),
+    })
+}
+
 /// Every step takes 1 ms (only the order of events matters here).
 struct OneMs;
 impl StepTimeModel for OneMs {
@@ -214,7 +269,7 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
     let mut sched = Scheduler::new(Mode::Generate, limits, false, pool, Box::new(OneMs), Box::new(VllmPolicy));
     sched.set_lazy_decoding(false);
     sched.set_check_invariants(true);
-    sched.set_reserve_full_isl(case.scheduler_reserve_full_isl);
+    sched.set_options(options(case)?);
     if case.async_scheduling {
         // The case numbers the schedule calls itself: nothing is held back.
         sched.set_engine_loop(EngineLoop::Async, false);

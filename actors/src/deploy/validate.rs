@@ -233,6 +233,7 @@ pub(crate) fn deployment(model: &ModelSpec, spec: &DeploymentSpec) -> Result<Che
         if spec.max_model_len.is_none() {
             spec.max_model_len = model_spec.arch.as_ref().and_then(|a| a.max_position_embeddings).map(Tokens::new);
         }
+        model_len_checks(&spec).map_err(|e| e.under(role.as_str()))?;
         roles.push(CheckedRole { role: *role, spec, rules: *rules, groups, num_blocks, tp });
         last = Some(m);
     }
@@ -351,7 +352,57 @@ fn role(r: &RoleSpec, grouped: bool) -> Result<(), FieldError> {
     if let Some(m) = r.max_model_len {
         at_least_one("max_model_len", m.get())?;
     }
+    // vLLM's own checks (`config/scheduler.py`).
+    if let Some(n) = r.max_num_active_seqs
+        && !(1..=r.max_num_seqs).contains(&n)
+    {
+        return Err(FieldError::new(
+            "max_num_active_seqs",
+            format!("must be from 1 to max_num_seqs ({}), got {n}", r.max_num_seqs),
+        ));
+    }
+    if let Some(w) = r.watermark
+        && !(w.is_finite() && (0.0..1.0).contains(&w))
+    {
+        return Err(FieldError::new("watermark", format!("must be a share of the pool in [0, 1), got {w}")));
+    }
     r.step_time.check().map_err(|e| e.under("step_time"))
+}
+
+/// vLLM's checks of the options against `max_model_len` (the role's, or
+/// the model's default): `config/scheduler.py` `verify_max_model_len`.
+fn model_len_checks(r: &RoleSpec) -> Result<(), FieldError> {
+    let len = r.max_model_len.map(Tokens::get);
+    if let (Some(t), Some(len)) = (r.long_prefill_token_threshold, len)
+        && t > len
+    {
+        return Err(FieldError::new(
+            "long_prefill_token_threshold",
+            format!("must not exceed max_model_len ({len}), got {t}"),
+        ));
+    }
+    if r.enable_chunked_prefill == Some(false) {
+        match len {
+            Some(len) if r.max_num_batched_tokens < len => {
+                return Err(FieldError::new(
+                    "enable_chunked_prefill",
+                    format!(
+                        "false needs max_num_batched_tokens ({}) of at least max_model_len ({len}), as vLLM does",
+                        r.max_num_batched_tokens
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None => {
+                return Err(FieldError::new(
+                    "enable_chunked_prefill",
+                    "false needs a max_model_len (the role's, or the model's arch.max_position_embeddings) \
+                     no larger than max_num_batched_tokens, as vLLM does",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The link; paths are relative to `link`.

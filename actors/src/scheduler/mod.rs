@@ -55,6 +55,7 @@ use crate::requests::request::{ReqId, Request};
 use crate::stats::histogram::Histogram;
 use crate::vllm::admission;
 use crate::vllm::engine::{self, EngineLoop, Finishing};
+use crate::vllm::options::SchedulerOptions;
 use plan::{Ahead, StepKv, StepLog};
 use seqs::{Seq, SeqKey, Seqs};
 use stats::Stats;
@@ -201,10 +202,13 @@ struct Core {
     /// Whether skipped-block frees lag ([`Core::lags_skips`]): fixed by the
     /// engine loop and the pool's groups, so read once.
     lags: bool,
-    /// Admit a waiting request only if its whole known sequence fits
-    /// (vLLM's `scheduler_reserve_full_isl`, on by default); off, its first
-    /// chunk alone must fit ([`crate::vllm::admission`]).
-    full_isl: bool,
+    /// vLLM's scheduler options the rank runs with (admission by the whole
+    /// sequence, the long-prefill cap, chunked prefill, the active bound,
+    /// the watermark).
+    opts: SchedulerOptions,
+    /// Remote loads reserved whose KV has not landed (vLLM keeps them in its
+    /// waiting queue, where the long-prefill cap counts them).
+    loads_out: usize,
     /// Hold new work back as the asynchronous loop does
     /// ([`engine::visible_at_plan`]); off where the caller numbers the
     /// schedule calls itself (`pdsim steps`).
@@ -283,7 +287,8 @@ impl Scheduler {
             preempted: Vec::new(),
             engine: EngineLoop::Sync,
             lags: false,
-            full_isl: true,
+            opts: SchedulerOptions::default(),
+            loads_out: 0,
             hold_inputs: false,
             finishing: 0,
             released: Vec::new(),
@@ -311,11 +316,9 @@ impl Scheduler {
         self.core.hold_inputs = hold_inputs && engine.holds_inputs();
     }
 
-    /// Admits a waiting request only if its whole known sequence fits (on,
-    /// vLLM's default), or by its first chunk alone (off): vLLM's
-    /// `scheduler_reserve_full_isl` ([`crate::vllm::admission`]).
-    pub(crate) fn set_reserve_full_isl(&mut self, on: bool) {
-        self.core.full_isl = on;
+    /// Runs with vLLM's scheduler options `opts` (its defaults until set).
+    pub(crate) fn set_options(&mut self, opts: SchedulerOptions) {
+        self.core.opts = opts;
     }
 
     /// Uses the decoding set (on by default). Off, every step handles every
@@ -579,6 +582,7 @@ impl Scheduler {
     /// Gives back a reservation whose transfer will not land.
     pub(crate) fn cancel_reservation(&mut self, reservation: Reservation) {
         let mut alloc = reservation.alloc;
+        self.core.loads_out -= 1;
         self.core.loads_short -= reservation.short;
         // Nothing landed: no block of it holds computed KV.
         self.core.pool.release(&mut alloc, Tokens::ZERO);
@@ -596,6 +600,7 @@ impl Scheduler {
     /// while it loads, and drains that queue before `waiting`).
     pub(crate) fn enqueue_landed(&mut self, req: Box<Request>, reservation: Reservation, now: SimTime) {
         let Reservation { mut alloc, no, short } = reservation;
+        self.core.loads_out -= 1;
         self.core.pool.register(&mut alloc, &req.prefix, req.prompt, req.transferred_tokens);
         let computed = req.prompt.saturating_sub(Tokens::new(1));
         let mut seq = Seq::new(req, alloc, computed, Tokens::ZERO, true);
@@ -926,6 +931,15 @@ impl Core {
         } else {
             self.seqs.enqueue(seq);
         }
+    }
+
+    /// Requests running or waiting as vLLM counts them at a schedule call
+    /// (`get_request_counts`): a remote load is in its waiting queue from
+    /// its reservation until it is scheduled, landed or not; new work held
+    /// back has not reached it.
+    fn running_and_waiting(&self) -> usize {
+        let held_landed = self.inbox.iter().filter(|(_, _, holding)| *holding).count();
+        self.seqs.running.len() + self.seqs.waiting.len() + self.loads_out + held_landed
     }
 
     /// Queues the held work a plan after step `ended` may take, in the

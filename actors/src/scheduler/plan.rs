@@ -341,14 +341,16 @@ impl Core {
     /// being computed, and where skipped-block frees lag, where a sequence
     /// steps once more one by one after its last chunk while one admitted
     /// after it, whose last prompt step was of one token (a whole-prompt
-    /// hit), may have joined. Elsewhere a sequence is admitted only when
+    /// hit), may have joined; and with vLLM's long-prefill threshold, which
+    /// leaves budget over after a capped chunk. Elsewhere a sequence is admitted only when
     /// the budget is left over after the chunks before it, so the chunk
     /// before it was its sequence's last, and a sequence joins the set once
     /// its prompt is computed, before any admitted after it can. O(1) there,
     /// and when every running sequence is a member.
     fn computes_ahead_of_members(&self) -> bool {
         let running = &self.seqs.running;
-        if (self.pool.align().is_none() && !self.lags) || running.len() as u64 == self.dec.count {
+        let capped = self.opts.long_prefill_token_threshold > 0;
+        if (self.pool.align().is_none() && !self.lags && !capped) || running.len() as u64 == self.dec.count {
             return false;
         }
         let mut computing = false;

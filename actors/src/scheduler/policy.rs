@@ -49,7 +49,7 @@ impl BatchPolicy for VllmPolicy {
         while step.budget() > 0 {
             let Some(next) = step.next_to_compute(i) else { break };
             i = next;
-            let k = step.chunk(i, step.tokens_left(i).get().min(step.budget()));
+            let k = step.chunk(i, step.share(step.tokens_left(i).get()));
             if k == 0 {
                 i += 1;
                 continue;
@@ -75,7 +75,7 @@ impl BatchPolicy for VllmPolicy {
             return Ok(());
         }
         // Admission in queue order, first come, first served.
-        while step.waiting() > 0 && step.budget() > 0 && step.running() < step.max_num_seqs() {
+        while step.waiting() > 0 && step.budget() > 0 && step.running() < step.max_num_active_seqs() {
             if step.admit(0) {
                 continue;
             }

@@ -33,16 +33,24 @@ pub struct Step<'a> {
     /// Blocks the prefills in flight still need (read at the step's first
     /// reservation, once the running sequences are scheduled).
     inflight: Option<u64>,
-    /// The last admission attempt failed because vLLM's align mode left its
-    /// chunk no tokens (not for want of blocks).
+    /// The last admission attempt failed for want of budget, not of blocks
+    /// (vLLM's align mode left its chunk no tokens, or chunked prefill is
+    /// off and its tokens do not fit).
     clipped: bool,
+    /// The most tokens one sequence gets in this step (vLLM's
+    /// `long_prefill_token_threshold`, as it applies to this step; 0: no cap).
+    cap: u64,
 }
 
 impl<'a> Step<'a> {
     pub(super) fn new(core: &'a mut Core, lazy: bool, shape: BatchShape, budget: u64) -> Self {
         core.batch.clear();
         core.pool.new_step(core.calls);
-        Step { core, lazy, shape, budget, preempted: 0, inflight: None, clipped: false }
+        let cap = match core.opts.long_prefill_token_threshold {
+            0 => 0,
+            _ => core.opts.long_prefill_cap(core.running_and_waiting(), core.limits.max_num_batched_tokens),
+        };
+        Step { core, lazy, shape, budget, preempted: 0, inflight: None, clipped: false, cap }
     }
 
     pub(super) fn shape(&self) -> BatchShape {
@@ -58,6 +66,20 @@ impl<'a> Step<'a> {
     /// The rank's `max_num_seqs`.
     pub fn max_num_seqs(&self) -> usize {
         self.core.limits.max_num_seqs
+    }
+
+    /// The most sequences admission lets run (vLLM's `max_num_active_seqs`,
+    /// by default `max_num_seqs`).
+    pub fn max_num_active_seqs(&self) -> usize {
+        self.core.opts.max_num_active_seqs.unwrap_or(self.core.limits.max_num_seqs)
+    }
+
+    /// Of `left` tokens a running sequence has to compute, those this step
+    /// may give it: at most vLLM's `long_prefill_token_threshold` (unless
+    /// it is the only request running or waiting) and the budget left.
+    /// A threshold of 24, 100 tokens left, a budget of 64: 24.
+    pub fn share(&self, left: u64) -> u64 {
+        capped(left, self.cap).min(self.budget)
     }
 
     /// Sequences admitted (running), members of the decoding set included.
@@ -252,6 +274,7 @@ impl<'a> Step<'a> {
         let keep = *self.inflight.get_or_insert_with(|| self.core.inflight_prefill_blocks() - self.core.loads_short)
             + self.core.loads_short;
         let core = &mut *self.core;
+        let wm = core.watermark();
         let key = core.seqs.waiting[wi];
         let seq = core.seqs.get(key);
         let n = seq.req.prompt;
@@ -260,21 +283,24 @@ impl<'a> Step<'a> {
         let windows = core.pool.window_cached() || core.pool.frees_plain_midway();
         let state = handoff::reservation_span(t, n, windows);
         let need = core.pool.blocks_after_hit(hit, state.0, state.1, false);
-        core.make_room(core.pool.pin_and_take_need(hit, need) + keep);
-        if t < n && core.full_isl {
+        core.make_room(core.pool.pin_and_take_need(hit, need) + keep + wm);
+        if t < n && core.opts.reserve_full_isl {
             // (With T = N the allocation's own check is the stricter; with
             // `scheduler_reserve_full_isl` off there is none.)
             let whole = handoff::load_whole(n);
-            core.make_room(core.pool.pin_and_take_need(hit, core.pool.blocks_after_hit(hit, whole.0, whole.1, false)));
+            core.make_room(
+                core.pool.pin_and_take_need(hit, core.pool.blocks_after_hit(hit, whole.0, whole.1, false)) + wm,
+            );
             let seq = core.seqs.get(key);
-            if let Err(short) = core.pool.whole_load_fits(&seq.req.prefix, n, seq.req.id, hit, (t, n)) {
+            if let Err(short) = core.pool.whole_load_fits(&seq.req.prefix, n, seq.req.id, hit, (t, n), wm) {
                 core.last_need = short.needed;
                 return false;
             }
         }
         let seq = core.seqs.get_mut(key);
         let prefix = &seq.req.prefix;
-        if let Err(short) = core.pool.pin_and_allocate_leaving(&mut seq.alloc, prefix, n, hit, state, false, keep) {
+        if let Err(short) = core.pool.pin_and_allocate_leaving(&mut seq.alloc, prefix, n, hit, state, false, keep + wm)
+        {
             core.last_need = short.needed;
             return false;
         }
@@ -284,6 +310,7 @@ impl<'a> Step<'a> {
             core.reservations_waited += 1;
         }
         core.reservations_made += 1;
+        core.loads_out += 1;
         let short = core.load_short(&seq.req, &seq.alloc);
         core.loads_short += short;
         core.reserved.push((seq.req, core.pool.hit_tokens(hit), seq.alloc, core.reservations_made, short));
@@ -315,7 +342,7 @@ impl<'a> Step<'a> {
     /// The first chunk of the waiting sequence `key`, allocated and put in
     /// the step; `false` when the pool cannot give it (nothing changed).
     fn first_chunk(&mut self, key: SeqKey) -> bool {
-        let budget = self.budget;
+        let (budget, cap) = (self.budget, self.cap);
         let core = &mut *self.core;
         let (mode, checkpoints) = (core.mode, core.checkpoints);
         if !core.ahead.members.is_empty() {
@@ -329,11 +356,13 @@ impl<'a> Step<'a> {
             let need = if seq.looked_up {
                 core.pool.extra_needed(&seq.alloc, from, to, checkpoints)
             } else {
-                let upto = if core.full_isl { seq.goal(mode).max(Tokens::new(k)) } else { Tokens::new(k) };
+                let upto = if core.opts.reserve_full_isl { seq.goal(mode).max(Tokens::new(k)) } else { Tokens::new(k) };
                 core.pool.blocks_after_hit(0, Tokens::ZERO, upto, checkpoints)
             };
-            core.make_room(need);
+            core.make_room(need + core.watermark());
         }
+        // The blocks vLLM's watermark keeps free (with a request running).
+        let wm = core.watermark();
         let pool = &mut core.pool;
         let seq = core.seqs.get_mut(key);
         let goal = seq.goal(mode);
@@ -341,7 +370,13 @@ impl<'a> Step<'a> {
             let (hit, junction) = pool.lookup(&seq.req.prefix, seq.req.prompt, seq.req.id, goal);
             let from = pool.hit_tokens(hit);
             seq.junction = junction;
-            let k = core.aligned_in(key, from, (goal - from).get().min(budget));
+            let want = capped((goal - from).get(), cap);
+            if !core.opts.chunked_prefill && want > budget {
+                // Without chunked prefill vLLM stops admission here.
+                self.clipped = true;
+                return false;
+            }
+            let k = core.aligned_in(key, from, want.min(budget));
             if k == 0 {
                 self.clipped = true;
                 return false;
@@ -355,12 +390,13 @@ impl<'a> Step<'a> {
             // with `scheduler_reserve_full_isl` off, its first chunk alone.
             let in_flight = Tokens::new(core.engine.in_flight_tokens(core.limits.max_num_batched_tokens));
             let whole = admission::whole_sequence(from, goal, checkpoints && mode == Mode::PrefillOnly, in_flight);
-            let fits = match core.full_isl {
-                true => pool.whole_fits(&seq.req.prefix, seq.req.prompt, seq.req.id, hit, whole),
+            let fits = match core.opts.reserve_full_isl {
+                true => pool.whole_fits(&seq.req.prefix, seq.req.prompt, seq.req.id, hit, whole, wm),
                 false => Ok(()),
             };
             let admitted = fits.and_then(|()| {
-                pool.pin_and_allocate(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hit, (from, to), ckpt)
+                let prefix = &seq.req.prefix;
+                pool.pin_and_allocate_leaving(&mut seq.alloc, prefix, seq.req.prompt, hit, (from, to), ckpt, wm)
             });
             if let Err(short) = admitted {
                 core.last_need = short.needed;
@@ -376,7 +412,12 @@ impl<'a> Step<'a> {
             self.put(key, k, to);
         } else {
             let computed = seq.computed;
-            let k = core.aligned_in(key, computed, (goal - computed).get().min(budget));
+            let want = capped((goal - computed).get(), cap);
+            if !core.opts.chunked_prefill && want > budget {
+                self.clipped = true;
+                return false;
+            }
+            let k = core.aligned_in(key, computed, want.min(budget));
             if k == 0 {
                 self.clipped = true;
                 return false;
@@ -385,6 +426,13 @@ impl<'a> Step<'a> {
             let seq = core.seqs.get_mut(key);
             let (from, to) = (seq.computed, seq.computed + Tokens::new(k));
             let ckpt = checkpoints && mode == Mode::PrefillOnly && to == goal;
+            if wm > 0 {
+                let extra = pool.extra_needed(&seq.alloc, from, to, ckpt);
+                if extra + wm > pool.free() {
+                    core.last_need = pool.held_by(&seq.alloc) + extra + wm;
+                    return false;
+                }
+            }
             if let Err(short) = pool.resize(&mut seq.alloc, from, to, ckpt) {
                 core.last_need = pool.held_by(&seq.alloc) + short.needed;
                 return false;
@@ -413,14 +461,27 @@ impl<'a> Step<'a> {
     }
 }
 
+/// `k` tokens capped at `cap` (0: no cap), as vLLM applies
+/// `long_prefill_token_threshold` (`if 0 < threshold < k`).
+fn capped(k: u64, cap: u64) -> u64 {
+    if cap > 0 && cap < k { cap } else { k }
+}
+
 impl Core {
+    /// The free blocks vLLM's watermark keeps from an admission: its
+    /// `watermark` blocks once a request is running (`has_scheduled_reqs`,
+    /// `kv_cache_manager.py:518-526`), else none.
+    pub(super) fn watermark(&self) -> u64 {
+        if self.seqs.running.is_empty() { 0 } else { self.opts.watermark_blocks }
+    }
+
     /// Of `k` tokens `seq` could compute from `start` on, those it may
     /// (vLLM's Mamba align split, [`aligned_chunk`], in align mode, else all `k`).
     pub(super) fn aligned(&self, seq: &Seq, start: Tokens, k: u64) -> u64 {
         let Some(block) = self.pool.align() else { return k };
         let known = seq.goal(self.mode);
         let chunk = Chunk { start, tokens: k, known, prompt: seq.req.prompt.min(known), junction: seq.junction };
-        aligned_chunk(chunk, block, self.limits.max_num_batched_tokens)
+        aligned_chunk(chunk, block, self.opts.max_prefill_tokens(self.limits.max_num_batched_tokens))
     }
 
     /// [`Core::aligned`] for the sequence `key`.

@@ -1586,3 +1586,48 @@ fn mamba_models_agree_with_stepping_across_loads() {
     // The loads reach the pools' limits (the cases are worth comparing).
     assert!(preemptions > 100, "{preemptions} preemptions");
 }
+
+/// vLLM's scheduler options, generated: the long-prefill threshold (fixed
+/// or adaptive; a capped chunk leaves budget over, so a sequence admitted
+/// after it may decode while it still prefills), the watermark,
+/// `max_num_active_seqs` and chunked prefill off, on full-attention, window
+/// and Mamba models, aggregated and on both sides of P/D, under both
+/// engine loops. The decoding set gives what stepping every sequence gives.
+#[test]
+fn scheduler_options_agree_with_stepping_across_loads() {
+    let mut preemptions = 0;
+    for seed in 0..18u64 {
+        let asynchronous = seed % 2 == 0;
+        let groups = match seed % 3 {
+            0 => vec![fa("full attention", 16, 4_096)],
+            1 => vec![fa("full attention", 16, 4_096), window("sliding window", 100, 16, 4_096)],
+            _ => vec![fa("full attention", 16, 4_096), state("mamba", 16, 4_096, 4_096, true)],
+        };
+        let pool = [200u64, 400, 900][((seed / 3) % 3) as usize];
+        let step = linear_step(6_000.0, 10.0, 0.001);
+        let mut r = role(1, pool, step);
+        r.max_num_batched_tokens = [256, 2_048][((seed / 2) % 2) as usize];
+        r.long_prefill_token_threshold = [Some(64), Some(300), None, Some(1_000)][(seed % 4) as usize];
+        r.long_prefill_token_threshold_adaptive = (seed % 5 == 1).then_some(true);
+        r.watermark = (seed % 3 != 2).then_some([0.01, 0.1][(seed % 2) as usize]);
+        r.max_num_active_seqs = (seed % 4 == 1).then_some(12);
+        if seed % 6 == 5 {
+            r.enable_chunked_prefill = Some(false);
+            r.max_num_batched_tokens = 8_192;
+            r.max_model_len = Some(Tokens::new(8_192));
+        }
+        let mut d = pd(r.clone(), r.clone(), 20.0);
+        d.vllm_version = Some("0.33.0".into());
+        if seed % 4 < 2 {
+            d.aggregated = Some(r);
+            (d.prefill, d.decode) = (None, None);
+        }
+        let d = with_loop(d, asynchronous);
+        let case = format!("seed {seed}");
+        let mut dep = Deployment::build(&spec(groups), &d).unwrap_or_else(|e| panic!("{case}: {e}"));
+        let fast = fast_matches_stepping(&mut dep, generated_load(700 + seed, 120, seed), &case);
+        preemptions += fast.summary.preemptions;
+    }
+    // The loads reach the pools' limits (the cases are worth comparing).
+    assert!(preemptions > 50, "{preemptions} preemptions");
+}

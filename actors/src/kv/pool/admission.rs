@@ -14,7 +14,8 @@ impl KvPool {
     /// (`scheduler_reserve_full_isl`, on by default: `kv_cache_manager.py`
     /// `allocate_slots(full_sequence_must_fit=True)`), even though it
     /// allocates only the first chunk. The shortfall counts every block the
-    /// sequence would hold (the hit's included).
+    /// sequence would hold (the hit's included). `keep` blocks must be left
+    /// free besides (vLLM's watermark).
     ///
     /// B = 16, 8 usable blocks, one 64-token request running (4 blocks): a
     /// 100-token prompt needs cdiv(100, 16) = 7 > 4 free and waits, even
@@ -34,14 +35,17 @@ impl KvPool {
         owner: u64,
         hit: u32,
         whole: Whole,
+        keep: u64,
     ) -> Result<(), Shortfall> {
         let need = match self.win() {
             Some(w) => self.whole_blocks_after_window_hit(w, hit, whole),
             None => self.whole_blocks(whole).saturating_sub(u64::from(hit) * self.fa_groups),
         };
-        self.can_pin_and_take(prefix, prompt, owner, (hit, self.hit_tokens(hit)), need, 0).map_err(|short| Shortfall {
-            needed: need + u64::from(hit) * self.fa_groups + u64::from(self.win_pins(hit)) * self.wg(),
-            available: short.available,
+        self.can_pin_and_take(prefix, prompt, owner, (hit, self.hit_tokens(hit)), need, keep).map_err(|short| {
+            Shortfall {
+                needed: need + u64::from(hit) * self.fa_groups + u64::from(self.win_pins(hit)) * self.wg(),
+                available: short.available,
+            }
         })
     }
 
@@ -49,8 +53,9 @@ impl KvPool {
     /// loaded of an N-token prompt, [`crate::vllm::handoff::load_whole`])
     /// passes vLLM's whole-sequence check after pinning its hit of `hit`
     /// blocks: every group's blocks for N tokens against the free and
-    /// evictable blocks, nothing kept for others (that is the allocation's
-    /// check, [`KvPool::pin_and_allocate_leaving`]).
+    /// evictable blocks, keeping `keep` free (vLLM's watermark; the blocks
+    /// kept for others are the allocation's check,
+    /// [`KvPool::pin_and_allocate_leaving`]).
     pub(crate) fn whole_load_fits(
         &self,
         prefix: &PrefixIds,
@@ -58,9 +63,10 @@ impl KvPool {
         owner: u64,
         hit: u32,
         (t, n): (Tokens, Tokens),
+        keep: u64,
     ) -> Result<(), Shortfall> {
         let need = self.blocks_after_hit(hit, n, n, false);
-        self.can_pin_and_take(prefix, prompt, owner, (hit, t), need, 0)
+        self.can_pin_and_take(prefix, prompt, owner, (hit, t), need, keep)
     }
 
     /// Blocks a sequence holds for its whole known sequence (`from..to`),

@@ -383,6 +383,7 @@ impl KvPool {
     /// allocation would hold (the hit's included).
     ///
     /// Used by admission and by a decode rank's reservation alike.
+    #[cfg(test)]
     pub(crate) fn pin_and_allocate(
         &mut self,
         alloc: &mut Alloc,
