@@ -29,7 +29,6 @@ use crate::common::root;
 const NOT_YET: &[(&str, &str)] = &[
     ("timed-26-1", "async Mamba: a placeholder step's state cached at once"),
     ("timed-26-2", "async Mamba under pressure: not traced yet"),
-    ("timed-26-3", "async Mamba under pressure: not traced yet"),
     ("timed-26-4", "async Mamba under pressure: not traced yet"),
 ];
 

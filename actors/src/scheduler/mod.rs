@@ -860,6 +860,10 @@ impl Core {
             seq.stepped = self.log.step;
             self.stats.computed(seq.step_tokens.get());
             if seq.computed < seq.goal(mode) {
+                // A chunk samples nothing, and every token it computed was
+                // known when it was scheduled (a prompt's, or a recompute's
+                // output): all of it is cached.
+                seq.placeholder = false;
                 continue;
             }
             // The asynchronous loop scheduled this step with the token the
