@@ -40,4 +40,29 @@ for k in 1101-0 1101-11 1101-19 1101-23 1101-25 1101-42 1101-47 1101-50 1101-52 
   cp "$first/gen-$k.json" "$here/cases/"
 done
 "$python" vllm_batch.py cases cases/gen-110[1-4]-*.json 2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
+# vLLM's scheduler options (--options), the cases whose steps the options
+# change (pdsim's log with them differs from the same case without), and
+# two asynchronous Mamba cases a stale placeholder mark broke (1618-112,
+# 1618-147: a recompute's chunk cached all it computed).
+opts="$work/options"
+python3 "$here/gen_cases.py" 1611 41 "$opts" --options
+python3 "$here/gen_cases.py" 1612 22 "$opts" --groups window --options
+python3 "$here/gen_cases.py" 1613 25 "$opts" --groups mamba --options
+python3 "$here/gen_cases.py" 1614 8 "$opts" --groups window-only --options
+python3 "$here/gen_cases.py" 1615 12 "$opts" --groups mamba-only --options
+python3 "$here/gen_cases.py" 1616 38 "$opts" --async --options
+python3 "$here/gen_cases.py" 1617 18 "$opts" --groups window --async --options
+python3 "$here/gen_cases.py" 1618 148 "$opts" --groups mamba --async --options
+rm -f "$here"/cases/gen-16[01][0-9]-*
+for k in 1611-1 1611-6 1611-7 1611-8 1611-9 1611-12 1611-13 1611-14 1611-15 1611-17 1611-18 1611-22 1611-23 \
+  1611-24 1611-25 1611-26 1611-27 1611-28 1611-29 1611-30 1611-34 1611-35 1611-38 1611-40 \
+  1612-0 1612-3 1612-5 1612-6 1612-8 1612-9 1612-11 1612-13 1612-15 1612-17 1612-20 1612-21 \
+  1613-0 1613-1 1613-2 1613-6 1613-7 1613-8 1613-11 1613-12 1613-16 1613-17 1613-18 1613-24 \
+  1614-0 1614-1 1614-2 1614-3 1614-5 1614-7 1615-0 1615-4 1615-6 1615-9 1615-10 1615-11 \
+  1616-1 1616-2 1616-4 1616-8 1616-15 1616-18 1616-20 1616-21 1616-25 1616-26 1616-29 1616-31 1616-35 1616-37 \
+  1617-3 1617-5 1617-7 1617-8 1617-11 1617-14 1617-15 1617-17 \
+  1618-1 1618-2 1618-5 1618-6 1618-7 1618-9 1618-10 1618-11 1618-112 1618-147; do
+  cp "$opts/gen-$k.json" "$here/cases/"
+done
+"$python" vllm_batch.py cases cases/gen-16[01][0-9]-*.json 2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls cases/gen-*.vllm.jsonl | wc -l) cases"
