@@ -572,6 +572,36 @@ fn state_group(b: u64, cacheable: bool) -> CacheGroup {
     group_caching(CacheGroupKind::State, b, None, cacheable)
 }
 
+/// Two requests that compute the same state (neither hit it) each keep
+/// their own block of it, cached as two copies, as vLLM's
+/// `BlockHashToBlockMap` keeps both: registering the second frees nothing,
+/// and the state stays cached while either copy is.
+#[test]
+fn the_same_state_computed_twice_is_cached_twice() {
+    let groups = vec![group(CacheGroupKind::FullAttention, 16, None), state_group(16, true)];
+    let mut pool = KvPool::new(groups, 20, true);
+    let (a_req, b_req, c_req) = (prefixed(0, &[1, 2, 3], 1), prefixed(1, &[1, 2, 3], 1), prefixed(2, &[1, 2, 3], 1));
+    let (mut a, mut b) = (Alloc::owned_by(0), Alloc::owned_by(1));
+    let to = Tokens::new(32);
+    pool.pin_and_allocate(&mut a, &a_req.prefix, a_req.prompt, 0, (Tokens::ZERO, to), false).unwrap();
+    pool.pin_and_allocate(&mut b, &b_req.prefix, b_req.prompt, 0, (Tokens::ZERO, to), false).unwrap();
+    // Each: 2 full-attention blocks and the state block it writes.
+    assert_eq!(pool.used(), 6);
+    pool.register(&mut a, &a_req.prefix, a_req.prompt, to);
+    pool.register(&mut b, &b_req.prefix, b_req.prompt, to);
+    assert_eq!(pool.used(), 6, "both keep their blocks");
+    pool.check().unwrap();
+    // A third request hits both blocks and the state at 32, while either
+    // copy of it is cached.
+    let hit = |pool: &KvPool| pool.cached_prefix(&c_req.prefix, c_req.prompt, 2, c_req.prompt);
+    assert_eq!(hit(&pool), 2);
+    pool.release(&mut a, to);
+    assert_eq!((pool.used(), hit(&pool)), (3, 2));
+    pool.release(&mut b, to);
+    assert_eq!((pool.used(), hit(&pool)), (0, 2));
+    pool.check().unwrap();
+}
+
 /// A seeded run of 40 requests with shared prefixes on `pool` (16-token
 /// prefix ids): each request as it ended (id, end, preemptions, tokens
 /// generated, prefix hit), in the order they ended, the preemptions, and

@@ -241,8 +241,9 @@ pub(crate) struct KvPool {
     entries: KeyMap,
     /// What the last full-attention lookup found (see [`HitMemo`]).
     hit_memo: std::cell::RefCell<HitMemo>,
-    /// The later copies of a full-attention or window key, in the order
-    /// they were cached (rare: see `KvPool::register_block`).
+    /// The later copies of a full-attention, window or state key, in the
+    /// order they were cached (rare: see `KvPool::register_block`,
+    /// `KvPool::register_state`).
     copies: FxHashMap<u64, Vec<u32>>,
     /// By owner: the slots of the cached entries a holding's shared
     /// full-attention blocks pin, in block order (the copy each pins, and
@@ -275,8 +276,9 @@ pub(crate) struct KvPool {
     states_this_step: Vec<u64>,
     /// The schedule call `states_this_step` belongs to.
     states_call: u64,
-    /// The state entries each holding that pins any does (key, block
-    /// index; key 0: none), by owner.
+    /// The state entries each holding that pins any does (the entry's
+    /// handle, its slot in `lru` + 1, and its block index; handle 0:
+    /// none), by owner: a pin names the copy it holds.
     state_pins: FxHashMap<u64, [(u64, u32); 3]>,
     /// By owner: the slots of the window entries a holding pins, in block
     /// order (`Alloc::wfirst ..`).

@@ -2,7 +2,7 @@
 //! pinning a hit and allocating the rest all or nothing, and registering
 //! blocks as they fill.
 
-use super::{Alloc, Kind, KvPool, Shortfall, Take, keys};
+use super::{Alloc, Kind, KvPool, Shortfall, Take, keys, state};
 use crate::base::keys::plain_key;
 use crate::base::units::{Blocks, Tokens};
 use crate::models::model::CacheGroupKind;
@@ -320,7 +320,8 @@ impl KvPool {
             wpinned: wpins,
         };
         if sk != 0 {
-            let pins = [(0, 0), (0, 0), (sk, self.state_index(t))];
+            let slot = self.entries.get(sk, keys(self.lru.slots())).expect("a hit's state entry exists");
+            let pins = [(0, 0), (0, 0), (state::state_handle(slot), self.state_index(t))];
             self.set_pins(alloc, pins);
         }
         self.note_peak();

@@ -1,7 +1,7 @@
 //! Moving a holding from step to step (`resize`), and giving it back
 //! (`release`, and a prefill's source release).
 
-use super::{Alloc, KvPool, Layout, MAX_GROUPS, Shortfall, Span, Take};
+use super::{Alloc, KvPool, Layout, MAX_GROUPS, Shortfall, Span, Take, state};
 use crate::base::units::Tokens;
 use crate::models::model::CacheGroupKind;
 use crate::vllm::{blocks, handoff};
@@ -178,9 +178,9 @@ impl KvPool {
             let mut states = self.pins(alloc);
             self.state_pins.remove(&alloc.owner);
             states.sort_unstable_by_key(|&(_, i)| std::cmp::Reverse(i));
-            for (k, _) in states {
-                if k != 0 {
-                    self.unref(k);
+            for (h, _) in states {
+                if h != 0 {
+                    self.unref_slot(state::state_slot(h));
                 }
             }
         }
@@ -213,10 +213,10 @@ impl KvPool {
         for idx in [at_from, at_mid].into_iter().flatten() {
             match pins.iter().position(|&(k, i)| k != 0 && i == idx) {
                 Some(slot) => {
-                    let k = pins[slot].0;
+                    let h = pins[slot].0;
                     pins[slot] = (0, 0);
                     self.set_pins(alloc, pins);
-                    self.unref(k);
+                    self.unref_slot(state::state_slot(h));
                 }
                 None => own_earlier += 1,
             }

@@ -11,8 +11,21 @@ use crate::requests::workload::{PrefixIds, mix};
 /// Salts the keys of cached states (align mode) from their block's key.
 pub(super) const STATE_ENTRY: u64 = 0x7374_6174_655f_6b65;
 
+/// A pinned state entry's handle: its slot in the LRU order, plus one (so
+/// that 0 is none).
+pub(super) fn state_handle(slot: u32) -> u64 {
+    u64::from(slot) + 1
+}
+
+/// The LRU slot of a state entry's handle.
+pub(super) fn state_slot(handle: u64) -> u32 {
+    debug_assert!(handle != 0);
+    (handle - 1) as u32
+}
+
 impl KvPool {
-    /// The state entries `alloc` pins (key, block index; key 0: none).
+    /// The state entries `alloc` pins (handle, block index; handle 0: none;
+    /// [`state_handle`]).
     pub(super) fn pins(&self, alloc: &Alloc) -> [(u64, u32); 3] {
         if alloc.pinned == 0 { [(0, 0); 3] } else { self.state_pins.get(&alloc.owner).copied().unwrap_or_default() }
     }
@@ -134,14 +147,14 @@ impl KvPool {
                 self.free += alloc.private - need;
             }
         } else {
-            for &k in dropped.iter().filter(|&&k| k != 0) {
-                self.unref(k);
+            for &h in dropped.iter().filter(|&&h| h != 0) {
+                self.unref_slot(state_slot(h));
             }
             if need > alloc.private
                 && let Err(e) = self.take(need - alloc.private, how)
             {
-                for &k in dropped.iter().filter(|&&k| k != 0) {
-                    self.ref_entry(k);
+                for &h in dropped.iter().filter(|&&h| h != 0) {
+                    self.ref_slot(state_slot(h));
                 }
                 return Err(e);
             }
@@ -200,10 +213,10 @@ impl KvPool {
     /// is block-aligned); of content the prefix ids name or of the
     /// request's own (its recompute after a preemption may hit it). It is
     /// freed into the eviction order when the holding moves on (vLLM's
-    /// `remove_skipped_blocks`, `last_state_block_idx`). Another request's
-    /// copy of the same state is shared and this one's freed. Where pdsim
-    /// departs: vLLM keeps both state blocks, as it does full-attention
-    /// ones (`register_block`).
+    /// `remove_skipped_blocks`, `last_state_block_idx`). The same state
+    /// another request cached (both computed it) is cached again as a later
+    /// copy: vLLM keeps both blocks (`BlockHashToBlockMap`), as it does
+    /// full-attention ones (`register_block`), and a hit pins the first.
     pub(crate) fn register_state(&mut self, alloc: &mut Alloc, prefix: &PrefixIds, prompt: Tokens, computed: Tokens) {
         let Some(sb) = self.align() else { return };
         let fb = self.fa_block.unwrap_or(sb);
@@ -221,26 +234,22 @@ impl KvPool {
         let k = self.state_key(prefix, prompt, alloc.owner, n);
         let idx = self.state_index(to);
         let mut pins = self.pins(alloc);
-        if pins.iter().any(|&(key, _)| key == k) {
+        if pins.iter().any(|&(h, _)| h != 0 && self.lru.get(state_slot(h)).key() == k) {
             return;
         }
-        let Some(slot) = pins.iter().position(|&(key, _)| key == 0) else { return };
+        let Some(at) = pins.iter().position(|&(h, _)| h == 0) else { return };
         let sg = self.state_groups;
+        // Its own block becomes the cached entry; where another request
+        // cached the same state, a later copy of it.
+        let slot = self.lru.alloc(k, Kind::State);
         match self.entries.entry(k, keys(self.lru.slots())) {
-            Err(vacant) => {
-                let slot = self.lru.alloc(k, Kind::State);
-                self.entries.fill(vacant, slot);
-                self.shared += sg;
-            }
-            Ok(i) => {
-                self.free += sg;
-                self.used_add(Kind::State, -1);
-                self.ref_slot(i);
-            }
+            Err(vacant) => self.entries.fill(vacant, slot),
+            Ok(_) => self.copies.entry(k).or_default().push(slot),
         }
+        self.shared += sg;
         self.private -= sg;
         alloc.private -= sg;
-        pins[slot] = (k, idx);
+        pins[at] = (state_handle(slot), idx);
         self.set_pins(alloc, pins);
         self.states_this_step.push(k);
     }
