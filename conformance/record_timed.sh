@@ -15,10 +15,15 @@ here="$(cd "$(dirname "$0")" && pwd)"
 python="$("$here/venv.sh")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-for family in "21 full" "22 full --async" "23 window" "24 window --async" "25 mamba" "26 mamba --async"; do
+# SEED GROUPS COUNT [flags]; the 164x families draw vLLM's scheduler
+# options (--options): 1644-5 found that two recomputes of one prefix in
+# lockstep cache the same state twice.
+for family in "21 full 5" "22 full 5 --async" "23 window 5" "24 window 5 --async" "25 mamba 5" \
+  "26 mamba 5 --async" "1641 full 4 --options" "1642 full 4 --async --options" \
+  "1643 window 4 --async --options" "1644 mamba 6 --options" "1645 mamba 4 --async --options"; do
   # shellcheck disable=SC2086
   set -- $family
-  python3 "$here/gen_timed.py" "$1" 5 "$work" --groups "$2" ${3:-} --requests 300
+  python3 "$here/gen_timed.py" "$1" "$3" "$work" --groups "$2" "${@:4}" --requests 300
 done
 (cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py "$work" "$work"/timed-*.json 2> "$work/err") \
   || { tail -5 "$work/err" >&2; exit 1; }
