@@ -27,14 +27,18 @@ rm -f "$here"/pd_cases/gen-pd-110[67]-*
 python3 "$here/gen_pd_cases.py" 1106 60 "$work" --first-chunk
 python3 "$here/gen_pd_cases.py" 1107 40 "$work" --groups window --first-chunk
 for k in 1106-2 1106-53 1107-15 1107-20 1107-34 1107-5 1107-9; do cp "$work/gen-pd-$k.json" "$here/pd_cases/"; done
-# vLLM's scheduler options (--options): cases whose steps the options change.
+# vLLM's scheduler options (--options): cases whose steps the options change,
+# and seven decode-side Mamba ones (1621-3 .. 1621-107) that differed with or
+# without the options until the connector's hit and the in-flight prefills'
+# state block were followed.
 rm -f "$here"/pd_cases/gen-pd-16[12][0-9]-*
 python3 "$here/gen_pd_cases.py" 1619 31 "$work" --options
 python3 "$here/gen_pd_cases.py" 1620 20 "$work" --groups window --options
-python3 "$here/gen_pd_cases.py" 1621 36 "$work" --groups mamba --options
+python3 "$here/gen_pd_cases.py" 1621 108 "$work" --groups mamba --options
 for k in 1619-2 1619-8 1619-12 1619-14 1619-16 1619-17 1619-18 1619-21 1619-22 1619-25 1619-28 1619-30 \
   1620-0 1620-8 1620-11 1620-12 1620-13 1620-15 1620-17 1620-19 \
-  1621-6 1621-7 1621-12 1621-19 1621-20 1621-28 1621-30 1621-35; do
+  1621-6 1621-7 1621-12 1621-19 1621-20 1621-28 1621-30 1621-35 \
+  1621-3 1621-34 1621-49 1621-52 1621-76 1621-94 1621-107; do
   cp "$work/gen-pd-$k.json" "$here/pd_cases/"
 done
 cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py pd_cases pd_cases/*.json \

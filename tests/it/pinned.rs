@@ -20,7 +20,7 @@ use crate::common::scenario_file;
 const PINNED: [(&str, u64, u64, u64); 13] = [
     ("default.toml", 0xbb9c_2f9b_49ee_477c, 0x9ba9_660f_5229_8ce7, 0x8475_e873_2d9e_819c),
     ("glm-5.3-flash-1p1d.toml", 0x39b0_9433_aea2_1f89, 0x9962_9abd_0f1f_888c, 0x78d4_92e7_009a_497b),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0x3a15_c938_8bb8_887a, 0xbe4b_cacc_cc8e_5fd5, 0xb15b_531e_ebbb_bfff),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0xd58c_a459_5aff_8314, 0xe956_c82c_72f6_462c, 0x18d1_039d_afd6_bb36),
     ("glm-5.3-flash-2p2d.toml", 0x0f3d_0935_390b_4bf7, 0xd8bc_897a_c12b_112e, 0x6ab6_6f4c_4f36_abb1),
     ("glm-5.3-flash-p4d8.toml", 0x41b5_0d10_9d4f_3fc0, 0xfc51_54e9_bdcd_b34f, 0x2b77_0982_5718_afa7),
     ("gpt-oss-1p1d.toml", 0x81fd_e029_2f2b_0b25, 0x7caf_28aa_169b_293c, 0xd4f0_d3bb_87bf_2f7c),

@@ -791,7 +791,7 @@ impl Core {
             .filter(|s| s.member.is_none() && s.computed + s.step_tokens < s.goal(self.mode))
             .map(|s| {
                 let whole = admission::whole_sequence(s.computed, s.goal(self.mode), false, in_flight);
-                self.pool.whole_blocks(whole).saturating_sub(self.pool.held_by(&s.alloc))
+                self.pool.remaining_blocks(&s.alloc, whole)
             })
             .sum::<u64>()
             + self.loads_short

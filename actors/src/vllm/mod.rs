@@ -12,7 +12,7 @@
 //! | a hit never covers the last token | [`prefix`] | `get_computed_blocks` |
 //! | the handoff: backoff, payload, source release | [`handoff`] | NIXL connector |
 //! | the engine loop: synchronous or asynchronous (batch queue) | [`engine`] | `EngineCore.step_with_batch_queue` |
-//! | scheduler options not modelled, and why | [`options`] | `SchedulerConfig` |
+//! | scheduler options followed, and those not modelled and why | [`options`] | `SchedulerConfig` |
 //!
 //! The loop order (running first, preemption, admission in queue order) is
 //! the scheduler's policy (`crate::scheduler::VllmPolicy`).

@@ -26,10 +26,7 @@ const NOT_YET: &[(&str, &str)] = &[];
 /// Mamba hybrid's local hit as aggregated admission does, where vLLM's
 /// NIXL path reports the full-attention hit, `kv_cache_manager.py:330-378`
 /// called at `scheduler.py:668-671`.)
-const NOT_YET_PD: &[(&str, &str)] = &[
-    ("gen-pd-8-29", "Mamba decode side: free blocks under pressure differ (not yet traced)"),
-    ("gen-pd-8-49", "Mamba decode side: free blocks under pressure differ (not yet traced)"),
-];
+const NOT_YET_PD: &[(&str, &str)] = &[];
 
 /// (batch in scheduling order, preempted, finished after, reserved loads of
 /// a decode case).

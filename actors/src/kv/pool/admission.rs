@@ -1,8 +1,9 @@
 //! Admission's count: whether a sequence's whole known sequence fits
 //! (vLLM's whole-sequence admission, `crate::vllm::admission`).
 
-use super::{KvPool, Shortfall};
+use super::{Alloc, KvPool, Shortfall};
 use crate::base::units::Tokens;
+use crate::models::model::CacheGroupKind;
 use crate::requests::workload::PrefixIds;
 use crate::vllm::admission::{Whole, group_blocks_counted};
 
@@ -67,6 +68,34 @@ impl KvPool {
     ) -> Result<(), Shortfall> {
         let need = self.blocks_after_hit(hit, n, n, false);
         self.can_pin_and_take(prefix, prompt, owner, (hit, t), need, keep)
+    }
+
+    /// Blocks the holding `alloc` must still allocate to hold its whole
+    /// known sequence `whole`, as vLLM counts a prefill in flight's
+    /// (`_request_remaining_blocks` → `get_num_blocks_to_allocate`): per
+    /// group, what admission counts for `whole` less what the group holds;
+    /// a Mamba group in align mode needs one block when the last state's
+    /// block lies past its block table, else none (`MambaManager` caps the
+    /// new blocks at one, `single_type_kv_cache_manager.py:1740-1790`,
+    /// whatever state block it holds now).
+    ///
+    /// B = 4, a recompute of 26 known tokens holding its first chunk (0..4:
+    /// one block of each group): 6 full-attention blocks and 1 state block,
+    /// where the whole count less the blocks held gives 6.
+    pub(crate) fn remaining_blocks(&self, alloc: &Alloc, whole: Whole) -> u64 {
+        let align = self.align().is_some();
+        self.groups
+            .iter()
+            .map(|g| {
+                if align && g.kind() == CacheGroupKind::State && g.prefix_cacheable() {
+                    let b = g.block_size();
+                    whole.to.blocks_ceil(b).get().saturating_sub(alloc.to.blocks_ceil(b).get()).min(1)
+                } else {
+                    let held = Self::group_blocks(g, align, alloc.from, alloc.mid, alloc.to, alloc.checkpoints);
+                    group_blocks_counted(g, align, whole).saturating_sub(held)
+                }
+            })
+            .sum()
     }
 
     /// Blocks a sequence holds for its whole known sequence (`from..to`),

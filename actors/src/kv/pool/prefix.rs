@@ -104,6 +104,28 @@ impl KvPool {
         (m, junction)
     }
 
+    /// The hit of a decode rank's remote load (vLLM's
+    /// `get_computed_blocks_for_connector`, `kv_cache_manager.py:330-378`,
+    /// which the NIXL connector asks for): with a Mamba hybrid, the
+    /// full-attention hit, whether or not a state was cached at its end
+    /// (the connector moves the state anyway), unless some state is cached
+    /// past it (its full-attention blocks were evicted): then the hit every
+    /// group agrees on ([`KvPool::cached_prefix`]). Other models:
+    /// [`KvPool::cached_prefix`].
+    ///
+    /// B = 8, a 104-token prompt whose first 72 tokens another request's
+    /// load cached, its state cached at 120 only: 9 blocks (72 tokens), where
+    /// an admission would hit none.
+    pub(crate) fn connector_hit(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
+        if self.state_groups == 0 || self.fa_groups == 0 || self.win().is_some() {
+            return self.cached_prefix(prefix, prompt, owner, goal);
+        }
+        let n = self.fa_hit(prefix, prompt, owner, goal);
+        let most = u32::try_from(prefix::hit_limit(goal).blocks_floor(self.cache_block()).get()).unwrap_or(u32::MAX);
+        let deeper = (n + 1..=most).any(|m| self.hit_entry(prefix, prompt, owner, m) != 0);
+        if deeper { self.cached_prefix(prefix, prompt, owner, goal) } else { n }
+    }
+
     /// The longest leading run of cached full-attention blocks a sequence
     /// may use (see [`KvPool::cached_prefix`]).
     pub(super) fn fa_hit(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
