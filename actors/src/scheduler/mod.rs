@@ -813,7 +813,7 @@ impl Core {
         }
         let in_flight = Tokens::new(self.engine.in_flight_tokens(self.limits.max_num_batched_tokens));
         let whole = admission::whole_sequence(t, n, false, in_flight);
-        self.pool.whole_blocks(whole).saturating_sub(self.pool.held_by(alloc))
+        self.pool.remaining_blocks(alloc, whole)
     }
 
     /// Applies the step (or run of steps) that just ended at `now`: the

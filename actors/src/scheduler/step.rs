@@ -281,7 +281,13 @@ impl<'a> Step<'a> {
         let hit = core.pool.connector_hit(&seq.req.prefix, n, seq.req.id, n);
         let t = seq.req.transferred_tokens;
         let windows = core.pool.window_cached() || core.pool.frees_plain_midway();
-        let state = handoff::reservation_span(t, n, windows);
+        let mut state = handoff::reservation_span(t, n, windows);
+        if core.pool.hit_state_cached(&seq.req.prefix, n, seq.req.id, hit) {
+            // vLLM keeps the hit's cached state in the block table (pinned)
+            // beside the state at T until the landed load's first step
+            // frees it (`remove_skipped_blocks`): the step from the hit.
+            state.0 = core.pool.hit_tokens(hit);
+        }
         let need = core.pool.blocks_after_hit(hit, state.0, state.1, false);
         core.make_room(core.pool.pin_and_take_need(hit, need) + keep + wm);
         if t < n && core.opts.reserve_full_isl {

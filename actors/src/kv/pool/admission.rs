@@ -66,7 +66,10 @@ impl KvPool {
         (t, n): (Tokens, Tokens),
         keep: u64,
     ) -> Result<(), Shortfall> {
-        let need = self.blocks_after_hit(hit, n, n, false);
+        // (A hit that ends at a cached state keeps it beside the state at
+        // N: vLLM's Mamba manager counts the state block of N as new.)
+        let from = if self.hit_state_cached(prefix, prompt, owner, hit) { self.hit_tokens(hit) } else { n };
+        let need = self.blocks_after_hit(hit, from, n, false);
         self.can_pin_and_take(prefix, prompt, owner, (hit, t), need, keep)
     }
 

@@ -126,6 +126,12 @@ impl KvPool {
         if deeper { self.cached_prefix(prefix, prompt, owner, goal) } else { n }
     }
 
+    /// Whether a hit of `n` blocks ends where a state is cached (align mode;
+    /// never otherwise).
+    pub(crate) fn hit_state_cached(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, n: u32) -> bool {
+        self.align().is_some() && self.hit_entry(prefix, prompt, owner, n) != 0
+    }
+
     /// The longest leading run of cached full-attention blocks a sequence
     /// may use (see [`KvPool::cached_prefix`]).
     pub(super) fn fa_hit(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
