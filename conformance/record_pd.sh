@@ -41,11 +41,13 @@ for k in 1619-2 1619-8 1619-12 1619-14 1619-16 1619-17 1619-18 1619-21 1619-22 1
   1621-3 1621-34 1621-49 1621-52 1621-76 1621-94 1621-107; do
   cp "$work/gen-pd-$k.json" "$here/pd_cases/"
 done
-# Three a reservation's hit state decided (vLLM keeps it beside the state at T).
-rm -f "$here"/pd_cases/gen-pd-166[12]-*
+# Four a reservation's hit state decided (vLLM counts a state block besides
+# it, and then holds one).
+rm -f "$here"/pd_cases/gen-pd-166[1-4]-*
 python3 "$here/gen_pd_cases.py" 1661 282 "$work" --groups mamba
 python3 "$here/gen_pd_cases.py" 1662 92 "$work" --groups mamba --options
-for k in 1661-20 1661-281 1662-91; do cp "$work/gen-pd-$k.json" "$here/pd_cases/"; done
+python3 "$here/gen_pd_cases.py" 1664 191 "$work" --groups mamba
+for k in 1661-20 1661-281 1662-91 1664-190; do cp "$work/gen-pd-$k.json" "$here/pd_cases/"; done
 cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py pd_cases pd_cases/*.json \
   2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls pd_cases/*.vllm.jsonl | wc -l) cases"

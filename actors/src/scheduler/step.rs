@@ -281,13 +281,7 @@ impl<'a> Step<'a> {
         let hit = core.pool.connector_hit(&seq.req.prefix, n, seq.req.id, n);
         let t = seq.req.transferred_tokens;
         let windows = core.pool.window_cached() || core.pool.frees_plain_midway();
-        let mut state = handoff::reservation_span(t, n, windows);
-        if core.pool.hit_state_cached(&seq.req.prefix, n, seq.req.id, hit) {
-            // vLLM keeps the hit's cached state in the block table (pinned)
-            // beside the state at T until the landed load's first step
-            // frees it (`remove_skipped_blocks`): the step from the hit.
-            state.0 = core.pool.hit_tokens(hit);
-        }
+        let state = handoff::reservation_span(t, n, windows);
         let need = core.pool.blocks_after_hit(hit, state.0, state.1, false);
         core.make_room(core.pool.pin_and_take_need(hit, need) + keep + wm);
         if t < n && core.opts.reserve_full_isl {
@@ -305,7 +299,11 @@ impl<'a> Step<'a> {
         }
         let seq = core.seqs.get_mut(key);
         let prefix = &seq.req.prefix;
-        if let Err(short) = core.pool.pin_and_allocate_leaving(&mut seq.alloc, prefix, n, hit, state, false, keep + wm)
+        // (vLLM's count, which may be above what the reservation holds:
+        // `KvPool::load_fits`.)
+        let counted = core.pool.load_fits(prefix, n, seq.req.id, hit, (t, t), keep + wm);
+        if let Err(short) = counted
+            .and_then(|()| core.pool.pin_and_allocate_leaving(&mut seq.alloc, prefix, n, hit, state, false, keep + wm))
         {
             core.last_need = short.needed;
             return false;

@@ -84,11 +84,9 @@ pub fn transferred_tokens(model: &Model, prompt_tokens: Tokens) -> Tokens {
 /// handoff) takes back none of the skipped blocks: vLLM replaced them by
 /// its null block, and `allocate_new_blocks` counts them as held.
 ///
-/// With a Mamba group, a hit that ends where a state is cached keeps that
-/// state pinned beside the state at T (vLLM appends the hit's blocks to
-/// the block table and frees the earlier state only at the landed load's
-/// first step, `remove_skipped_blocks`): the scheduler makes the step start
-/// at the hit.
+/// With a Mamba group, where the hit ends at a cached state vLLM's checks
+/// count one state block more than the reservation then holds
+/// (`KvPool::load_fits`).
 ///
 /// Without window groups and with T = N (full attention) the state is the
 /// step `(T − 1, T)`, which holds the same blocks and is a decode step's,

@@ -50,6 +50,29 @@ impl KvPool {
         })
     }
 
+    /// Whether a decode rank's remote load of T tokens, pinning its hit of
+    /// `hit` blocks, passes vLLM's check of its blocks for `to` tokens (T:
+    /// the allocation's, N: the whole sequence's) with `keep` free blocks
+    /// left: where the hit ends at a cached state, vLLM's Mamba manager
+    /// counts the state block of `to` as new besides it (and the hit's
+    /// state as taken when it is evictable), though the state it then holds
+    /// is one block (`MambaManager.get_num_blocks_to_allocate`): the count
+    /// of the step from the hit. Otherwise what the load holds.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn load_fits(
+        &self,
+        prefix: &PrefixIds,
+        prompt: Tokens,
+        owner: u64,
+        hit: u32,
+        (t, to): (Tokens, Tokens),
+        keep: u64,
+    ) -> Result<(), Shortfall> {
+        let from = if self.hit_state_cached(prefix, prompt, owner, hit) { self.hit_tokens(hit) } else { to };
+        let need = self.blocks_after_hit(hit, from, to, false);
+        self.can_pin_and_take(prefix, prompt, owner, (hit, t), need, keep)
+    }
+
     /// Whether a decode rank's remote load of `span` = (T, N) tokens (T
     /// loaded of an N-token prompt, [`crate::vllm::handoff::load_whole`])
     /// passes vLLM's whole-sequence check after pinning its hit of `hit`
@@ -66,11 +89,7 @@ impl KvPool {
         (t, n): (Tokens, Tokens),
         keep: u64,
     ) -> Result<(), Shortfall> {
-        // (A hit that ends at a cached state keeps it beside the state at
-        // N: vLLM's Mamba manager counts the state block of N as new.)
-        let from = if self.hit_state_cached(prefix, prompt, owner, hit) { self.hit_tokens(hit) } else { n };
-        let need = self.blocks_after_hit(hit, from, n, false);
-        self.can_pin_and_take(prefix, prompt, owner, (hit, t), need, keep)
+        self.load_fits(prefix, prompt, owner, hit, (t, n), keep)
     }
 
     /// Blocks the holding `alloc` must still allocate to hold its whole
