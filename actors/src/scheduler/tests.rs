@@ -597,7 +597,24 @@ fn the_same_state_computed_twice_is_cached_twice() {
     assert_eq!(hit(&pool), 2);
     pool.release(&mut a, to);
     assert_eq!((pool.used(), hit(&pool)), (3, 2));
+    pool.check().unwrap();
+    // A's copies (the first ones) are evicted: B's become first, and C's
+    // hit pins them.
+    let mut d = Alloc::owned_by(3);
+    let d_prompt = Tokens::new(16 * 16);
+    pool.pin_and_allocate(&mut d, &PrefixIds::none(), d_prompt, 0, (Tokens::ZERO, d_prompt), false).unwrap();
+    assert_eq!((pool.used(), hit(&pool)), (20, 2));
+    pool.check().unwrap();
+    pool.release(&mut d, Tokens::ZERO);
+    // (A later schedule call: a state cached in this one cannot be hit.)
+    pool.new_step(1);
+    let mut c = Alloc::owned_by(2);
+    let c_span = (to, c_req.prompt);
+    pool.pin_and_allocate(&mut c, &c_req.prefix, c_req.prompt, 2, c_span, false).unwrap();
+    pool.check().unwrap();
     pool.release(&mut b, to);
+    pool.check().unwrap();
+    pool.release(&mut c, c_req.prompt);
     assert_eq!((pool.used(), hit(&pool)), (0, 2));
     pool.check().unwrap();
 }

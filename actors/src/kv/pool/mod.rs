@@ -613,9 +613,22 @@ impl KvPool {
                 }
             }
         }
+        // Every pin of a state entry is a holding's pin of that copy.
+        for (owner, pins) in &self.state_pins {
+            for &(h, _) in pins.iter().filter(|p| p.0 != 0) {
+                let slot = state::state_slot(h);
+                let e = self.lru.get(slot);
+                let live = self.entries.get(e.key(), keys(self.lru.slots())) == Some(slot)
+                    || self.copies.get(&e.key()).is_some_and(|c| c.contains(&slot));
+                if e.kind() != Kind::State || !live {
+                    return Err(format!("holding {owner}: state pin {slot} is no live state entry"));
+                }
+                *listed.entry(slot).or_default() += 1;
+            }
+        }
         for slot in self.entries.values().chain(self.copies.values().flatten().copied()) {
             let e = self.lru.get(slot);
-            if e.kind() != Kind::State && e.refs() != listed.get(&slot).copied().unwrap_or(0) {
+            if e.refs() != listed.get(&slot).copied().unwrap_or(0) {
                 return Err(format!(
                     "entry in slot {slot}: {} pins, {:?} holdings list it",
                     e.refs(),
