@@ -284,6 +284,15 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
         }
         positive(&at("prompt"), r.prompt)?;
         positive(&at("output"), r.output)?;
+        if !case.enable_chunked_prefill
+            && r.prompt.saturating_add(r.output) >= case.max_model_len.unwrap_or(DRIVER_MAX_MODEL_LEN)
+        {
+            // (It could never be scheduled whole: vLLM refuses it.)
+            return Err(FieldError::new(
+                at("prompt"),
+                "with chunked prefill off, prompt + output must be below max_model_len",
+            ));
+        }
         if r.prefix_tokens.unwrap_or(0) > r.prompt {
             return Err(FieldError::new(at("prefix_tokens"), "must not exceed the prompt"));
         }

@@ -709,8 +709,10 @@ impl Scheduler {
             out.push(seq.req);
         }
         // Reserved loads the rank has not taken yet (none between its calls).
-        for (req, _, mut alloc, _, _) in core.reserved.drain(..) {
+        for (req, _, mut alloc, _, short) in core.reserved.drain(..) {
             core.pool.release(&mut alloc, Tokens::ZERO);
+            core.loads_out -= 1;
+            core.loads_short -= short;
             out.push(req);
         }
         out

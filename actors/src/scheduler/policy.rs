@@ -21,14 +21,18 @@ pub trait BatchPolicy: Send {
 /// - Running sequences first, in admission order: each takes the tokens it
 ///   still has to compute before its next output token (a prefill chunk,
 ///   or one token when decoding), up to the step's token budget
-///   (`max_num_batched_tokens`; chunked prefill).
+///   (`max_num_batched_tokens`; chunked prefill) and, with vLLM's
+///   `long_prefill_token_threshold`, at most that many unless it is the
+///   only request running or waiting ([`Step::share`]).
 /// - A running sequence that cannot get its blocks preempts the most
 ///   recently admitted running sequence (recompute preemption), until it
 ///   fits or is itself the one preempted.
 /// - A step that preempted admits nothing (`if not preempted_reqs`).
 /// - Otherwise waiting sequences are admitted in queue order while the
-///   budget and `max_num_seqs` allow, each with its first chunk, and only
-///   if its whole known sequence fits (`scheduler_reserve_full_isl`); the
+///   budget and `max_num_active_seqs` (by default `max_num_seqs`) allow,
+///   each with its first chunk (its whole prompt, with chunked prefill
+///   off), and only if its whole known sequence fits
+///   (`scheduler_reserve_full_isl`) leaving the watermark free; the
 ///   first that cannot be admitted stops admission (first come, first
 ///   served). The queue holds a decode rank's landed handoffs first, then
 ///   preempted sequences, then new ones; a decode rank's new handoffs

@@ -278,8 +278,8 @@ impl<'a> Step<'a> {
         let key = core.seqs.waiting[wi];
         let seq = core.seqs.get(key);
         let n = seq.req.prompt;
-        let hit = core.pool.connector_hit(&seq.req.prefix, n, seq.req.id, n);
         let t = seq.req.transferred_tokens;
+        let hit = core.pool.connector_hit(&seq.req.prefix, n, seq.req.id, n, t);
         let windows = core.pool.window_cached() || core.pool.frees_plain_midway();
         let state = handoff::reservation_span(t, n, windows);
         let need = core.pool.blocks_after_hit(hit, state.0, state.1, false);

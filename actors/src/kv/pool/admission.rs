@@ -58,7 +58,6 @@ impl KvPool {
     /// state as taken when it is evictable), though the state it then holds
     /// is one block (`MambaManager.get_num_blocks_to_allocate`): the count
     /// of the step from the hit. Otherwise what the load holds.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn load_fits(
         &self,
         prefix: &PrefixIds,
@@ -76,10 +75,10 @@ impl KvPool {
     /// Whether a decode rank's remote load of `span` = (T, N) tokens (T
     /// loaded of an N-token prompt, [`crate::vllm::handoff::load_whole`])
     /// passes vLLM's whole-sequence check after pinning its hit of `hit`
-    /// blocks: every group's blocks for N tokens against the free and
-    /// evictable blocks, keeping `keep` free (vLLM's watermark; the blocks
-    /// kept for others are the allocation's check,
-    /// [`KvPool::pin_and_allocate_leaving`]).
+    /// blocks: every group's blocks for N tokens (counted as
+    /// [`KvPool::load_fits`] counts them) against the free and evictable
+    /// blocks, keeping `keep` free (vLLM's watermark; the blocks kept for
+    /// others are the allocation's check).
     pub(crate) fn whole_load_fits(
         &self,
         prefix: &PrefixIds,

@@ -113,14 +113,23 @@ impl KvPool {
     /// group agrees on ([`KvPool::cached_prefix`]). Other models:
     /// [`KvPool::cached_prefix`].
     ///
+    /// Where pdsim departs: a full-attention hit that covers all `t`
+    /// tokens loaded with no state cached at its end leaves vLLM nothing to
+    /// load, so it computes the prompt on the decode side from the hit
+    /// every group agrees on (`scheduler.py:1199-1210`); pdsim takes that
+    /// hit and loads the rest.
+    ///
     /// B = 8, a 104-token prompt whose first 72 tokens another request's
     /// load cached, its state cached at 120 only: 9 blocks (72 tokens), where
     /// an admission would hit none.
-    pub(crate) fn connector_hit(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> u32 {
-        if self.state_groups == 0 || self.fa_groups == 0 || self.win().is_some() {
+    pub(crate) fn connector_hit(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens, t: Tokens) -> u32 {
+        if !self.caching || self.state_groups == 0 || self.fa_groups == 0 || self.win().is_some() {
             return self.cached_prefix(prefix, prompt, owner, goal);
         }
         let n = self.fa_hit(prefix, prompt, owner, goal);
+        if n == 0 || (self.hit_tokens(n) >= t && self.hit_entry(prefix, prompt, owner, n) == 0) {
+            return self.cached_prefix(prefix, prompt, owner, goal);
+        }
         let most = u32::try_from(prefix::hit_limit(goal).blocks_floor(self.cache_block()).get()).unwrap_or(u32::MAX);
         let deeper = (n + 1..=most).any(|m| self.hit_entry(prefix, prompt, owner, m) != 0);
         if deeper { self.cached_prefix(prefix, prompt, owner, goal) } else { n }
@@ -203,7 +212,7 @@ impl KvPool {
     /// for the first part before the second fails; vLLM checks the whole
     /// allocation against the free and evictable blocks first (the hit's
     /// own evictable blocks excepted), so a failed attempt changes nothing.
-    /// [`KvPool::pin_and_allocate`] checks with this before it pins.
+    /// [`KvPool::pin_and_allocate_leaving`] checks with this before it pins.
     pub(super) fn can_pin_and_take(
         &self,
         prefix: &PrefixIds,
@@ -402,16 +411,8 @@ impl KvPool {
         }
     }
 
-    /// Pins the first `hit` cached blocks of the prompt for an empty
-    /// `alloc` (`hit` from [`KvPool::cached_prefix`]), then allocates it for
-    /// the step `from..to` (with or without checkpoint blocks): all or
-    /// nothing, as vLLM's `allocate_slots` checks the whole allocation
-    /// against the free and evictable blocks (the hit's own evictable blocks
-    /// excepted) before it touches any. On a shortfall nothing changes, no
-    /// cached block is evicted, and the shortfall counts every block the
-    /// allocation would hold (the hit's included).
-    ///
-    /// Used by admission and by a decode rank's reservation alike.
+    /// [`KvPool::pin_and_allocate_leaving`] leaving nothing (the unit
+    /// tests' form).
     #[cfg(test)]
     pub(crate) fn pin_and_allocate(
         &mut self,
@@ -425,8 +426,17 @@ impl KvPool {
         self.pin_and_allocate_leaving(alloc, prefix, prompt, hit, span, checkpoints, 0)
     }
 
-    /// [`KvPool::pin_and_allocate`], but only if `keep` free or evictable
-    /// blocks are left for others afterwards (vLLM's `reserved_blocks`).
+    /// Pins the first `hit` cached blocks of the prompt for an empty
+    /// `alloc` (`hit` from [`KvPool::cached_prefix`]), then allocates it for
+    /// the step `from..to` (with or without checkpoint blocks): all or
+    /// nothing, as vLLM's `allocate_slots` checks the whole allocation
+    /// against the free and evictable blocks (the hit's own evictable blocks
+    /// excepted) before it touches any, and only if `keep` free or evictable
+    /// blocks are left afterwards (vLLM's `reserved_blocks` and watermark).
+    /// On a shortfall nothing changes, no cached block is evicted, and the
+    /// shortfall counts every block the allocation would hold (the hit's
+    /// included). Used by admission and by a decode rank's reservation
+    /// alike.
     #[expect(clippy::too_many_arguments, reason = "pin_and_allocate's, and what to leave")]
     pub(crate) fn pin_and_allocate_leaving(
         &mut self,

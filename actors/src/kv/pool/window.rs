@@ -291,7 +291,7 @@ impl KvPool {
         ))
     }
 
-    /// With the window cache, [`KvPool::pin_and_allocate`] for a first
+    /// With the window cache, [`KvPool::pin_and_allocate_leaving`] for a first
     /// step that starts past the hit (a decode rank's reservation): pins
     /// the hit's blocks in that step's window only and allocates the step
     /// in one go, as vLLM's `allocate_slots` does for a remote load. Called
