@@ -321,6 +321,7 @@ pub fn requests(p: &StagePoint) -> impl Iterator<Item = RequestSpec> + use<> {
             prompt: Tokens::new(prompt),
             output: Tokens::new(output),
             prefix: PrefixIds { block_tokens: Tokens::new(PREFIX_BLOCK_TOKENS), ids },
+            priority: 0,
         }
     })
 }

@@ -8,7 +8,10 @@
 //!   `{"timestamp": ms, "input_length": N, "output_length": M, "hash_ids": [..]}`;
 //!   `hash_ids` are chained ids of 512-token prompt blocks and become the
 //!   request's [`PrefixIds`] (block_tokens 512), so prefix caching sees the
-//!   trace's real reuse. Other keys are ignored.
+//!   trace's real reuse. An optional integer `priority` (vLLM's request
+//!   field, lower first; 0 when absent) is read by ranks that run vLLM's
+//!   priority policy (`policy = "priority"`), in both JSON formats. Other
+//!   keys are ignored.
 //! - `timed_trace` — vLLM 0.33's `timed_trace` dataset (`vllm bench serve
 //!   --dataset-name timed_trace`, `vllm/benchmarks/datasets/datasets.py`
 //!   `TimedTrace`, lines 1417–1576, options at 1689–1733): the same JSON
@@ -316,7 +319,7 @@ struct Columns {
 
 /// One data row, parsed.
 enum Row {
-    Request { time_ns: u64, time_text: String, prompt: u64, output: u64, ids: Vec<u64> },
+    Request { time_ns: u64, time_text: String, prompt: u64, output: u64, ids: Vec<u64>, priority: i32 },
     Failed,
 }
 
@@ -526,7 +529,7 @@ impl RequestSource for TraceReader {
                 }
             };
             match parsed {
-                Ok(Row::Request { time_ns, time_text, prompt, output, ids }) => {
+                Ok(Row::Request { time_ns, time_text, prompt, output, ids, priority }) => {
                     let arrival = self.arrival(time_ns, time_text)?;
                     self.stats.requests += 1;
                     let prefix = if ids.is_empty() {
@@ -539,6 +542,7 @@ impl RequestSource for TraceReader {
                         prompt: Tokens::new(prompt),
                         output: Tokens::new(output),
                         prefix,
+                        priority,
                     }));
                 }
                 Ok(Row::Failed) => self.stats.skipped_failed += 1,
@@ -562,6 +566,8 @@ struct MooncakeRow {
     output_length: u64,
     #[serde(default)]
     hash_ids: Vec<u64>,
+    #[serde(default)]
+    priority: i32,
 }
 
 fn parse_json_row(text: &str, how: &JsonRows) -> Result<Row, String> {
@@ -594,6 +600,7 @@ fn parse_json_row(text: &str, how: &JsonRows) -> Result<Row, String> {
         prompt: row.input_length,
         output: row.output_length,
         ids: row.hash_ids,
+        priority: row.priority,
     })
 }
 
@@ -640,7 +647,13 @@ fn parse_labelled(text: &str, labels: &[String; 4]) -> Result<MooncakeRow, Strin
             .collect::<Result<_, _>>()?,
         Some(other) => return Err(format!("{}: expected a list of block ids, got {other}", labels[3])),
     };
-    Ok(MooncakeRow { timestamp, input_length, output_length, hash_ids })
+    let priority = match map.remove("priority") {
+        None | Some(serde_json::Value::Null) => 0,
+        Some(v) => v.as_i64().and_then(|p| i32::try_from(p).ok()).ok_or_else(|| {
+            format!("priority: expected a whole number (a 32-bit integer, vLLM's request priority), got {v}")
+        })?,
+    };
+    Ok(MooncakeRow { timestamp, input_length, output_length, hash_ids, priority })
 }
 
 /// The keys of a JSON object row, for a message.
@@ -746,7 +759,7 @@ fn parse_csv_row(format: TraceFormat, cols: Columns, text: &str) -> Result<Row, 
         return Err(format!("{output_name}: must be >= 1, got 0"));
     }
     token_cap(prompt_name, output_name, prompt, output)?;
-    Ok(Row::Request { time_ns, time_text: time_text.to_owned(), prompt, output, ids: Vec::new() })
+    Ok(Row::Request { time_ns, time_text: time_text.to_owned(), prompt, output, ids: Vec::new(), priority: 0 })
 }
 
 /// Splits one CSV line: fields separated by commas, a field in double
@@ -943,6 +956,33 @@ mod tests {
         zero.sec_multiplier = None;
         zero.label_hash_ids = Some(String::new());
         assert_eq!(zero.check().unwrap_err().field, "label_hash_ids");
+    }
+
+    /// vLLM's request `priority`, optional in both JSON formats: an
+    /// integer of 32 bits, 0 when absent.
+    #[test]
+    fn json_rows_carry_an_optional_priority() {
+        for spec in [TraceSpec::new(TraceFormat::Mooncake, "t.jsonl"), {
+            let mut t = TraceSpec::new(TraceFormat::TimedTrace, "t.jsonl");
+            t.label_timestamp = Some("ts".into());
+            t
+        }] {
+            let how = JsonRows::of(&spec);
+            let time = if how.labels.is_some() { "ts" } else { "timestamp" };
+            let row = |extra: &str| {
+                let t = format!(r#"{{"{time}": 1, "input_length": 4, "output_length": 2{extra}}}"#);
+                match parse_json_row(&t, &how) {
+                    Ok(Row::Request { priority, .. }) => Ok(priority),
+                    Ok(Row::Failed) => Err("failed".to_owned()),
+                    Err(e) => Err(e),
+                }
+            };
+            assert_eq!(row(""), Ok(0));
+            assert_eq!(row(r#", "priority": -3"#), Ok(-3));
+            assert_eq!(row(r#", "priority": 7"#), Ok(7));
+            assert!(row(r#", "priority": 1.5"#).unwrap_err().starts_with("priority: "));
+            assert!(row(r#", "priority": 4294967296"#).unwrap_err().starts_with("priority: "));
+        }
     }
 
     /// A malformed row's error names the field it is in.

@@ -606,7 +606,7 @@ impl SyntheticSource {
             None => PrefixIds::none(),
         };
         self.index += 1;
-        RequestSpec { arrival: SimTime::ZERO, prompt, output, prefix }
+        RequestSpec { arrival: SimTime::ZERO, prompt, output, prefix, priority: 0 }
     }
 }
 

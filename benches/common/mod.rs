@@ -80,6 +80,7 @@ pub fn workload() -> RunInput {
         prompt: Tokens::new(1_024),
         output: Tokens::new(128),
         prefix: PrefixIds::none(),
+        priority: 0,
     };
     RunInput {
         seed: 1,

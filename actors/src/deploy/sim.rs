@@ -660,7 +660,7 @@ impl Built<'_> {
         if at < now || at < live.last || at > END_OF_TIME {
             return Err(InjectError::Time { at: at.as_nanos(), now: now.as_nanos() });
         }
-        let spec = RequestSpec { arrival: at, prompt, output, prefix: PrefixIds::none() };
+        let spec = RequestSpec { arrival: at, prompt, output, prefix: PrefixIds::none(), priority: 0 };
         self.sim.schedule(at, self.router, Msg::Inject(Box::new(spec))).expect("checked");
         let id = live.count;
         live.count += 1;

@@ -22,6 +22,10 @@ pub struct Request {
     pub prompt: Tokens,
     /// Output tokens to generate.
     pub output: Tokens,
+    /// Its priority, as vLLM's `priority` request field (lower is served
+    /// first; 0 by default): read only by a rank whose scheduler runs
+    /// vLLM's priority policy.
+    pub priority: i32,
     /// Shared-prefix identity, for prefix caching (emptied once the request ends).
     pub prefix: PrefixIds,
     /// When each stage happened.
@@ -59,6 +63,7 @@ impl Request {
             id,
             prompt,
             output,
+            priority: 0,
             prefix,
             t: Stamps { arrival, ..Stamps::default() },
             prefill_rank: None,

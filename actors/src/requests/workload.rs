@@ -22,6 +22,9 @@ pub struct RequestSpec {
     pub output: Tokens,
     /// What the prompt shares with other prompts, for prefix caching.
     pub prefix: PrefixIds,
+    /// Its priority (vLLM's `priority` request field: lower first; 0 by
+    /// default), read by ranks under the priority policy.
+    pub priority: i32,
 }
 
 /// The identity of a prompt's leading content, as chained block ids: id `i`

@@ -391,6 +391,7 @@ impl Router {
     fn issue(&mut self, spec: RequestSpec, ctx: &mut Context<'_, Msg>) {
         let now = ctx.now();
         let mut req = Box::new(Request::new(self.issued, spec.prompt, spec.output, spec.prefix, now));
+        req.priority = spec.priority;
         self.issued += 1;
         let i = self.first_policy.choose(&req, &self.first_load);
         self.first_policy.routed(&req, i);

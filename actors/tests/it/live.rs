@@ -48,6 +48,7 @@ fn arrivals() -> Vec<RequestSpec> {
             prompt: Tokens::new(50 + (i * 97) % 900),
             output: Tokens::new(1 + (i * 31) % 120),
             prefix: PrefixIds::none(),
+            priority: 0,
         })
         .collect()
 }

@@ -63,6 +63,7 @@ fn req(at_ns: u64, prompt: u64, output: u64) -> RequestSpec {
         prompt: Tokens::new(prompt),
         output: Tokens::new(output),
         prefix: PrefixIds::none(),
+        priority: 0,
     }
 }
 
@@ -272,6 +273,7 @@ fn poisson(seed: u64, n: usize, rate: f64) -> Vec<RequestSpec> {
                 prompt: Tokens::new(rng.random_range(500..4_000)),
                 output: Tokens::new(rng.random_range(10..100)),
                 prefix: PrefixIds::none(),
+                priority: 0,
             }
         })
         .collect()
