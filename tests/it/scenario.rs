@@ -323,7 +323,7 @@ fn unmodelled_vllm_scheduler_options_are_refused_with_the_reason() {
         assert!(err.message().contains("is not modelled"), "{err}");
         assert!(err.message().contains(o.why) && err.message().contains(o.default), "{err}");
     }
-    assert_eq!(actors::options::UNMODELLED_SCHEDULER_OPTIONS.len(), 3);
+    assert_eq!(actors::options::UNMODELLED_SCHEDULER_OPTIONS.len(), 2);
 }
 
 /// vLLM's scheduler options pdsim follows are read per role and checked as
@@ -332,7 +332,8 @@ fn unmodelled_vllm_scheduler_options_are_refused_with_the_reason() {
 #[test]
 fn modelled_vllm_scheduler_options_are_read_and_checked() {
     let given = "long_prefill_token_threshold = 64\nlong_prefill_token_threshold_adaptive = true\n\
-                 watermark = 0.05\nmax_num_active_seqs = 16\nmax_model_len = 4096\nenable_chunked_prefill = false";
+                 watermark = 0.05\nmax_num_active_seqs = 16\nmax_model_len = 4096\nenable_chunked_prefill = false\n\
+                 policy = \"priority\"";
     let s = scenario::load(scratch("options-ok.toml", &base_with_line(8, given))).unwrap();
     let p = s.deployment().prefill.as_ref().unwrap();
     let o = p.scheduler_options(p.num_blocks.unwrap());
@@ -340,6 +341,7 @@ fn modelled_vllm_scheduler_options_are_read_and_checked() {
         (o.long_prefill_token_threshold, o.long_prefill_adaptive, o.max_num_active_seqs, o.chunked_prefill),
         (64, true, Some(16), false)
     );
+    assert!(o.priority, "policy = \"priority\"");
     // vLLM's watermark is a share of its blocks, its null block counted:
     // int(0.05 × 101) = 5.
     assert_eq!(o.watermark_blocks, 5);
@@ -362,6 +364,7 @@ fn modelled_vllm_scheduler_options_are_read_and_checked() {
             "must not exceed max_model_len (4096), got 5000",
         ),
         ("max_num_partial_prefills = 2", "prefill.max_num_partial_prefills", "unknown field"),
+        ("policy = \"lottery\"", "prefill.policy", "unknown variant `lottery`, expected `fcfs` or `priority`"),
     ] {
         let path = scratch("options-bad.toml", &base_with_line(8, line));
         let err = scenario::load(&path).unwrap_err();

@@ -194,3 +194,54 @@ fn timed_trace_scenarios_validate_and_run() {
         "{stderr}"
     );
 }
+
+/// vLLM's priority policy on a trace that carries priorities: a burst the
+/// rank serves a few at a time, every other request at priority 0, the
+/// rest at 1. Under `policy = "priority"` the priority-0 requests go
+/// first (every one of them starts before any priority-1 request that
+/// arrived with it); under FCFS the two halves wait alike.
+#[test]
+fn a_trace_s_priorities_order_the_queue_under_the_priority_policy() {
+    let rows: String = (0..40)
+        .map(|i| {
+            format!("{{\"timestamp\": 0, \"input_length\": 200, \"output_length\": 20, \"priority\": {}}}\n", i % 2)
+        })
+        .collect();
+    let trace = crate::common::scratch("priority-trace.jsonl", &rows);
+    let mean_ttft = |policy: &str| -> [f64; 2] {
+        let scenario = format!(
+            "[model]\npreset = \"llama-3.1-8b\"\n[hardware]\ngpu = \"h200\"\n\
+             [aggregated]\npolicy = \"{policy}\"\nmax_num_seqs = 4\nnum_blocks = 200\n\
+             step_time = {{ kind = \"linear\", fixed_us = 1000 }}\n[frontend]\nrequest_us = 0.0\nresponse_us = 0.0\n\
+             [workload.trace]\nformat = \"mooncake\"\npath = \"{}\"\n",
+            trace.display()
+        );
+        let file = crate::common::scratch(&format!("priority-{policy}.toml"), &scenario);
+        let out_dir = crate::common::scratch_dir(&format!("priority-{policy}"));
+        let (code, _, err) = outcome(&pdsim(&[
+            "run",
+            file.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+            "-q",
+            "--no-trace",
+            "--no-timeline",
+            "--no-vllm-bench",
+        ]));
+        assert_eq!(code, 0, "{err}");
+        let csv = crate::common::parse_csv(&std::fs::read_to_string(out_dir.join("requests.csv")).unwrap());
+        let col = |name: &str| csv[0].iter().position(|c| c == name).unwrap();
+        let (id, ttft) = (col("id"), col("ttft_ms"));
+        let mut sum = [0.0; 2];
+        for row in &csv[1..] {
+            sum[row[id].parse::<usize>().unwrap() % 2] += row[ttft].parse::<f64>().unwrap() / 20.0;
+        }
+        sum
+    };
+    let [high, low] = mean_ttft("priority");
+    // 40 requests, 4 at a time: the 20 of priority 0 are served in the
+    // first five rounds, the others in the last five.
+    assert!(high * 1.8 < low, "priority 0 waits {high} ms, priority 1 {low} ms");
+    let [even, odd] = mean_ttft("fcfs");
+    assert!((even - odd).abs() < 0.2 * even, "FCFS: {even} ms and {odd} ms");
+}

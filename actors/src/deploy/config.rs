@@ -149,8 +149,24 @@ pub struct RoleSpec {
     /// admission must leave that many blocks free while a request runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermark: Option<f64>,
+    /// vLLM's `--scheduling-policy` (default `"fcfs"`): `"priority"` serves
+    /// waiting requests in order of their `priority` (lower first; a
+    /// trace's `priority` field, 0 by default), then arrival, and preempts
+    /// the lowest-priority running request (`actors/src/vllm/options.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<SchedulingPolicy>,
     /// The forward-pass time of one step.
     pub step_time: StepTimeSpec,
+}
+
+/// vLLM's scheduling policies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchedulingPolicy {
+    /// First come, first served (vLLM's default).
+    Fcfs,
+    /// By request priority, then arrival.
+    Priority,
 }
 
 fn one() -> u32 {
@@ -181,6 +197,7 @@ impl Default for RoleSpec {
             enable_chunked_prefill: None,
             max_num_active_seqs: None,
             watermark: None,
+            policy: None,
             step_time: StepTimeSpec::Roofline(Default::default()),
         }
     }
@@ -208,6 +225,7 @@ impl RoleSpec {
                 self.watermark.unwrap_or(0.0),
                 num_blocks.saturating_add(1),
             ),
+            priority: self.policy == Some(SchedulingPolicy::Priority),
         }
     }
 }

@@ -25,7 +25,8 @@
 //! - vLLM's scheduler options (optional, vLLM's defaults when absent):
 //!   `async_scheduling`, `scheduler_reserve_full_isl`,
 //!   `long_prefill_token_threshold`, `long_prefill_token_threshold_adaptive`,
-//!   `enable_chunked_prefill`, `max_num_active_seqs`, `watermark`.
+//!   `enable_chunked_prefill`, `max_num_active_seqs`, `watermark`,
+//!   `policy` (`"fcfs"` or `"priority"`, with a request's `priority`).
 //!
 //! - `role` (optional): `"aggregated"` (the default) or `"decode"`: a
 //!   decode rank of a P/D deployment, whose requests arrive as handoffs
@@ -110,6 +111,10 @@ pub struct Case {
     /// vLLM's `watermark`, a share of `num_blocks` (default 0).
     #[serde(default)]
     pub watermark: f64,
+    /// vLLM's `policy`: `"fcfs"` (default) or `"priority"` (the requests'
+    /// `priority` fields order the queue and pick preemption victims).
+    #[serde(default)]
+    pub policy: Option<String>,
 }
 
 /// The driver's `max_model_len` when a case gives none.
@@ -137,6 +142,10 @@ pub struct CaseRequest {
     /// Shared tokens of the group.
     #[serde(default)]
     pub prefix_tokens: Option<u64>,
+    /// Its priority (lower first; default 0), read under the priority
+    /// policy.
+    #[serde(default)]
+    pub priority: i32,
     /// A decode case: schedule calls from the one that reserves its
     /// blocks to the one its KV is ready for (default 1).
     #[serde(default)]
@@ -230,6 +239,13 @@ fn options(case: &Case) -> Result<SchedulerOptions, FieldError> {
         chunked_prefill: case.enable_chunked_prefill,
         max_num_active_seqs: case.max_num_active_seqs.map(|n| n as usize),
         watermark_blocks: SchedulerOptions::watermark_blocks_of(case.watermark, case.num_blocks),
+        priority: match case.policy.as_deref() {
+            None | Some("fcfs") => false,
+            Some("priority") => true,
+            Some(other) => {
+                return Err(FieldError::new("policy", format!("must be \"fcfs\" or \"priority\", got {other:?}")));
+            }
+        },
     })
 }
 
@@ -326,13 +342,13 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
         {
             pending.pop();
             if decode {
-                let mut req = request(r, now);
+                let mut req = request(r);
                 // The tokens the prefill computed: every prompt token, or
                 // for a Mamba-type model all but the last.
                 req.transferred_tokens = handoff::transferred_tokens(&model, req.prompt);
                 sched.enqueue_remote(req, now);
             } else {
-                sched.enqueue(request(r, now), Tokens::ZERO, now);
+                sched.enqueue(request(r), Tokens::ZERO, now);
             }
             in_flight += 1;
         }
@@ -406,7 +422,7 @@ fn run_async(
             && r.arrival_step <= step
         {
             pending.pop();
-            sched.enqueue(request(r, now), Tokens::ZERO, now);
+            sched.enqueue(request(r), Tokens::ZERO, now);
             in_flight += 1;
         }
         if in_flight == 0 && !unreported {
@@ -528,12 +544,18 @@ fn groups(case: &Case) -> Result<(Model, Vec<crate::models::model::CacheGroup>),
 
 /// The request: every token named (shared tokens of its group alike
 /// across the group, the rest unique), as vLLM hashes its blocks.
-fn request(r: &CaseRequest, now: SimTime) -> Box<Request> {
+/// The request `r`, arriving at its step's millisecond (as vLLM's driver
+/// gives it its step as its arrival time: the priority policy orders by
+/// it, and the asynchronous loop's clock is not the step count).
+fn request(r: &CaseRequest) -> Box<Request> {
+    let now = SimTime::ZERO + SimDuration::from_millis(r.arrival_step);
     let shared = r.prefix_group.map_or(0, |_| r.prefix_tokens.unwrap_or(0));
     let group = r.prefix_group.unwrap_or(0);
     let ids = (0..r.prompt)
         .map(|i| if i < shared { mix(0x5eed_0000 ^ group, i) } else { mix(0xfeed_0000_0000 ^ r.id, i) })
         .collect();
     let prefix = PrefixIds { block_tokens: Tokens::new(1), ids };
-    Box::new(Request::new(r.id, Tokens::new(r.prompt), Tokens::new(r.output), prefix, now))
+    let mut req = Request::new(r.id, Tokens::new(r.prompt), Tokens::new(r.output), prefix, now);
+    req.priority = r.priority;
+    Box::new(req)
 }

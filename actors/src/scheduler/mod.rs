@@ -319,6 +319,7 @@ impl Scheduler {
     /// Runs with vLLM's scheduler options `opts` (its defaults until set).
     pub(crate) fn set_options(&mut self, opts: SchedulerOptions) {
         self.core.opts = opts;
+        self.core.seqs.set_priority_order(opts.priority);
     }
 
     /// Uses the decoding set (on by default). Off, every step handles every

@@ -300,6 +300,8 @@ impl Spare {
 
 impl Core {
     /// Whether the decoding set runs ([`Scheduler::set_lazy_decoding`]).
+    /// (Under vLLM's priority policy too: a step that needs a preemption is
+    /// planned again one by one, whichever the victim.)
     pub(super) fn lazy(&self) -> bool {
         self.lazy_decoding
     }

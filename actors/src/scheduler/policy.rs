@@ -27,6 +27,10 @@ pub trait BatchPolicy: Send {
 /// - A running sequence that cannot get its blocks preempts the most
 ///   recently admitted running sequence (recompute preemption), until it
 ///   fits or is itself the one preempted.
+///   Under vLLM's priority policy the victim is the running sequence of
+///   the largest (priority, arrival), which may already be in the step
+///   (it leaves it, its tokens back in the budget), and a sequence that
+///   preempts itself lets the ones after it try.
 /// - A step that preempted admits nothing (`if not preempted_reqs`).
 /// - Otherwise waiting sequences are admitted in queue order while the
 ///   budget and `max_num_active_seqs` (by default `max_num_seqs`) allow,
@@ -34,7 +38,8 @@ pub trait BatchPolicy: Send {
 ///   off), and only if its whole known sequence fits
 ///   (`scheduler_reserve_full_isl`) leaving the watermark free; the
 ///   first that cannot be admitted stops admission (first come, first
-///   served). The queue holds a decode rank's landed handoffs first, then
+///   served; under the priority policy, in (priority, arrival) order).
+///   The queue holds a decode rank's landed handoffs first, then
 ///   preempted sequences, then new ones; a decode rank's new handoffs
 ///   (remote loads) are reserved there, taking no tokens and no running
 ///   slot.
@@ -62,13 +67,21 @@ impl BatchPolicy for VllmPolicy {
                 if step.schedule_running(i, k) {
                     break true;
                 }
-                // Preempt the most recently admitted, until it fits.
-                let victim = step.preempt_last()?;
+                // Preempt the most recently admitted (under the priority
+                // policy, the lowest priority), until it fits.
+                let victim = if step.by_priority() { step.preempt_lowest_priority()? } else { step.preempt_last()? };
                 if victim == i {
                     break false;
                 }
+                // (One before it in running order: it moved up by one.)
+                i -= usize::from(victim < i);
             };
             if !scheduled {
+                if step.by_priority() {
+                    // It preempted itself: the ones after it (now from `i`
+                    // on) may still fit.
+                    continue;
+                }
                 break;
             }
             i += 1;

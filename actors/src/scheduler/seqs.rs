@@ -11,7 +11,7 @@ use super::Mode;
 use super::decoding::Member;
 use crate::base::units::Tokens;
 use crate::kv::Alloc;
-use crate::requests::request::Request;
+use crate::requests::request::{ReqId, Request};
 
 new_key_type! {
     /// A sequence's key. Keys order by slot, and a freed slot is reused last
@@ -120,6 +120,14 @@ impl Seq {
         self.computed.saturating_sub(Tokens::new(u64::from(self.placeholder)))
     }
 
+    /// Its place in vLLM's priority queues (`Request.__lt__`): priority,
+    /// then arrival, then request id (numbers here, where vLLM compares id
+    /// strings; its ids are unique strings, so only the order of requests
+    /// arriving at the same instant can differ).
+    pub(super) fn priority_key(&self) -> (i32, SimTime, ReqId) {
+        (self.req.priority, self.req.t.arrival, self.req.id)
+    }
+
     /// Tokens it must have computed before its next output (or hand-off).
     pub(super) fn goal(&self, mode: Mode) -> Tokens {
         match mode {
@@ -135,7 +143,9 @@ impl Seq {
 /// (a decode rank's landed handoffs, vLLM's `kv_holding_waiting`), in the
 /// order they were reserved, always ahead of the others (`waiting`: preempted
 /// ones at its front, new ones at its back), as vLLM drains the first
-/// before it looks at the second.
+/// before it looks at the second. Under vLLM's priority policy
+/// ([`Seqs::set_priority_order`]) each of the two is in priority order
+/// instead ([`Seq::priority_key`]), as vLLM's heaps pop them.
 #[derive(Default)]
 pub(super) struct Seqs {
     map: SlotMap<SeqKey, Seq>,
@@ -152,9 +162,36 @@ pub(super) struct Seqs {
     remote: usize,
     /// Admissions so far (`Seq::admitted`).
     admissions: u64,
+    /// The queues are in priority order (vLLM's priority policy).
+    by_priority: bool,
 }
 
 impl Seqs {
+    /// Keeps the waiting queues in priority order from now on (set before
+    /// any sequence arrives).
+    pub(super) fn set_priority_order(&mut self, on: bool) {
+        debug_assert!(self.waiting.is_empty());
+        self.by_priority = on;
+    }
+
+    /// Where `key` goes among the waiting sequences `range` (one of the two
+    /// queues): under the priority policy, after every sequence that vLLM's
+    /// heap pops before it; else at the end.
+    fn place(&self, key: SeqKey, range: std::ops::Range<usize>) -> usize {
+        if !self.by_priority {
+            return range.end;
+        }
+        let mine = self.map[key].priority_key();
+        let slice_at = |i: usize| self.map[self.waiting[range.start + i]].priority_key();
+        // (Each queue is sorted: every insertion is placed.)
+        let (mut lo, mut hi) = (0, range.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if slice_at(mid) < mine { lo = mid + 1 } else { hi = mid }
+        }
+        range.start + lo
+    }
+
     /// Appends the admitted `key` to the running sequences.
     pub(super) fn admit(&mut self, key: SeqKey) {
         self.admissions += 1;
@@ -167,7 +204,8 @@ impl Seqs {
         debug_assert!(seq.alloc.is_empty());
         self.remote += usize::from(seq.remote);
         let key = self.map.insert(seq);
-        self.waiting.push_back(key);
+        let at = self.place(key, self.holding..self.waiting.len());
+        self.waiting.insert(at, key);
     }
 
     /// Adds `seq`, which holds its blocks, among the other such sequences
@@ -175,16 +213,41 @@ impl Seqs {
     pub(super) fn enqueue_holding(&mut self, seq: Seq) {
         debug_assert!(!seq.alloc.is_empty() && !seq.remote);
         let no = seq.reservation;
-        let at = (0..self.holding).find(|&i| self.map[self.waiting[i]].reservation > no).unwrap_or(self.holding);
         let key = self.map.insert(seq);
+        let at = match self.by_priority {
+            true => self.place(key, 0..self.holding),
+            false => (0..self.holding).find(|&i| self.map[self.waiting[i]].reservation > no).unwrap_or(self.holding),
+        };
         self.waiting.insert(at, key);
         self.holding += 1;
     }
 
     /// Puts a preempted sequence (it holds nothing now) at the front of the
-    /// waiting sequences that hold no blocks.
+    /// waiting sequences that hold no blocks (under the priority policy, in
+    /// its place).
     pub(super) fn requeue_preempted(&mut self, key: SeqKey) {
-        self.waiting.insert(self.holding, key);
+        let at = match self.by_priority {
+            true => self.place(key, self.holding..self.waiting.len()),
+            false => self.holding,
+        };
+        self.waiting.insert(at, key);
+    }
+
+    /// The running index of the sequence vLLM's priority policy preempts:
+    /// the largest (priority, arrival), the first in running order among
+    /// equals (`max(self.running, key=...)`).
+    pub(super) fn lowest_priority_running(&self) -> usize {
+        let key = |i: usize| {
+            let r = &self.map[self.running[i]].req;
+            (r.priority, r.t.arrival)
+        };
+        let mut best = 0;
+        for i in 1..self.running.len() {
+            if key(i) > key(best) {
+                best = i;
+            }
+        }
+        best
     }
 
     /// Takes the waiting sequence at `wi` out of the queue; `held`: it held

@@ -7,6 +7,7 @@ use super::seqs::{Seq, SeqKey};
 use super::{Core, Finished, Mode};
 use crate::base::units::Tokens;
 use crate::models::steptime::BatchShape;
+use crate::vllm::engine::EngineLoop;
 use crate::vllm::mamba::{Chunk, aligned_chunk};
 use crate::vllm::{admission, handoff};
 
@@ -182,12 +183,60 @@ impl<'a> Step<'a> {
         if self.lazy {
             return Err(Replan(()));
         }
+        let key = self.core.seqs.running.pop().expect("running is not empty");
+        let hashable = self.core.seqs.get(key).hashable();
+        self.preempt(key, hashable);
+        Ok(self.core.seqs.running.len())
+    }
+
+    /// Whether the rank runs vLLM's priority policy
+    /// ([`crate::vllm::options::SchedulerOptions::priority`]).
+    pub fn by_priority(&self) -> bool {
+        self.core.opts.priority
+    }
+
+    /// Preempts the running sequence vLLM's priority policy picks: the
+    /// largest (priority, arrival), the first in running order among equals;
+    /// returns the running index it had. One already in this step (before
+    /// the sequence being scheduled) is taken out of it first: its tokens
+    /// go back to the budget, and what its allocation cached stays cached,
+    /// as vLLM's does (`scheduler.py:944-962`).
+    pub fn preempt_lowest_priority(&mut self) -> Result<usize, Replan> {
+        if self.lazy {
+            return Err(Replan(()));
+        }
         let core = &mut *self.core;
-        let key = core.seqs.running.pop().expect("running is not empty");
+        let v = core.seqs.lowest_priority_running();
+        let key = core.seqs.running.remove(v);
+        let seq = core.seqs.get(key);
+        let mut hashable = seq.hashable();
+        if let Some(bi) = core.batch.iter().position(|&k| k == key) {
+            core.batch.remove(bi);
+            let k = seq.step_tokens.get();
+            let from = seq.computed.get();
+            self.budget += k;
+            self.shape.remove(k, from, k == 1 && from >= seq.req.prompt.get());
+            // vLLM cached its blocks through min(computed + new, the tokens
+            // it knows) when it allocated them: with the asynchronous loop,
+            // not the token its step in flight samples.
+            let in_flight = core.engine == EngineLoop::Async
+                && seq.stepped == core.log.step
+                && seq.last_token == Some(core.log.last_end());
+            let known = seq.goal(core.mode) - Tokens::new(u64::from(in_flight));
+            hashable = (seq.computed + seq.step_tokens).min(known).max(hashable);
+        }
+        self.preempt(key, hashable);
+        Ok(v)
+    }
+
+    /// Preempts `key`, out of the running list already: its blocks through
+    /// `hashable` stay cached for its recompute, the rest are freed, and it
+    /// waits again (or, its last token in flight, finishes).
+    fn preempt(&mut self, key: SeqKey, hashable: Tokens) {
+        let core = &mut *self.core;
         let seq = core.seqs.get_mut(key);
         // Its full blocks stay cached for its recompute, generated ones too
         // (those whose tokens vLLM knows, `Seq::hashable`).
-        let hashable = seq.hashable();
         core.pool.register_own(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hashable);
         core.pool.release(&mut seq.alloc, hashable);
         seq.computed = Tokens::ZERO;
@@ -212,7 +261,6 @@ impl<'a> Step<'a> {
             core.seqs.requeue_preempted(key);
         }
         self.preempted += 1;
-        Ok(core.seqs.running.len())
     }
 
     /// Tries to admit the waiting sequence at `wi` with its first chunk of

@@ -623,13 +623,15 @@ fn the_same_state_computed_twice_is_cached_twice() {
 /// prefix ids): each request as it ended (id, end, preemptions, tokens
 /// generated, prefix hit), in the order they ended, the preemptions, and
 /// the pool's counts at the end. The pool balances after every step
-/// (check_invariants).
+/// (check_invariants). `by_priority`: vLLM's priority policy, with
+/// priorities 0 to 2 drawn per request.
 type Ended = (u64, SimTime, u32, Tokens, Tokens);
-fn seeded_run(pool: KvPool, lazy: bool) -> (Vec<Ended>, u64, (u64, usize, usize)) {
+fn seeded_run(pool: KvPool, lazy: bool, by_priority: bool) -> (Vec<Ended>, u64, (u64, usize, usize)) {
     let limits = Limits { max_num_batched_tokens: 64, max_num_seqs: 16 };
     let mut s = Scheduler::with_pool(Mode::Generate, limits, false, pool, Box::new(Fixed), Box::new(VllmPolicy));
     s.set_check_invariants(true);
     s.set_lazy_decoding(lazy);
+    s.set_options(SchedulerOptions { priority: by_priority, ..SchedulerOptions::default() });
     s.set_max_run(7);
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let mut next = |m: u64| {
@@ -640,7 +642,9 @@ fn seeded_run(pool: KvPool, lazy: bool) -> (Vec<Ended>, u64, (u64, usize, usize)
     };
     for id in 0..40 {
         let ids: Vec<u64> = (0..1 + next(6)).map(|j| if j < 2 { j } else { 1_000 * id + j }).collect();
-        s.enqueue(prefixed(id, &ids, 1 + next(40)), Tokens::ZERO, SimTime::ZERO);
+        let mut req = prefixed(id, &ids, 1 + next(40));
+        req.priority = next(3) as i32;
+        s.enqueue(req, Tokens::ZERO, SimTime::ZERO);
     }
     let (mut now, mut completed, mut steps) = (SimTime::ZERO, 0, 0);
     let mut log = Vec::new();
@@ -688,12 +692,15 @@ fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
         ("window cache B 4 (grouped)", vec![group(CacheGroupKind::FullAttention, 4, None), cached_window(4, 33)], 240),
     ];
     for (name, groups, blocks) in pools {
-        let (fast, preemptions, end) = seeded_run(KvPool::new(groups.clone(), blocks, true), true);
-        let (slow, _, _) = seeded_run(KvPool::new(groups, blocks, true), false);
-        assert!(preemptions > 0, "{name}: the pool was under pressure");
-        assert_eq!(end, (0, 0, 0), "{name}: every block back");
-        assert!(fast.iter().any(|e| e.4 > Tokens::ZERO), "{name}: some prompts hit the cache");
-        assert_eq!(fast, slow, "{name}");
+        for by_priority in [false, true] {
+            let pool = || KvPool::new(groups.clone(), blocks, true);
+            let (fast, preemptions, end) = seeded_run(pool(), true, by_priority);
+            let (slow, _, _) = seeded_run(pool(), false, by_priority);
+            assert!(preemptions > 0, "{name}: the pool was under pressure");
+            assert_eq!(end, (0, 0, 0), "{name}: every block back");
+            assert!(fast.iter().any(|e| e.4 > Tokens::ZERO), "{name}: some prompts hit the cache");
+            assert_eq!(fast, slow, "{name}, priority policy {by_priority}");
+        }
     }
 }
 

@@ -43,6 +43,14 @@ pub struct SchedulerOptions {
     /// a request is already running (`kv_cache_manager.py:518-526`,
     /// `:546`, `:585`).
     pub watermark_blocks: u64,
+    /// `policy` (`"fcfs"`): `"priority"` orders the waiting queues by
+    /// (priority, arrival, request id) (`request_queue.py`
+    /// `PriorityRequestQueue`, `request.py` `Request.__lt__`) and preempts
+    /// the running request of the largest (priority, arrival), first in
+    /// running order among equals, taking it out of the step if it is in it
+    /// already (`scheduler.py:931-973`); a running request that preempts
+    /// itself lets the ones after it try (`scheduler.py:981-991`).
+    pub priority: bool,
 }
 
 impl Default for SchedulerOptions {
@@ -54,6 +62,7 @@ impl Default for SchedulerOptions {
             chunked_prefill: true,
             max_num_active_seqs: None,
             watermark_blocks: 0,
+            priority: false,
         }
     }
 }
@@ -103,12 +112,6 @@ pub struct UnmodelledOption {
 
 /// The options, by name.
 pub const UNMODELLED_SCHEDULER_OPTIONS: &[UnmodelledOption] = &[
-    UnmodelledOption {
-        name: "policy",
-        default: "\"fcfs\"",
-        why: "priority scheduling orders and preempts by per-request priorities, which pdsim's workloads \
-              and traces do not carry",
-    },
     UnmodelledOption {
         name: "prefill_schedule_interval",
         default: "1 (waiting requests are considered at every step)",

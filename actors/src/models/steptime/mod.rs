@@ -80,6 +80,23 @@ impl BatchShape {
         }
     }
 
+    /// Takes out a sequence [`BatchShape::add`] added with the same
+    /// arguments (a step's sequence preempted before the step runs).
+    pub fn remove(&mut self, k: u64, cached: u64, decoding: bool) {
+        self.new_tokens -= k;
+        self.seqs -= 1;
+        self.context_tokens -= cached + k;
+        if decoding {
+            self.decode_context -= cached;
+        } else {
+            self.prefill_seqs -= 1;
+            self.prefill_tokens -= k;
+            self.prefill_cached -= cached;
+            self.prefill_self_pairs -= u128::from(k) * (u128::from(k) + 1) / 2;
+            self.prefill_cached_pairs -= u128::from(k) * u128::from(cached);
+        }
+    }
+
     /// Adds `n` sequences alike, each as [`BatchShape::add`] adds one (the
     /// same shape, in O(1)).
     pub fn add_many(&mut self, n: u64, k: u64, cached: u64, decoding: bool) {
