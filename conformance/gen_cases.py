@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Seeded random cases for the conformance suite.
 
-  gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|window-only|mamba-only|sizes] [--async]
-               [--first-chunk] [--options]
+  gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|window-only|mamba-only|sizes|full2|full3|windows] [--async]
+               [--first-chunk] [--options] [--priority]
 
 (window: full attention + a sliding window; mamba: full attention + a
 Mamba state + a tail ring; mixed: either, drawn per case; window-only: a
 sliding window alone; mamba-only: a Mamba state and a tail ring; sizes:
-full attention beside a window of twice its block size)
+full attention beside a window of twice its block size; full2, full3:
+two or three full-attention groups; windows: full attention beside two or
+three window groups of one spec; --priority: vLLM's priority policy with
+per-request priorities)
 
 writes OUT_DIR/gen-SEED-K.json for K in 0..COUNT: block sizes, token
 budgets, max_num_seqs, pool sizes (small enough to preempt), prefix
@@ -83,6 +86,21 @@ def case(rng, groups):
              "prefix_cacheable": True},
         ]
         c["num_blocks"] = 1 + 2 * need + rng.randint(0, 3 * need)
+    elif kind in ("full2", "full3"):
+        # Groups of one spec: vLLM groups a model's layers into groups of
+        # equal size, so a model can have several full-attention groups.
+        c["cache_groups"] = [
+            {"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True}
+        ] * int(kind[-1])
+        c["num_blocks"] = 1 + int(kind[-1]) * need + rng.randint(0, 3 * need)
+    elif kind == "windows":
+        # One full-attention group beside several window groups of one spec.
+        w = rng.randint(1, 4) * bs + rng.choice([0, 1])
+        k = rng.randint(2, 3)
+        c["cache_groups"] = [{"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True}] + [
+            {"kind": "sliding_window", "block_size_tokens": bs, "window_tokens": w, "prefix_cacheable": True}
+        ] * k
+        c["num_blocks"] = 1 + (1 + k) * need + rng.randint(0, 3 * need)
     elif kind != "full":
         raise SystemExit(f"unknown --groups {groups}")
     return c
@@ -111,6 +129,20 @@ def draw_options(rng, c):
         c["max_num_active_seqs"] = rng.randint(1, c["max_num_seqs"])
 
 
+def draw_priorities(rng, c, tighten=True):
+    """vLLM's priority policy (--priority): each request a priority of a
+    few levels (lower first; ties common, so arrival and id order them)."""
+    c["policy"] = "priority"
+    levels = rng.choice([[0], [0, 1], [0, 1, 2], [-1, 0, 5]])
+    for r in c["requests"]:
+        r["priority"] = rng.choice(levels)
+    if tighten and "cache_groups" not in c and rng.random() < 0.7:
+        # A tighter pool (full attention): the policy shows in preemptions.
+        bs = c["block_size"]
+        need = max(-(-(r["prompt"] + r["output"]) // bs) for r in c["requests"])
+        c["num_blocks"] = 1 + need + rng.randint(0, need)
+
+
 def main():
     seed, count, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     groups = sys.argv[sys.argv.index("--groups") + 1] if "--groups" in sys.argv else "full"
@@ -125,6 +157,8 @@ def main():
         if "--options" in sys.argv:
             # A stream of its own, so the case's other draws stay the same.
             draw_options(random.Random(f"{seed}-{k}-options"), c)
+        if "--priority" in sys.argv:
+            draw_priorities(random.Random(f"{seed}-{k}-priority"), c)
         with open(os.path.join(out, f"gen-{seed}-{k}.json"), "w") as f:
             json.dump(c, f)
             f.write("\n")

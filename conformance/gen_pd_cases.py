@@ -2,6 +2,7 @@
 """Seeded random decode-side (P/D) cases for the conformance suite.
 
   gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba] [--first-chunk] [--options]
+               [--priority]
 
 writes OUT_DIR/gen-pd-SEED-K.json for K in 0..COUNT: cases of
 vllm_pd_steps.py ("role": "decode") with block sizes,
@@ -16,14 +17,15 @@ draws them) or mamba (full attention, a Mamba state, a tail ring); a
 hybrid case takes the same draws as a full-attention one, then its
 window and pool size. --first-chunk marks every case
 `"scheduler_reserve_full_isl": false` (the same draws); --options draws
-vLLM's scheduler options as gen_cases.py does.
+vLLM's scheduler options as gen_cases.py does; --priority, vLLM's
+priority policy with per-request priorities.
 """
 import json
 import os
 import random
 import sys
 
-from gen_cases import draw_options
+from gen_cases import draw_options, draw_priorities
 
 
 def case(rng, groups="full"):
@@ -83,6 +85,8 @@ def main():
             c["scheduler_reserve_full_isl"] = False
         if "--options" in sys.argv:
             draw_options(random.Random(f"{seed}-{k}-options"), c)
+        if "--priority" in sys.argv:
+            draw_priorities(random.Random(f"{seed}-{k}-priority"), c, tighten=False)
         with open(os.path.join(out, f"gen-pd-{seed}-{k}.json"), "w") as f:
             json.dump(c, f)
             f.write("\n")

@@ -2,7 +2,8 @@
 """Seeded random timed cases: one pdsim scenario and the same deployment as
 a vLLM case, for comparing per-request times (vllm_timed.py, timed.sh).
 
-  gen_timed.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed] [--async] [--options] [--requests N]
+  gen_timed.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed] [--async] [--options] [--priority]
+               [--requests N]
 
 writes, for K in 0..COUNT, OUT_DIR/timed-SEED-K.json (the case vllm_timed.py
 reads), OUT_DIR/timed-SEED-K.toml (the scenario `pdsim run` reads) and
@@ -14,7 +15,8 @@ outputs of 1 to 200 tokens; a pool small enough to preempt in some cases;
 a `linear` step time with fractional microseconds. Every draw comes from
 one seeded stream: the same seed gives the same cases on every machine.
 --options draws vLLM's scheduler options as gen_cases.py does (from a
-stream of their own) into the case and the scenario's role.
+stream of their own) into the case and the scenario's role; --priority,
+vLLM's priority policy, with each request's priority in its trace row.
 
 The two sides describe one deployment: the scenario's pool is the case's
 `num_blocks` less vLLM's null block; its front end is zero (the vLLM side
@@ -27,7 +29,7 @@ import os
 import random
 import sys
 
-from gen_cases import draw_options
+from gen_cases import draw_options, draw_priorities
 
 
 def groups_of(rng, kind, bs):
@@ -87,10 +89,13 @@ def case(rng, kind, n):
 # vLLM's scheduler options a case may give (`--options`), each also a
 # field of the scenario's role of the same name.
 OPTION_KEYS = ["scheduler_reserve_full_isl", "enable_chunked_prefill", "long_prefill_token_threshold",
-               "long_prefill_token_threshold_adaptive", "max_num_active_seqs", "watermark", "max_model_len"]
+               "long_prefill_token_threshold_adaptive", "max_num_active_seqs", "watermark", "max_model_len",
+               "policy"]
 
 
 def toml_value(v):
+    if isinstance(v, str):
+        return json.dumps(v)
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
@@ -129,8 +134,9 @@ def trace_rows(c):
         if r.get("prefix_group") is not None:
             ids = [(r["prefix_group"] + 1) * 1_000_000 + j for j in range(r["prefix_tokens"] // bs)]
         ns = r["arrival_ns"]
+        prio = f', "priority": {r["priority"]}' if "priority" in r else ""
         yield (f'{{"timestamp": {ns // 1_000_000_000}.{ns % 1_000_000_000:09d}, "input_length": {r["prompt"]}, '
-               f'"output_length": {r["output"]}, "hash_ids": {json.dumps(ids)}}}')
+               f'"output_length": {r["output"]}, "hash_ids": {json.dumps(ids)}{prio}}}')
 
 
 def main():
@@ -146,6 +152,8 @@ def main():
         if "--options" in sys.argv:
             # A stream of its own, so the case's other draws stay the same.
             draw_options(random.Random(f"{seed}-{k}-options"), c)
+        if "--priority" in sys.argv:
+            draw_priorities(random.Random(f"{seed}-{k}-priority"), c, tighten=False)
         name = f"timed-{seed}-{k}"
         with open(os.path.join(out, name + ".json"), "w") as f:
             json.dump(c, f)

@@ -8,7 +8,7 @@
 #
 #   conformance/record.sh
 #
-# The venv: see venv.sh. The seven hand-written cases (case1..case7) are
+# The venv: see venv.sh. The hand-written cases (case1..case7, case9_*) are
 # kept as they are.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -65,4 +65,28 @@ for k in 1611-1 1611-6 1611-7 1611-8 1611-9 1611-12 1611-13 1611-14 1611-15 1611
   cp "$opts/gen-$k.json" "$here/cases/"
 done
 "$python" vllm_batch.py cases cases/gen-16[01][0-9]-*.json 2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
+# vLLM's priority policy (--priority): cases whose steps the policy
+# changes (pdsim's log with it differs from the same case under FCFS).
+prio="$work/priority"
+python3 "$here/gen_cases.py" 3001 41 "$prio" --priority
+python3 "$here/gen_cases.py" 3002 23 "$prio" --async --priority
+python3 "$here/gen_cases.py" 3003 25 "$prio" --groups window --priority
+python3 "$here/gen_cases.py" 3004 16 "$prio" --groups mamba --priority
+python3 "$here/gen_cases.py" 3005 13 "$prio" --groups window-only --priority
+python3 "$here/gen_cases.py" 3006 10 "$prio" --groups mamba-only --priority
+python3 "$here/gen_cases.py" 3007 14 "$prio" --options --priority
+python3 "$here/gen_cases.py" 3008 13 "$prio" --groups window --async --priority
+python3 "$here/gen_cases.py" 3009 17 "$prio" --groups mamba --async --priority
+rm -f "$here"/cases/gen-300[1-9]-*
+for k in $(echo \
+  3001-0 3001-1 3001-2 3001-7 3001-8 3001-13 3001-14 3001-16 3001-21 3001-22 3001-23 3001-24 3001-25 3001-26 \
+  3001-28 3001-31 3001-34 3001-36 3001-38 3001-40 3002-0 3002-3 3002-4 3002-5 3002-6 3002-9 3002-11 3002-13 \
+  3002-14 3002-15 3002-17 3002-19 3002-20 3002-21 3002-22 3003-6 3003-9 3003-11 3003-12 3003-13 3003-16 \
+  3003-17 3003-20 3003-21 3003-24 3004-0 3004-2 3004-3 3004-7 3004-8 3004-10 3004-11 3004-12 3004-14 3004-15 \
+  3005-1 3005-2 3005-7 3005-9 3005-10 3005-12 3006-3 3006-5 3006-6 3006-7 3006-8 3006-9 3007-0 3007-1 3007-2 \
+  3007-5 3007-7 3007-8 3007-10 3007-11 3007-12 3007-13 3008-0 3008-2 3008-4 3008-5 3008-7 3008-8 3008-10 \
+  3008-12 3009-2 3009-4 3009-6 3009-10 3009-15 3009-16);  do
+  cp "$prio/gen-$k.json" "$here/cases/"
+done
+"$python" vllm_batch.py cases cases/gen-300[1-9]-*.json 2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls cases/gen-*.vllm.jsonl | wc -l) cases"

@@ -17,10 +17,12 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # SEED GROUPS COUNT [flags]; the 164x families draw vLLM's scheduler
 # options (--options): 1644-5 found that two recomputes of one prefix in
-# lockstep cache the same state twice.
+# lockstep cache the same state twice. The 303x families run vLLM's
+# priority policy (--priority).
 for family in "21 full 5" "22 full 5 --async" "23 window 5" "24 window 5 --async" "25 mamba 5" \
   "26 mamba 5 --async" "1641 full 4 --options" "1642 full 4 --async --options" \
-  "1643 window 4 --async --options" "1644 mamba 6 --options" "1645 mamba 4 --async --options"; do
+  "1643 window 4 --async --options" "1644 mamba 6 --options" "1645 mamba 4 --async --options" \
+  "3031 full 4 --priority" "3032 full 4 --async --priority"; do
   # shellcheck disable=SC2086
   set -- $family
   python3 "$here/gen_timed.py" "$1" "$3" "$work" --groups "$2" "${@:4}" --requests 300

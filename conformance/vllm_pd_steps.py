@@ -100,7 +100,7 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 import vllm_steps  # noqa: E402  (its scheduler set-up and token ids)
-from vllm_steps import tokens_of  # noqa: E402
+from vllm_steps import tokens_of, vllm_id  # noqa: E402
 
 MAX_STEPS = 100_000
 
@@ -145,7 +145,7 @@ def main():
     init_none_hash(sha256)
     sched, hash_bs = build(cfg)
     hasher = get_request_block_hasher(hash_bs, sha256)
-    load_steps = {str(r["id"]): int(r.get("load_steps", 1)) for r in cfg["requests"]}
+    load_steps = {vllm_id(r): int(r.get("load_steps", 1)) for r in cfg["requests"]}
     assert all(k >= 1 for k in load_steps.values()), "load_steps must be at least 1"
     pending = sorted(cfg["requests"], key=lambda r: (r["arrival_step"], r["id"]))
     landing = {}  # step whose model output reports the load -> [req ids]
@@ -157,8 +157,9 @@ def main():
             r = pending.pop(0)
             sp = SamplingParams(max_tokens=r["output"], ignore_eos=True,
                                 extra_args={"kv_transfer_params": remote_prefill_params(r, sched)})
-            sched.add_request(Request(request_id=str(r["id"]), prompt_token_ids=tokens_of(r), sampling_params=sp,
-                                      pooling_params=None, block_hasher=hasher, arrival_time=float(step)))
+            sched.add_request(Request(request_id=vllm_id(r), prompt_token_ids=tokens_of(r), sampling_params=sp,
+                                      pooling_params=None, block_hasher=hasher, arrival_time=float(step),
+                                      priority=r.get("priority", 0)))
             added.add(int(r["id"]))
         out = sched.schedule()
         # The fake worker: the loads the scheduler parked (real connector metadata).

@@ -26,7 +26,8 @@ known tokens samples one token (never EOS); it finishes at max_tokens.
 waiting request when its first chunk fits rather than its whole sequence.
 The other scheduler options a case may give (vLLM's defaults otherwise):
 "enable_chunked_prefill", "long_prefill_token_threshold",
-"long_prefill_token_threshold_adaptive", "max_num_active_seqs", "watermark".
+"long_prefill_token_threshold_adaptive", "max_num_active_seqs", "watermark",
+"policy" ("fcfs" or "priority", with each request's "priority", default 0).
 
 "async_scheduling": true (optional) runs vLLM's AsyncScheduler the way
 EngineCore.step_with_batch_queue drives it (`v1/engine/core.py:708-822`)
@@ -88,6 +89,7 @@ OPTIONS = {
     "long_prefill_token_threshold_adaptive": False,
     "max_num_active_seqs": None,
     "watermark": 0.0,
+    "policy": "fcfs",
 }
 
 
@@ -193,12 +195,20 @@ def tokens_of(r):
     return toks + uniq
 
 
+def vllm_id(r):
+    """A request's vLLM id. vLLM's priority queue breaks a tie of priority
+    and arrival by comparing id strings; pdsim by number. Ids are
+    zero-padded so that the two orders agree (int() reads them back)."""
+    return f"{r['id']:09d}"
+
+
 def add_arrivals(sched, hasher, pending, added, step):
     while pending and pending[0]["arrival_step"] <= step:
         r = pending.pop(0)
         sp = SamplingParams(max_tokens=r["output"], ignore_eos=True)
-        sched.add_request(Request(request_id=str(r["id"]), prompt_token_ids=tokens_of(r), sampling_params=sp,
-                                  pooling_params=None, block_hasher=hasher, arrival_time=float(step)))
+        sched.add_request(Request(request_id=vllm_id(r), prompt_token_ids=tokens_of(r), sampling_params=sp,
+                                  pooling_params=None, block_hasher=hasher, arrival_time=float(step),
+                                  priority=r.get("priority", 0)))
         added.add(int(r["id"]))
 
 

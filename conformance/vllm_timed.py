@@ -74,9 +74,9 @@ class Run:
             r = self.pending.pop(0)
             self.rows[r["id"]]["arrival_step"] = self.calls
             sp = SamplingParams(max_tokens=r["output"], ignore_eos=True)
-            self.sched.add_request(Request(request_id=str(r["id"]), prompt_token_ids=vllm_steps.tokens_of(r),
+            self.sched.add_request(Request(request_id=vllm_steps.vllm_id(r), prompt_token_ids=vllm_steps.tokens_of(r),
                                            sampling_params=sp, pooling_params=None, block_hasher=self.hasher,
-                                           arrival_time=r["arrival_ns"] / 1e9))
+                                           arrival_time=r["arrival_ns"] / 1e9, priority=r.get("priority", 0)))
 
     def idle(self):
         """Nothing to do: the clock jumps to the next arrival."""
