@@ -57,6 +57,8 @@ pub struct Arrival {
     pub prompt: u64,
     /// Output tokens.
     pub output: u64,
+    /// Its priority (vLLM's request field).
+    pub priority: i32,
     /// Where its events go.
     pub events: UnboundedSender<Event>,
 }
@@ -126,11 +128,14 @@ struct InFlight {
 
 /// Writes one arrival as a Mooncake trace row: the timestamp in ms to the
 /// nanosecond (six decimals, read back exactly), no shared prefix.
-fn record_row(out: &mut dyn Write, at: SimTime, prompt: u64, output: u64) -> io::Result<()> {
+fn record_row(out: &mut dyn Write, at: SimTime, prompt: u64, output: u64, priority: i32) -> io::Result<()> {
     let ns = at.as_nanos();
+    // (The priority only when it is not vLLM's default, so that a record
+    // of default requests reads as before.)
+    let priority = if priority == 0 { String::new() } else { format!(", \"priority\": {priority}") };
     writeln!(
         out,
-        "{{\"timestamp\": {}.{:06}, \"input_length\": {prompt}, \"output_length\": {output}, \"hash_ids\": []}}",
+        "{{\"timestamp\": {}.{:06}, \"input_length\": {prompt}, \"output_length\": {output}, \"hash_ids\": []{priority}}}",
         ns / 1_000_000,
         ns % 1_000_000
     )
@@ -171,11 +176,11 @@ impl Driver {
                 // one that the driver took first enters with it.)
                 let at = self.clock.sim(a.stamp).max(live.now()).max(last_at);
                 last_at = at;
-                match live.inject(at, Tokens::new(a.prompt), Tokens::new(a.output)) {
+                match live.inject_with_priority(at, Tokens::new(a.prompt), Tokens::new(a.output), a.priority) {
                     Ok(id) => {
                         prompt_tokens += a.prompt;
                         if let Some(out) = self.record.as_mut() {
-                            record_row(out, at, a.prompt, a.output)?;
+                            record_row(out, at, a.prompt, a.output, a.priority)?;
                             wrote = true;
                         }
                         let _ = a.events.send(Event::Admitted { id, at });
@@ -269,14 +274,17 @@ impl Driver {
 mod tests {
     use super::*;
 
-    /// A row reads back to the nanosecond: 1,234,567,891 ns is 1234.567891 ms.
+    /// A row reads back to the nanosecond: 1,234,567,891 ns is 1234.567891 ms;
+    /// a priority other than 0 is kept.
     #[test]
     fn a_recorded_row_keeps_the_nanosecond() {
         let mut out = Vec::new();
-        record_row(&mut out, SimTime::from_nanos(1_234_567_891), 10, 3).unwrap();
+        record_row(&mut out, SimTime::from_nanos(1_234_567_891), 10, 3, 0).unwrap();
+        record_row(&mut out, SimTime::from_nanos(2_000_000), 10, 3, -4).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "{\"timestamp\": 1234.567891, \"input_length\": 10, \"output_length\": 3, \"hash_ids\": []}\n"
+            "{\"timestamp\": 1234.567891, \"input_length\": 10, \"output_length\": 3, \"hash_ids\": []}\n\
+             {\"timestamp\": 2.000000, \"input_length\": 10, \"output_length\": 3, \"hash_ids\": [], \"priority\": -4}\n"
         );
     }
 

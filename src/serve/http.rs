@@ -93,7 +93,8 @@ async fn serve(app: Arc<App>, kind: Kind, body: &[u8]) -> Response {
         Err(r) => return refuse(r.status, &r.message),
     };
     let (tx, mut rx) = unbounded_channel();
-    let arrival = Arrival { stamp: Instant::now(), prompt: ask.prompt, output: ask.output, events: tx };
+    let arrival =
+        Arrival { stamp: Instant::now(), prompt: ask.prompt, output: ask.output, priority: ask.priority, events: tx };
     if app.arrivals.lock().expect("arrivals").send(arrival).is_err() {
         return error(503, "the simulation has stopped");
     }

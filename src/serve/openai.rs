@@ -70,6 +70,11 @@ pub struct Body {
     /// Completions asked for; only 1 is served.
     #[serde(default)]
     pub n: Option<u64>,
+    /// vLLM's request priority (lower first; 0 by default), followed by
+    /// ranks under the priority policy and ignored under FCFS, as vLLM
+    /// does.
+    #[serde(default)]
+    pub priority: Option<i64>,
 }
 
 /// `stream_options`.
@@ -99,6 +104,8 @@ pub struct Ask {
     pub stream: bool,
     /// A last chunk with the usage.
     pub include_usage: bool,
+    /// Its priority.
+    pub priority: i32,
 }
 
 /// A request refused, as vLLM refuses it: HTTP status and message.
@@ -209,9 +216,15 @@ pub fn read(kind: Kind, body: &Body, max_model_len: Option<u64>) -> Result<Ask, 
     {
         return Err(bad(format!("min_tokens ({min}) must be less than or equal to max_tokens ({output})")));
     }
+    // (vLLM's priority is a Python int; pdsim's a 32-bit one.)
+    let priority = match body.priority.map(i32::try_from) {
+        None => 0,
+        Some(Ok(p)) => p,
+        Some(Err(_)) => return Err(bad("pdsim takes a priority of 32 bits (from -2147483648 to 2147483647)")),
+    };
     let stream = body.stream.unwrap_or(false);
     let include_usage = stream && body.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
-    Ok(Ask { prompt, output, stream, include_usage })
+    Ok(Ask { prompt, output, stream, include_usage, priority })
 }
 
 /// vLLM's error body (`ErrorResponse`).
@@ -386,6 +399,10 @@ mod tests {
         assert!(c(json!({"prompt_token_ids": vec![0; 90], "max_tokens": 10})).is_ok());
         assert_eq!(c(json!({"prompt": "abc", "max_tokens": 4, "min_tokens": 5})), Err(400));
         assert_eq!(c(json!({"prompt": "abc", "n": 2})), Err(400));
+        assert_eq!(c(json!({"prompt": "abc", "priority": 3_000_000_000i64})), Err(400), "beyond 32 bits");
+        let p = |v| read(Kind::Completion, &body(v), Some(100)).map(|a| a.priority);
+        assert_eq!(p(json!({"prompt": "abc"})), Ok(0), "vLLM's default");
+        assert_eq!(p(json!({"prompt": "abc", "priority": -2})), Ok(-2));
         let e = error_body(400, "m");
         assert_eq!(
             e,

@@ -651,6 +651,18 @@ impl Built<'_> {
     /// 0). It enters when the run reaches `at`, after the events already
     /// due then.
     pub fn inject(&mut self, at: SimTime, prompt: Tokens, output: Tokens) -> Result<ReqId, InjectError> {
+        self.inject_with_priority(at, prompt, output, 0)
+    }
+
+    /// [`LiveRun::inject`] with vLLM's request `priority` (lower first),
+    /// which ranks under the priority policy follow.
+    pub fn inject_with_priority(
+        &mut self,
+        at: SimTime,
+        prompt: Tokens,
+        output: Tokens,
+        priority: i32,
+    ) -> Result<ReqId, InjectError> {
         let now = self.sim.now();
         let live = self.live.as_mut().ok_or(InjectError::NotLive)?;
         let (p, o) = (prompt.get(), output.get());
@@ -660,7 +672,7 @@ impl Built<'_> {
         if at < now || at < live.last || at > END_OF_TIME {
             return Err(InjectError::Time { at: at.as_nanos(), now: now.as_nanos() });
         }
-        let spec = RequestSpec { arrival: at, prompt, output, prefix: PrefixIds::none(), priority: 0 };
+        let spec = RequestSpec { arrival: at, prompt, output, prefix: PrefixIds::none(), priority };
         self.sim.schedule(at, self.router, Msg::Inject(Box::new(spec))).expect("checked");
         let id = live.count;
         live.count += 1;
