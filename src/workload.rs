@@ -15,6 +15,7 @@
 //! prompt_tokens = { kind = "lognormal", mean = 4000, std = 3000, max = 32000 }
 //! output_tokens = { kind = "uniform", min = 100, max = 500 }
 //! shared_prefix = { groups = 8, tokens = 1024 }
+//! priorities = [{ value = 0, weight = 3.0 }, { value = 1, weight = 1.0 }]
 //! ```
 //!
 //! # Determinism
@@ -22,7 +23,7 @@
 //! Every draw comes from a ChaCha stream of the scenario seed
 //! ([`sim_core::rng::stream_for`]); each quantity has its own stream
 //! (`workload/arrival`, `workload/prompt`, `workload/output`,
-//! `workload/prefix`), so changing the arrival rate leaves every prompt and
+//! `workload/prefix`, `workload/priority`), so changing the arrival rate leaves every prompt and
 //! output length as it was (common random numbers across sweep points). The
 //! distributions come from `rand_distr` built without `std_math`, so their
 //! `ln`/`exp` are the pure-Rust `libm` ones and give the same bits on every
@@ -66,6 +67,11 @@ pub struct WorkloadSpec {
     /// Shared-prefix groups of a synthetic workload, for prefix caching.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_prefix: Option<SharedPrefixSpec>,
+    /// vLLM request priorities of a synthetic workload, drawn per request
+    /// by weight (absent: every request 0); ranks under
+    /// `policy = "priority"` follow them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priorities: Option<Vec<PriorityShare>>,
     /// A trace to replay instead of drawing requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceSpec>,
@@ -155,6 +161,16 @@ pub struct SharedPrefixSpec {
     pub tokens: u64,
 }
 
+/// One priority of a synthetic workload and its share of the requests.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriorityShare {
+    /// The priority (vLLM's: lower is served first).
+    pub value: i32,
+    /// Its weight, positive: its share is the weight over their sum.
+    pub weight: f64,
+}
+
 impl WorkloadSpec {
     /// Checks every field; paths in the [`FieldError`] are relative to the
     /// `[workload]` table (`arrival.rate_per_s`).
@@ -203,12 +219,26 @@ impl WorkloadSpec {
                     at_least_one("shared_prefix.groups", sp.groups)?;
                     at_least_one("shared_prefix.tokens", sp.tokens)?;
                 }
+                if let Some(ps) = &self.priorities {
+                    if ps.is_empty() {
+                        return Err(FieldError::new("priorities", "must list at least one { value, weight }"));
+                    }
+                    for (i, p) in ps.iter().enumerate() {
+                        if !(p.weight.is_finite() && p.weight > 0.0) {
+                            return Err(FieldError::new(
+                                format!("priorities[{i}].weight"),
+                                format!("must be a positive number, got {}", p.weight),
+                            ));
+                        }
+                    }
+                }
             }
             Some(trace) => {
                 for (name, present) in [
                     ("prompt_tokens", self.prompt_tokens.is_some()),
                     ("output_tokens", self.output_tokens.is_some()),
                     ("shared_prefix", self.shared_prefix.is_some()),
+                    ("priorities", self.priorities.is_some()),
                 ] {
                     if present {
                         return Err(FieldError::new(name, "not allowed with a trace (the trace gives every request)"));
@@ -546,6 +576,8 @@ struct SyntheticSource {
     prompt_rng: ActorRng,
     output_rng: ActorRng,
     prefix: Option<(SharedPrefixSpec, ActorRng)>,
+    /// The priorities with their cumulative weights, and their stream.
+    priorities: Option<(Vec<(f64, i32)>, ActorRng)>,
     /// Each group's ids of its whole prefix, made at its first prompt that
     /// runs past the prefix (every such prompt of the group has them):
     /// empty until then, and kept only while all groups' fit in
@@ -573,6 +605,17 @@ impl SyntheticSource {
             prompt_rng: stream_for(seed, "workload/prompt"),
             output_rng: stream_for(seed, "workload/output"),
             prefix: spec.shared_prefix.clone().map(|sp| (sp, stream_for(seed, "workload/prefix"))),
+            priorities: spec.priorities.as_ref().map(|ps| {
+                let mut sum = 0.0;
+                let cumulative = ps
+                    .iter()
+                    .map(|p| {
+                        sum += p.weight;
+                        (sum, p.value)
+                    })
+                    .collect();
+                (cumulative, stream_for(seed, "workload/priority"))
+            }),
             group_ids: Vec::new(),
         })
     }
@@ -605,8 +648,16 @@ impl SyntheticSource {
             }
             None => PrefixIds::none(),
         };
+        let priority = match &mut self.priorities {
+            Some((cumulative, rng)) => {
+                let total = cumulative.last().map_or(0.0, |&(w, _)| w);
+                let x = rng.random::<f64>() * total;
+                cumulative.iter().find(|&&(w, _)| x < w).or(cumulative.last()).map_or(0, |&(_, v)| v)
+            }
+            None => 0,
+        };
         self.index += 1;
-        RequestSpec { arrival: SimTime::ZERO, prompt, output, prefix, priority: 0 }
+        RequestSpec { arrival: SimTime::ZERO, prompt, output, prefix, priority }
     }
 }
 
@@ -754,6 +805,7 @@ mod tests {
             prompt_tokens: None,
             output_tokens: None,
             shared_prefix: None,
+            priorities: None,
             trace: None,
         };
         let poisson = |rate_per_s| ArrivalSpec::Poisson { rate_per_s };

@@ -217,3 +217,34 @@ fn length_spec_means() {
     assert_eq!(LengthSpec::Empirical { values: vec![1, 2, 6] }.mean(), 3.0);
     assert!(matches!(poisson_lognormal().workload().arrival, Some(ArrivalSpec::Poisson { .. })));
 }
+
+/// `priorities`: each drawn by its weight's share (3:1 over 4,000 draws:
+/// 3,000 ± 5 × √(4000 × 0.75 × 0.25) = ± 137), from a stream of its own,
+/// so the arrivals and lengths are those of the same workload without it;
+/// a weight that is not positive is refused at its field.
+#[test]
+fn priorities_are_drawn_by_weight_from_their_own_stream() {
+    let mix = "priorities = [{ value = 0, weight = 3.0 }, { value = 7, weight = 1.0 }]";
+    let with = scenario_with(
+        "wl-prio.toml",
+        "arrival = { kind = \"poisson\", rate_per_s = 4.0 }",
+        "prompt_tokens = { kind = \"lognormal\", mean = 4000, std = 3000 }",
+        "output_tokens = { kind = \"normal\", mean = 500, std = 100 }",
+        mix,
+    );
+    let a = draw(&with, 1);
+    let zeros = a.iter().filter(|r| r.priority == 0).count() as i64;
+    assert!(a.iter().all(|r| r.priority == 0 || r.priority == 7));
+    assert!((zeros - 3_000).abs() < 137, "{zeros} of 4000 at priority 0");
+    let without = draw(&poisson_lognormal(), 1);
+    let strip = |v: &[RequestSpec]| v.iter().map(|r| (r.arrival, r.prompt, r.output)).collect::<Vec<_>>();
+    assert_eq!(strip(&a), strip(&without));
+    assert!(without.iter().all(|r| r.priority == 0));
+
+    let bad = base_with_lines(&[(
+        17,
+        "output_tokens = { kind = \"fixed\", value = 10 }\npriorities = [{ value = 1, weight = 0.0 }]",
+    )]);
+    let err = scenario::load(scratch("wl-prio-bad.toml", &bad)).unwrap_err();
+    assert_eq!(err.field(), Some("workload.priorities[0].weight"), "{err}");
+}
