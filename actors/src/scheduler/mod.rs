@@ -117,6 +117,8 @@ pub(crate) struct Reservation {
     /// Blocks it still needs to hold its whole prompt once landed
     /// ([`Core::load_short`]).
     short: u64,
+    /// When its handoff reached the rank ([`Seq::arrived`]).
+    arrived: SimTime,
 }
 
 /// The pool's counts, read with nothing held ahead.
@@ -183,7 +185,7 @@ struct Core {
     calls: u64,
     /// Remote loads the last schedule calls reserved, with their hits, for
     /// the rank to start their transfers ([`Scheduler::take_reserved`]).
-    reserved: Vec<(Box<Request>, Tokens, Alloc, u64, u64)>,
+    reserved: Vec<(Box<Request>, Tokens, Alloc, u64, u64, SimTime)>,
     /// Blocks the remote loads reserved and not yet scheduled (loading, or
     /// landed and waiting) still need to hold their whole prompt
     /// ([`Core::load_short`]): vLLM counts them among the prefills in
@@ -358,7 +360,10 @@ impl Scheduler {
     /// tokens of it (T), a generating one its prompt and output.
     pub(crate) fn enqueue(&mut self, req: Box<Request>, prefill_target: Tokens, now: SimTime) {
         let alloc = Alloc::owned_by(req.id);
-        self.core.take_in(Seq::new(req, alloc, Tokens::ZERO, prefill_target, false), false, now);
+        // (It reached vLLM's server when the client sent it: the server
+        // stamps its arrival before it tokenizes, `renderers/base.py`.)
+        let arrived = req.t.arrival;
+        self.core.take_in(Seq::new(req, arrived, alloc, Tokens::ZERO, prefill_target, false), false, now);
     }
 
     /// The fewest blocks `req` must hold at once here, and the pool's
@@ -531,7 +536,8 @@ impl Scheduler {
     /// reserves its destination blocks in its waiting loop, as vLLM's
     /// decode scheduler allocates a remote load
     /// (`scheduler.py` `schedule()`, the `load_kv_async` path): in queue
-    /// order behind the landed handoffs and the preempted sequences, only
+    /// order behind the landed handoffs and the preempted sequences (under
+    /// the priority policy, in (priority, arrival here) order), only
     /// in a step that preempted nothing, while the token budget and
     /// `max_num_seqs` allow, and the first that cannot get its blocks stops
     /// admission. A reserved load takes no tokens and no running slot; it
@@ -539,7 +545,7 @@ impl Scheduler {
     /// lands ([`Scheduler::enqueue_landed`]).
     pub(crate) fn enqueue_remote(&mut self, req: Box<Request>, now: SimTime) {
         let alloc = Alloc::owned_by(req.id);
-        let mut seq = Seq::new(req, alloc, Tokens::ZERO, Tokens::ZERO, false);
+        let mut seq = Seq::new(req, now, alloc, Tokens::ZERO, Tokens::ZERO, false);
         seq.remote = true;
         seq.first_call = self.core.calls + 1;
         self.core.take_in(seq, false, now);
@@ -555,7 +561,7 @@ impl Scheduler {
             self.core
                 .reserved
                 .drain(..)
-                .map(|(req, hit, alloc, no, short)| (req, hit, Reservation { alloc, no, short })),
+                .map(|(req, hit, alloc, no, short, arrived)| (req, hit, Reservation { alloc, no, short, arrived })),
         );
     }
 
@@ -596,15 +602,16 @@ impl Scheduler {
     /// its logits otherwise).
     ///
     /// It waits ahead of every sequence that holds no blocks, among the
-    /// landed handoffs in the order they were reserved (vLLM keeps a load
+    /// landed handoffs in the order they were reserved (under the priority
+    /// policy, in priority order; vLLM keeps a load
     /// in its `kv_holding_waiting` queue from its reservation on, skipped
     /// while it loads, and drains that queue before `waiting`).
     pub(crate) fn enqueue_landed(&mut self, req: Box<Request>, reservation: Reservation, now: SimTime) {
-        let Reservation { mut alloc, no, short } = reservation;
+        let Reservation { mut alloc, no, short, arrived } = reservation;
         self.core.loads_out -= 1;
         self.core.pool.register(&mut alloc, &req.prefix, req.prompt, req.transferred_tokens);
         let computed = req.prompt.saturating_sub(Tokens::new(1));
-        let mut seq = Seq::new(req, alloc, computed, Tokens::ZERO, true);
+        let mut seq = Seq::new(req, arrived, alloc, computed, Tokens::ZERO, true);
         seq.reservation = no;
         seq.load_short = short;
         self.core.take_in(seq, true, now);
@@ -710,7 +717,7 @@ impl Scheduler {
             out.push(seq.req);
         }
         // Reserved loads the rank has not taken yet (none between its calls).
-        for (req, _, mut alloc, _, short) in core.reserved.drain(..) {
+        for (req, _, mut alloc, _, short, _) in core.reserved.drain(..) {
             core.pool.release(&mut alloc, Tokens::ZERO);
             core.loads_out -= 1;
             core.loads_short -= short;

@@ -10,7 +10,8 @@ use super::step::{Replan, Step};
 /// policy only decides what to ask for, in which order.
 pub trait BatchPolicy: Send {
     /// Puts the step's sequences in it. Pass a [`Replan`] from
-    /// [`Step::preempt_last`] on with `?`.
+    /// [`Step::preempt_last`] or [`Step::preempt_lowest_priority`] on with
+    /// `?`.
     fn schedule(&mut self, step: &mut Step<'_>) -> Result<(), Replan>;
 }
 
@@ -91,7 +92,8 @@ impl BatchPolicy for VllmPolicy {
         if step.preempted() > 0 {
             return Ok(());
         }
-        // Admission in queue order, first come, first served.
+        // Admission in queue order: first come, first served (under the
+        // priority policy, in (priority, arrival) order).
         while step.waiting() > 0 && step.budget() > 0 && step.running() < step.max_num_active_seqs() {
             if step.admit(0) {
                 continue;

@@ -25,6 +25,12 @@ new_key_type! {
 pub(crate) struct Seq {
     /// The request.
     pub(super) req: Box<Request>,
+    /// When it reached this rank's server: vLLM's `Request.arrival_time` on
+    /// this instance, which its priority policy orders by. The client's
+    /// send time on an aggregated or prefill rank; on a decode rank, when
+    /// the router asks for its destination (the proxy hands the request to
+    /// the decode instance after its prefill), not when the client sent it.
+    pub(super) arrived: SimTime,
     /// Its KV blocks.
     pub(super) alloc: Alloc,
     /// Tokens whose KV is computed.
@@ -58,7 +64,7 @@ pub(crate) struct Seq {
     /// For a remote load: the first schedule call that could reserve it.
     pub(super) first_call: u64,
     /// For a landed handoff: its reservation's number (landed handoffs
-    /// wait in reservation order).
+    /// wait in reservation order under FCFS).
     pub(super) reservation: u64,
     /// For a landed handoff not yet scheduled: what it counts among the
     /// prefills in flight (`Core::load_short`).
@@ -83,6 +89,7 @@ impl Seq {
     /// A sequence for `req`, with `computed` tokens of KV already present in `alloc`.
     pub(super) fn new(
         req: Box<Request>,
+        arrived: SimTime,
         alloc: Alloc,
         computed: Tokens,
         prefill_target: Tokens,
@@ -90,6 +97,7 @@ impl Seq {
     ) -> Self {
         Seq {
             req,
+            arrived,
             alloc,
             computed,
             prefill_target,
@@ -125,7 +133,7 @@ impl Seq {
     /// strings; its ids are unique strings, so only the order of requests
     /// arriving at the same instant can differ).
     pub(super) fn priority_key(&self) -> (i32, SimTime, ReqId) {
-        (self.req.priority, self.req.t.arrival, self.req.id)
+        (self.req.priority, self.arrived, self.req.id)
     }
 
     /// Tokens it must have computed before its next output (or hand-off).
@@ -199,7 +207,8 @@ impl Seqs {
         self.running.push(key);
     }
 
-    /// Adds `seq`, which holds no blocks, at the back of the waiting queue.
+    /// Adds `seq`, which holds no blocks, at the back of the waiting queue
+    /// (under the priority policy, in its place).
     pub(super) fn enqueue(&mut self, seq: Seq) {
         debug_assert!(seq.alloc.is_empty());
         self.remote += usize::from(seq.remote);
@@ -209,7 +218,8 @@ impl Seqs {
     }
 
     /// Adds `seq`, which holds its blocks, among the other such sequences
-    /// in reservation order, ahead of every other waiting one.
+    /// in reservation order (under the priority policy, in priority order),
+    /// ahead of every other waiting one.
     pub(super) fn enqueue_holding(&mut self, seq: Seq) {
         debug_assert!(!seq.alloc.is_empty() && !seq.remote);
         let no = seq.reservation;
@@ -238,8 +248,8 @@ impl Seqs {
     /// equals (`max(self.running, key=...)`).
     pub(super) fn lowest_priority_running(&self) -> usize {
         let key = |i: usize| {
-            let r = &self.map[self.running[i]].req;
-            (r.priority, r.t.arrival)
+            let s = &self.map[self.running[i]];
+            (s.req.priority, s.arrived)
         };
         let mut best = 0;
         for i in 1..self.running.len() {

@@ -94,7 +94,7 @@ impl<'a> Step<'a> {
     }
 
     /// Sequences preempted while forming this step: they wait at the front
-    /// of the queue.
+    /// of the queue (under the priority policy, in their place).
     pub fn preempted(&self) -> usize {
         self.preempted
     }
@@ -200,7 +200,7 @@ impl<'a> Step<'a> {
     /// returns the running index it had. One already in this step (before
     /// the sequence being scheduled) is taken out of it first: its tokens
     /// go back to the budget, and what its allocation cached stays cached,
-    /// as vLLM's does (`scheduler.py:944-962`).
+    /// as vLLM's does (`scheduler.py:944-967`).
     pub fn preempt_lowest_priority(&mut self) -> Result<usize, Replan> {
         if self.lazy {
             return Err(Replan(()));
@@ -365,7 +365,7 @@ impl<'a> Step<'a> {
         core.loads_out += 1;
         let short = core.load_short(&seq.req, &seq.alloc);
         core.loads_short += short;
-        core.reserved.push((seq.req, core.pool.hit_tokens(hit), seq.alloc, core.reservations_made, short));
+        core.reserved.push((seq.req, core.pool.hit_tokens(hit), seq.alloc, core.reservations_made, short, seq.arrived));
         true
     }
 

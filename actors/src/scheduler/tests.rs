@@ -135,6 +135,31 @@ fn a_sequence_short_of_blocks_preempts_the_most_recently_admitted() {
 }
 
 #[test]
+fn a_decode_ranks_priority_order_is_by_arrival_at_the_rank() {
+    // vLLM's decode instance stamps a handoff's arrival when the proxy hands
+    // it over, after its prefill: A, sent at 0 ms with a long prefill,
+    // reaches the rank at 5 ms; B, sent at 1 ms, at 3 ms. Equal priorities
+    // order by that arrival: B first, then A. A 64-token prompt takes 4
+    // blocks of 16 and the pool has 6, so only the first is reserved.
+    let mut s = sched(Mode::Generate, 100, 8, 6);
+    s.set_options(SchedulerOptions { priority: true, ..SchedulerOptions::default() });
+    let ms = |m: u64| SimTime::ZERO + SimDuration::from_millis(m);
+    let mut b = req(1, 64, 2);
+    b.t.arrival = ms(1);
+    b.transferred_tokens = b.prompt;
+    s.enqueue_remote(b, ms(3));
+    let mut a = req(0, 64, 2);
+    a.transferred_tokens = a.prompt;
+    s.enqueue_remote(a, ms(5));
+    s.start_one_step(ms(5), SimTime::MAX, started);
+    let mut reserved = Vec::new();
+    s.take_reserved(&mut reserved);
+    let ids: Vec<u64> = reserved.iter().map(|(r, ..)| r.id).collect();
+    assert_eq!(ids, [1], "the first to reach the rank is reserved first");
+    assert_eq!(s.remote_waiting(), 1);
+}
+
+#[test]
 fn a_request_that_can_never_fit_is_given_up() {
     // 3 blocks, a 64-token prompt needs 4.
     let mut s = sched(Mode::Generate, 1_000, 8, 3);
@@ -621,11 +646,11 @@ fn the_same_state_computed_twice_is_cached_twice() {
 
 /// A seeded run of 40 requests with shared prefixes on `pool` (16-token
 /// prefix ids): each request as it ended (id, end, preemptions, tokens
-/// generated, prefix hit), in the order they ended, the preemptions, and
+/// generated, prefix hit, priority), in the order they ended, the preemptions, and
 /// the pool's counts at the end. The pool balances after every step
 /// (check_invariants). `by_priority`: vLLM's priority policy, with
 /// priorities 0 to 2 drawn per request.
-type Ended = (u64, SimTime, u32, Tokens, Tokens);
+type Ended = (u64, SimTime, u32, Tokens, Tokens, i32);
 fn seeded_run(pool: KvPool, lazy: bool, by_priority: bool) -> (Vec<Ended>, u64, (u64, usize, usize)) {
     let limits = Limits { max_num_batched_tokens: 64, max_num_seqs: 16 };
     let mut s = Scheduler::with_pool(Mode::Generate, limits, false, pool, Box::new(Fixed), Box::new(VllmPolicy));
@@ -654,7 +679,7 @@ fn seeded_run(pool: KvPool, lazy: bool, by_priority: bool) -> (Vec<Ended>, u64, 
         s.finish_step(now, &mut done);
         for f in done.drain(..) {
             let (Finished::Completed(r) | Finished::Prefilled { req: r, .. }) = f;
-            log.push((r.id, r.t.finished.unwrap_or(now), r.preemptions, r.generated, r.prefill_hit));
+            log.push((r.id, r.t.finished.unwrap_or(now), r.preemptions, r.generated, r.prefill_hit, r.priority));
             completed += 1;
         }
         while s.take_stuck().is_some() {
@@ -691,7 +716,13 @@ fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
         ("full attention B 2 (grouped)", vec![group(CacheGroupKind::FullAttention, 2, None)], 320),
         ("window cache B 4 (grouped)", vec![group(CacheGroupKind::FullAttention, 4, None), cached_window(4, 33)], 240),
     ];
+    // The mean end of the requests of priority `p`, in nanoseconds.
+    let mean_end = |log: &[Ended], p: i32| {
+        let ends: Vec<u64> = log.iter().filter(|e| e.5 == p).map(|e| e.1.as_nanos()).collect();
+        ends.iter().sum::<u64>() / ends.len() as u64
+    };
     for (name, groups, blocks) in pools {
+        let mut logs = Vec::new();
         for by_priority in [false, true] {
             let pool = || KvPool::new(groups.clone(), blocks, true);
             let (fast, preemptions, end) = seeded_run(pool(), true, by_priority);
@@ -700,7 +731,13 @@ fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
             assert_eq!(end, (0, 0, 0), "{name}: every block back");
             assert!(fast.iter().any(|e| e.4 > Tokens::ZERO), "{name}: some prompts hit the cache");
             assert_eq!(fast, slow, "{name}, priority policy {by_priority}");
+            logs.push(fast);
         }
+        // The policy is at work: it changes the run, and the requests of
+        // the first priority end sooner than those of the last on average.
+        let (fcfs, priority) = (&logs[0], &logs[1]);
+        assert_ne!(fcfs, priority, "{name}: the priority policy changed nothing");
+        assert!(mean_end(priority, 0) < mean_end(priority, 2), "{name}: priority 0 ends first");
     }
 }
 

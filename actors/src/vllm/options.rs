@@ -48,8 +48,8 @@ pub struct SchedulerOptions {
     /// `PriorityRequestQueue`, `request.py` `Request.__lt__`) and preempts
     /// the running request of the largest (priority, arrival), first in
     /// running order among equals, taking it out of the step if it is in it
-    /// already (`scheduler.py:931-973`); a running request that preempts
-    /// itself lets the ones after it try (`scheduler.py:981-991`).
+    /// already (`scheduler.py:932-979`); a running request that preempts
+    /// itself lets the ones after it try (`scheduler.py:983-993`).
     pub priority: bool,
 }
 

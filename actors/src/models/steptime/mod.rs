@@ -356,6 +356,27 @@ mod tests {
     }
 
     #[test]
+    fn removing_a_sequence_leaves_the_shape_of_the_batch_without_it() {
+        // A batch of a prefill chunk, a decode and a recompute; each taken
+        // out (a victim of the priority policy already in the step) leaves
+        // the shape of the other two added alone.
+        let seqs = [(300, 40, false), (1, 512, true), (64, 0, false)];
+        for out in 0..seqs.len() {
+            let mut shape = BatchShape::default();
+            let mut without = BatchShape::default();
+            for (i, &(k, c, d)) in seqs.iter().enumerate() {
+                shape.add(k, c, d);
+                if i != out {
+                    without.add(k, c, d);
+                }
+            }
+            let (k, c, d) = seqs[out];
+            shape.remove(k, c, d);
+            assert_eq!(shape, without, "sequence {out} taken out");
+        }
+    }
+
+    #[test]
     fn linear_sums_its_terms_in_integer_picoseconds() {
         let m = LinearStepTime::from_micros(5_000.0, 30.0, 1.0, 0.5);
         let b = BatchShape { new_tokens: 999, seqs: 1, context_tokens: 999, ..BatchShape::default() };
