@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::stream;
@@ -66,12 +66,12 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
-async fn completions(State(app): State<Arc<App>>, body: Bytes) -> Response {
-    serve(app, Kind::Completion, &body).await
+async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+    serve(app, Kind::Completion, &headers, &body).await
 }
 
-async fn chat(State(app): State<Arc<App>>, body: Bytes) -> Response {
-    serve(app, Kind::Chat, &body).await
+async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+    serve(app, Kind::Chat, &headers, &body).await
 }
 
 fn unix_now() -> u64 {
@@ -79,7 +79,7 @@ fn unix_now() -> u64 {
 }
 
 /// One request: read, handed to the driver, answered whole or streamed.
-async fn serve(app: Arc<App>, kind: Kind, body: &[u8]) -> Response {
+async fn serve(app: Arc<App>, kind: Kind, headers: &HeaderMap, body: &[u8]) -> Response {
     let refuse = |status: u16, message: &str| {
         app.metrics.lock().expect("metrics").refused += 1;
         error(status, message)
@@ -88,7 +88,9 @@ async fn serve(app: Arc<App>, kind: Kind, body: &[u8]) -> Response {
         Ok(b) => b,
         Err(e) => return refuse(400, &format!("the request body is not valid: {e}")),
     };
-    let ask = match openai::read(kind, &parsed, app.max_model_len) {
+    // (A header that is not text is no integer: vLLM keeps the body's.)
+    let priority_header = headers.get("x-vllm-priority").and_then(|v| v.to_str().ok());
+    let ask = match openai::read(kind, &parsed, priority_header, app.max_model_len) {
         Ok(a) => a,
         Err(r) => return refuse(r.status, &r.message),
     };

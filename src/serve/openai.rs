@@ -176,7 +176,15 @@ fn prompt_tokens(kind: Kind, body: &Body) -> Result<u64, Refusal> {
 /// with a 400: an empty prompt, a prompt of `max_model_len` tokens or more,
 /// a prompt and `max_tokens` over `max_model_len`, `min_tokens` above
 /// `max_tokens`, `n` other than 1 (pdsim serves one completion).
-pub fn read(kind: Kind, body: &Body, max_model_len: Option<u64>) -> Result<Ask, Refusal> {
+/// `priority_header`: the request's `X-Vllm-Priority` header, which takes
+/// the body's place when it reads as an integer, as vLLM's
+/// `_get_priority` (`entrypoints/generate/base/serving.py`) takes it.
+pub fn read(
+    kind: Kind,
+    body: &Body,
+    priority_header: Option<&str>,
+    max_model_len: Option<u64>,
+) -> Result<Ask, Refusal> {
     let prompt = prompt_tokens(kind, body)?;
     if prompt == 0 {
         return Err(bad("The prompt cannot be empty."));
@@ -217,7 +225,8 @@ pub fn read(kind: Kind, body: &Body, max_model_len: Option<u64>) -> Result<Ask, 
         return Err(bad(format!("min_tokens ({min}) must be less than or equal to max_tokens ({output})")));
     }
     // (vLLM's priority is a Python int; pdsim's a 32-bit one.)
-    let priority = match body.priority.map(i32::try_from) {
+    let asked = priority_header.and_then(python_int).or(body.priority.map(i128::from));
+    let priority = match asked.map(i32::try_from) {
         None => 0,
         Some(Ok(p)) => p,
         Some(Err(_)) => return Err(bad("pdsim takes a priority of 32 bits (from -2147483648 to 2147483647)")),
@@ -225,6 +234,25 @@ pub fn read(kind: Kind, body: &Body, max_model_len: Option<u64>) -> Result<Ask, 
     let stream = body.stream.unwrap_or(false);
     let include_usage = stream && body.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
     Ok(Ask { prompt, output, stream, include_usage, priority })
+}
+
+/// `text` read as Python's `int()` reads it (vLLM parses the priority
+/// header so): blanks around, a sign, decimal digits with single
+/// underscores between them; `None` where `int()` raises (vLLM then keeps
+/// the body's priority), or beyond 128 bits (refused as beyond 32 anyway).
+fn python_int(text: &str) -> Option<i128> {
+    let t = text.trim();
+    let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+    let well_formed = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit() || b == b'_')
+        && !digits.starts_with('_')
+        && !digits.ends_with('_')
+        && !digits.contains("__");
+    if !well_formed {
+        return None;
+    }
+    let n: i128 = digits.replace('_', "").parse().ok()?;
+    Some(if t.starts_with('-') { -n } else { n })
 }
 
 /// vLLM's error body (`ErrorResponse`).
@@ -368,13 +396,13 @@ mod tests {
     /// ⌈17 / 4⌉ = 5, plus 2 × 4 per message, plus 3: 16.
     #[test]
     fn prompt_lengths_follow_the_documented_rule() {
-        let c = |v| read(Kind::Completion, &body(v), Some(100)).map(|a| (a.prompt, a.output));
+        let c = |v| read(Kind::Completion, &body(v), None, Some(100)).map(|a| (a.prompt, a.output));
         assert_eq!(c(json!({"prompt": "Hello, world"})), Ok((3, 16)));
         assert_eq!(c(json!({"prompt": [1, 2, 3, 4, 5], "max_tokens": 7})), Ok((5, 7)));
         assert_eq!(c(json!({"prompt": "x", "prompt_token_ids": [1, 2]})), Ok((2, 16)));
         let chat = body(json!({"messages": [{"role": "system", "content": "Hello, world"},
             {"role": "user", "content": [{"type": "text", "text": "hello"}]}]}));
-        let a = read(Kind::Chat, &chat, Some(100)).unwrap();
+        let a = read(Kind::Chat, &chat, None, Some(100)).unwrap();
         assert_eq!((a.prompt, a.output), (16, 84), "chat's default output is what the model length leaves");
     }
 
@@ -393,16 +421,25 @@ mod tests {
 
     #[test]
     fn what_vllm_refuses_is_refused_with_400() {
-        let c = |v| read(Kind::Completion, &body(v), Some(100)).map_err(|r| r.status);
+        let c = |v| read(Kind::Completion, &body(v), None, Some(100)).map_err(|r| r.status);
         assert_eq!(c(json!({"prompt_token_ids": vec![0; 100]})), Err(400), "prompt >= max_model_len");
         assert_eq!(c(json!({"prompt_token_ids": vec![0; 90], "max_tokens": 11})), Err(400), "90 + 11 > 100");
         assert!(c(json!({"prompt_token_ids": vec![0; 90], "max_tokens": 10})).is_ok());
         assert_eq!(c(json!({"prompt": "abc", "max_tokens": 4, "min_tokens": 5})), Err(400));
         assert_eq!(c(json!({"prompt": "abc", "n": 2})), Err(400));
         assert_eq!(c(json!({"prompt": "abc", "priority": 3_000_000_000i64})), Err(400), "beyond 32 bits");
-        let p = |v| read(Kind::Completion, &body(v), Some(100)).map(|a| a.priority);
+        let p = |v| read(Kind::Completion, &body(v), None, Some(100)).map(|a| a.priority);
         assert_eq!(p(json!({"prompt": "abc"})), Ok(0), "vLLM's default");
         assert_eq!(p(json!({"prompt": "abc", "priority": -2})), Ok(-2));
+        // vLLM's `X-Vllm-Priority` header takes the body's place when
+        // Python's int() reads it, and is passed over when it does not.
+        let h = |v, header| read(Kind::Completion, &body(v), Some(header), Some(100)).map(|a| a.priority);
+        assert_eq!(h(json!({"prompt": "abc", "priority": -2}), " 7 "), Ok(7));
+        assert_eq!(h(json!({"prompt": "abc"}), "-1_000"), Ok(-1000));
+        assert_eq!(h(json!({"prompt": "abc", "priority": -2}), "high"), Ok(-2));
+        assert_eq!(h(json!({"prompt": "abc", "priority": -2}), "1__0"), Ok(-2));
+        assert_eq!(h(json!({"prompt": "abc", "priority": -2}), "+"), Ok(-2));
+        assert_eq!(h(json!({"prompt": "abc"}), "3000000000").map_err(|r| r.status), Err(400));
         let e = error_body(400, "m");
         assert_eq!(
             e,

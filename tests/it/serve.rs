@@ -41,12 +41,17 @@ impl Server {
 
     /// One request; returns the status and the body (de-chunked).
     fn request(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
+        self.request_with(method, path, body, "")
+    }
+
+    /// One request with `headers` (lines ending in CRLF) besides the usual.
+    fn request_with(&self, method: &str, path: &str, body: Option<&Value>, headers: &str) -> (u16, String) {
         let mut s = TcpStream::connect(&self.addr).unwrap();
         let body = body.map(Value::to_string).unwrap_or_default();
         write!(
             s,
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-             Connection: close\r\n\r\n{body}",
+             {headers}Connection: close\r\n\r\n{body}",
             self.addr,
             body.len()
         )
@@ -198,6 +203,9 @@ fn serve_streams_completions_as_vllm_and_counts_them() {
 
 /// Requests served, some at once, are recorded; `pdsim run` on the record
 /// gives each the TTFT and E2E the server reported, to the nanosecond.
+/// Priorities reach the record: vLLM's `X-Vllm-Priority` header (on every
+/// third request) in the body's place, and the body's where the header is
+/// no integer.
 #[test]
 fn a_record_replays_to_the_times_the_server_reported() {
     let record = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pdsim-it").join("serve-record.jsonl");
@@ -211,8 +219,13 @@ fn a_record_replays_to_the_times_the_server_reported() {
                     std::thread::sleep(std::time::Duration::from_millis(i * 7));
                     let body = json!({"model": "any", "prompt_token_ids": vec![1; 200 + 150 * i as usize],
                         "max_tokens": 20 + 5 * i, "stream": i % 2 == 0,
-                        "stream_options": {"include_usage": true}});
-                    let (status, body) = server.post("/v1/completions", body);
+                        "stream_options": {"include_usage": true}, "priority": if i == 1 { 5 } else { 0 }});
+                    let header = match i {
+                        1 => "X-Vllm-Priority: high\r\n",
+                        _ if i % 3 == 0 => "X-Vllm-Priority: 2\r\n",
+                        _ => "",
+                    };
+                    let (status, body) = server.request_with("POST", "/v1/completions", Some(&body), header);
                     assert_eq!(status, 200, "{body}");
                     if i % 2 == 0 {
                         let (chunks, done) = events(&body);
@@ -229,6 +242,8 @@ fn a_record_replays_to_the_times_the_server_reported() {
     drop(server);
     let rows = std::fs::read_to_string(&record).unwrap();
     assert_eq!(rows.lines().count(), 12);
+    let with = |p: &str| rows.lines().filter(|r| r.contains(&format!("\"priority\": {p}}}"))).count();
+    assert_eq!((with("2"), with("5")), (4, 1), "{rows}");
     let replay = scratch(
         "serve-replay.toml",
         &format!(
