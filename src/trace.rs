@@ -566,8 +566,9 @@ struct MooncakeRow {
     output_length: u64,
     #[serde(default)]
     hash_ids: Vec<u64>,
+    /// (`null` is absent, as in the labelled path.)
     #[serde(default)]
-    priority: i32,
+    priority: Option<i32>,
 }
 
 fn parse_json_row(text: &str, how: &JsonRows) -> Result<Row, String> {
@@ -600,7 +601,7 @@ fn parse_json_row(text: &str, how: &JsonRows) -> Result<Row, String> {
         prompt: row.input_length,
         output: row.output_length,
         ids: row.hash_ids,
-        priority: row.priority,
+        priority: row.priority.unwrap_or(0),
     })
 }
 
@@ -648,10 +649,10 @@ fn parse_labelled(text: &str, labels: &[String; 4]) -> Result<MooncakeRow, Strin
         Some(other) => return Err(format!("{}: expected a list of block ids, got {other}", labels[3])),
     };
     let priority = match map.remove("priority") {
-        None | Some(serde_json::Value::Null) => 0,
-        Some(v) => v.as_i64().and_then(|p| i32::try_from(p).ok()).ok_or_else(|| {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => Some(v.as_i64().and_then(|p| i32::try_from(p).ok()).ok_or_else(|| {
             format!("priority: expected a whole number (a 32-bit integer, vLLM's request priority), got {v}")
-        })?,
+        })?),
     };
     Ok(MooncakeRow { timestamp, input_length, output_length, hash_ids, priority })
 }
@@ -959,7 +960,7 @@ mod tests {
     }
 
     /// vLLM's request `priority`, optional in both JSON formats: an
-    /// integer of 32 bits, 0 when absent.
+    /// integer of 32 bits, 0 when absent or null.
     #[test]
     fn json_rows_carry_an_optional_priority() {
         for spec in [TraceSpec::new(TraceFormat::Mooncake, "t.jsonl"), {
@@ -978,6 +979,7 @@ mod tests {
                 }
             };
             assert_eq!(row(""), Ok(0));
+            assert_eq!(row(r#", "priority": null"#), Ok(0));
             assert_eq!(row(r#", "priority": -3"#), Ok(-3));
             assert_eq!(row(r#", "priority": 7"#), Ok(7));
             assert!(row(r#", "priority": 1.5"#).unwrap_err().starts_with("priority: "));
