@@ -170,6 +170,7 @@ pub fn requests(records: &[Request], disaggregated: bool) -> Table {
     ];
     values.extend([transferred, bytes, prefill_hit, decode_hit, preemptions].map(Values::Int));
     values.extend(floats.into_iter().map(Values::Float));
+    values.push(Values::Int(records.iter().map(|r| i64::from(r.priority)).collect()));
     debug_assert_eq!(values.len(), REQUEST_COLUMNS.len());
     Table { columns: REQUEST_COLUMNS.iter().copied().zip(values).collect() }
 }

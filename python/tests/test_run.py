@@ -76,6 +76,18 @@ def test_columns_are_typed() -> None:
     assert gap.max() < 1e-6
 
 
+def test_priorities_reach_the_requests_frame() -> None:
+    # A workload's priority mix, drawn per request: the frame's `priority`
+    # column (int64, as requests.csv's) has both values, the more weighted
+    # one more often; without a mix every request has vLLM's default, 0.
+    mix = [{"value": 0, "weight": 3}, {"value": -5, "weight": 1}]
+    r = pdsim.run(LLAMA, requests=400, overrides={"workload.priorities": mix}, timeline=False)
+    assert r.requests["priority"].dtype == "int64"
+    counts = r.requests["priority"].value_counts().to_dict()
+    assert set(counts) == {0, -5} and counts[0] > counts[-5] > 0, counts
+    assert (pdsim.run(LLAMA, requests=100, timeline=False).requests["priority"] == 0).all()
+
+
 def test_text_dict_and_overrides_are_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
     # TOML text and a dict name files relative to the working folder: here
     # the scenario's own, where its step-time files are.

@@ -40,6 +40,7 @@ pub const REQUEST_COLUMNS: &[&str] = &[
     "tpot_ms",
     "e2e_ms",
     "max_itl_ms",
+    "priority",
 ];
 
 /// The derived spans of a request, in requests.csv's order: prefill queue,
@@ -169,6 +170,13 @@ impl RequestRows {
                 l.ms6(d.as_nanos());
             }
         }
+        // vLLM's request priority (0 unless a trace, a workload mix or a
+        // served request gave one).
+        l.byte(b',');
+        if r.priority < 0 {
+            l.byte(b'-');
+        }
+        l.u64(u64::from(r.priority.unsigned_abs()));
         l.byte(b'\n');
         let n = l.len;
         // (Offsets are masked, the length is not: a line past the room
@@ -189,15 +197,15 @@ pub const NO_FAILURE: &str = "none";
 /// Room for a `requests.csv` line without its failure reason: 9 counts of
 /// at most 20 digits, 21 times in ms of at most 21 bytes (14 digits, a
 /// point, 6 decimals), two ranks (a role name and a `u32`, 20 bytes), the
-/// outcome (9), [`NO_FAILURE`] (4), 33 commas and the newline, and the 7
-/// bytes past the end that storing a number as a word may write: 715
-/// bytes at most ([`ROW_MAX`]). A power of two, so that [`Line`] can mask
-/// its offsets.
+/// outcome (9), [`NO_FAILURE`] (4), the priority (a sign and 10 digits),
+/// 34 commas and the newline, and the 7 bytes past the end that storing a
+/// number as a word may write: 727 bytes at most ([`ROW_MAX`]). A power
+/// of two, so that [`Line`] can mask its offsets.
 pub(super) const ROW_ROOM: usize = 1024;
 
 /// The most a `requests.csv` line without its failure reason writes (see
 /// [`ROW_ROOM`]).
-pub(super) const ROW_MAX: usize = 715;
+pub(super) const ROW_MAX: usize = 727;
 const _: () = assert!(ROW_MAX <= ROW_ROOM && ROW_ROOM.is_power_of_two());
 
 /// A line's buffer: [`ROW_ROOM`] and the word a number stores past the
@@ -542,6 +550,7 @@ mod tests {
         (r.transferred_tokens, r.transfer_bytes) = (Tokens::new(u64::MAX), Bytes::new(u64::MAX));
         (r.prefill_hit, r.decode_hit, r.preemptions) = (Tokens::new(u64::MAX), Tokens::new(u64::MAX), u32::MAX);
         (r.generated, r.max_itl) = (Tokens::new(u64::MAX), SimDuration::from_nanos(u64::MAX));
+        r.priority = i32::MIN;
         r.fail(FailReason::DecodeAborted, big);
         let reason = csv_field(&FailReason::DecodeAborted.to_string());
         let mut rows = RequestRows::new(true);
@@ -552,6 +561,7 @@ mod tests {
         assert!(text.starts_with(&format!("{},failed,{reason},", u64::MAX)), "{text}");
         assert!(text.contains(&format!(",prefill{},decode{},", u32::MAX, u32::MAX)), "{text}");
         assert!(text.contains(&format!(",0.000000,{m},")), "{text}");
+        assert!(text.ends_with(",-2147483648\n"), "{text}");
         assert_eq!(text.split(',').count(), REQUEST_COLUMNS.len());
     }
 
