@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seeded random decode-side (P/D) cases for the conformance suite.
 
-  gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba] [--first-chunk] [--options]
+  gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|full2|full3] [--first-chunk] [--options]
                [--priority]
 
 writes OUT_DIR/gen-pd-SEED-K.json for K in 0..COUNT: cases of
@@ -13,7 +13,8 @@ Pools are small enough that reservations wait for blocks and decodes are
 preempted, but every request's prompt and output fit the pool alone.
 --groups picks the cache groups: full (the default: one full-attention
 group), window (full attention and a sliding window, as gen_cases.py
-draws them) or mamba (full attention, a Mamba state, a tail ring); a
+draws them), mamba (full attention, a Mamba state, a tail ring) or
+full2, full3 (two or three full-attention groups of one spec); a
 hybrid case takes the same draws as a full-attention one, then its
 window and pool size. --first-chunk marks every case
 `"scheduler_reserve_full_isl": false` (the same draws); --options draws
@@ -69,6 +70,10 @@ def case(rng, groups="full"):
         ]
         # A few state blocks per request beside its full-attention ones.
         c["num_blocks"] = 1 + need + 8 + spare
+    elif groups in ("full2", "full3"):
+        k = int(groups[-1])
+        c["cache_groups"] = [{"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True}] * k
+        c["num_blocks"] = 1 + k * (need + spare)
     elif groups != "full":
         raise SystemExit(f"unknown --groups {groups}")
     return c

@@ -89,4 +89,25 @@ for k in $(echo \
   cp "$prio/gen-$k.json" "$here/cases/"
 done
 "$python" vllm_batch.py cases cases/gen-300[1-9]-*.json 2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
+# Groups of one spec (two or three full-attention groups): cases whose
+# steps differed before each group was held apart (all identical now).
+one="$work/one-spec"
+python3 "$here/gen_cases.py" 3101 100 "$one" --groups full2
+python3 "$here/gen_cases.py" 3102 100 "$one" --groups full3
+python3 "$here/gen_cases.py" 3103 100 "$one" --groups full2 --async
+python3 "$here/gen_cases.py" 3104 100 "$one" --groups full3 --async
+python3 "$here/gen_cases.py" 3105 100 "$one" --groups full2 --priority
+python3 "$here/gen_cases.py" 3106 100 "$one" --groups full3 --options
+rm -f "$here"/cases/gen-310[1-6]-*
+for k in $(echo \
+  3101-2 3101-21 3101-24 3101-28 3101-32 3101-33 3101-62 3101-63 3101-70 3101-92 3101-94 3101-99 \
+  3102-36 3102-39 3102-65 3102-67 3102-73 3102-75 3102-8 3102-82 3102-97 3103-29 3103-43 3103-49 \
+  3103-52 3103-67 3103-74 3103-86 3103-88 3103-9 3103-90 3104-1 3104-17 3104-23 3104-37 3104-47 \
+  3104-61 3104-71 3104-85 3104-94 3105-16 3105-17 3105-42 3105-46 3105-59 3105-69 3105-79 3105-99 \
+  3106-16 3106-19 3106-22 3106-23 3106-25 3106-31 3106-44 3106-46 3106-53 3106-6 3106-71 3106-91 \
+  3106-92 3106-93 3106-94 3106-96 \
+  ); do
+  cp "$one/gen-$k.json" "$here/cases/"
+done
+"$python" vllm_batch.py cases cases/gen-310[1-6]-*.json 2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls cases/gen-*.vllm.jsonl | wc -l) cases"

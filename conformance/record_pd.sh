@@ -58,6 +58,22 @@ for k in 3011-0 3011-1 3011-2 3011-3 3011-4 3011-5 3011-6 3011-7 3011-8 3011-9 3
   3013-2 3013-4 3013-5 3013-6 3013-7 3013-8 3013-15 3013-19; do
   cp "$work/gen-pd-$k.json" "$here/pd_cases/"
 done
+# Groups of one spec: cases whose steps differed before each
+# full-attention group was held apart.
+rm -f "$here"/pd_cases/gen-pd-311[1-3]-*
+python3 "$here/gen_pd_cases.py" 3111 100 "$work" --groups full2
+python3 "$here/gen_pd_cases.py" 3112 100 "$work" --groups full3
+python3 "$here/gen_pd_cases.py" 3113 60 "$work" --groups full2 --priority
+for k in \
+  3111-2 3111-20 3111-22 3111-24 3111-3 3111-30 3111-34 3111-40 3111-44 3111-46 3111-54 3111-60 \
+  3111-61 3111-62 3111-65 3111-69 3111-70 3111-74 3111-75 3111-77 3111-82 3111-83 3111-84 3111-92 \
+  3111-93 3112-17 3112-18 3112-21 3112-27 3112-3 3112-32 3112-4 3112-40 3112-42 3112-43 3112-45 \
+  3112-46 3112-49 3112-55 3112-56 3112-61 3112-62 3112-63 3112-70 3112-71 3112-76 3112-80 3112-83 \
+  3112-87 3112-9 3112-91 3112-93 3112-97 3113-1 3113-13 3113-18 3113-24 3113-25 3113-29 3113-31 \
+  3113-36 3113-44 3113-45 3113-46 3113-50 3113-55 3113-57 3113-7 3113-8 \
+  ; do
+  cp "$work/gen-pd-$k.json" "$here/pd_cases/"
+done
 cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py pd_cases pd_cases/*.json \
   2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls pd_cases/*.vllm.jsonl | wc -l) cases"

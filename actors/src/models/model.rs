@@ -206,6 +206,13 @@ impl CacheGroup {
     pub const fn is_mamba_state(&self) -> bool {
         matches!(self.kind, CacheGroupKind::State) && self.prefix_cacheable
     }
+    /// This group as a sliding window of `window` tokens (W ≥ 1), all else
+    /// alike: how a KV pool may hold a full-attention group whose blocks
+    /// never leave a window longer than any sequence.
+    pub(crate) fn as_window(&self, window: Tokens) -> CacheGroup {
+        debug_assert!(!window.is_zero());
+        CacheGroup { kind: CacheGroupKind::SlidingWindow, window: Some(window), ..self.clone() }
+    }
 }
 
 /// The block size of a linear model whose rank names none: vLLM's default

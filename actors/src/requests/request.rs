@@ -9,6 +9,10 @@ use crate::base::units::{Bytes, Tokens};
 use crate::models::model::{HandoffSide, Role};
 use crate::requests::workload::PrefixIds;
 
+/// The most tokens (prompt and output together) one request may have: far
+/// beyond any model's context, and small enough that no count overflows.
+pub const MAX_REQUEST_TOKENS: u64 = 1 << 32;
+
 /// A request's number, in arrival order from 0.
 pub type ReqId = u64;
 

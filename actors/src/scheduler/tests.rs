@@ -297,6 +297,31 @@ fn eviction_takes_the_least_recently_freed_cached_block_first() {
 }
 
 #[test]
+fn full_attention_groups_of_one_spec_are_evicted_group_by_group() {
+    // Two full-attention groups of 16-token blocks, 12 blocks. A, 64 named
+    // tokens, holds 4 + 4 and is freed: vLLM frees group by group, each
+    // tail first (`kv_cache_coordinator.py:404-412`), so the eviction order
+    // is group 0's blocks 3, 2, 1, 0, then group 1's. 4 blocks are plain.
+    let fa = || group(CacheGroupKind::FullAttention, 16, None);
+    let mut pool = KvPool::new(vec![fa(), fa()], 12, true);
+    let a = prefixed(0, &[1, 2, 3, 4], 1);
+    let mut held = Alloc::owned_by(0);
+    pool.pin_and_allocate(&mut held, &a.prefix, a.prompt, 0, (Tokens::ZERO, a.prompt), false).unwrap();
+    pool.register(&mut held, &a.prefix, a.prompt, a.prompt);
+    pool.release(&mut held, a.prompt);
+    let hit = |pool: &KvPool| pool.cached_prefix(&a.prefix, a.prompt, 9, Tokens::new(65));
+    assert_eq!((hit(&pool), pool.free_plain(), pool.cached_free()), (4, 4, 8));
+    // 48 unnamed tokens, 3 + 3 blocks: the 4 plain ones and 2 evicted,
+    // group 0's blocks 3 and 2: A's prompt hits 2 blocks. (One entry for
+    // a block in both groups would evict one entry of two blocks: 3.)
+    let mut x = Alloc::owned_by(1);
+    pool.pin_and_allocate(&mut x, &PrefixIds::none(), Tokens::new(48), 0, (Tokens::ZERO, Tokens::new(48)), false)
+        .unwrap();
+    assert_eq!((pool.evicted_blocks(), hit(&pool), pool.cached_free()), (2, 2, 6));
+    pool.check().unwrap();
+}
+
+#[test]
 fn a_finished_requests_own_full_blocks_wait_their_turn_in_the_eviction_order() {
     // vLLM caches every full block of computed KV, so a finished request's
     // own blocks join the LRU tail (freed in reverse, before its shared
@@ -704,6 +729,9 @@ fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
     let fa = || group(CacheGroupKind::FullAttention, 16, None);
     let pools: Vec<(&str, Vec<CacheGroup>, u64)> = vec![
         ("full attention", vec![fa()], 40),
+        // Held as a full-attention group and a window no block leaves.
+        ("two full-attention groups", vec![fa(), fa()], 80),
+        ("three full-attention groups beside a tail ring", vec![fa(), fa(), fa(), state_group(16, false)], 130),
         ("window cache", vec![fa(), cached_window(16, 33)], 60),
         ("window cache, B 32", vec![fa(), cached_window(32, 64)], 60),
         ("window only", vec![cached_window(16, 40)], 24),

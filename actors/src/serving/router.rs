@@ -35,9 +35,7 @@ pub enum Policy {
     KvAware,
 }
 
-/// The most tokens (prompt and output together) one request may have: far
-/// beyond any model's context, and small enough that no count overflows.
-pub const MAX_REQUEST_TOKENS: u64 = 1 << 32;
+pub use crate::requests::request::MAX_REQUEST_TOKENS;
 
 /// The latest arrival a request may have, and the end of simulated time:
 /// 2^62 ns (about 146 years). A run whose steps would pass it is stopped

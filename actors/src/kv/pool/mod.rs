@@ -46,10 +46,13 @@
 //! ([`KvPool::lookup`]), so a window-only model hits as well. Where pdsim
 //! departs: other mixes of groups (a window beside a state group, windows
 //! of different specs) free window blocks as plain blocks and hit on full
-//! attention alone; and with several full-attention groups vLLM
-//! frees group by group (own blocks then shared ones, group 0 first),
-//! where one pdsim entry stands for a block in each, so all the groups'
-//! own blocks go ahead of the shared entries.
+//! attention alone; and with several full-attention groups beside window
+//! or Mamba-type groups vLLM frees group by group (own blocks then shared
+//! ones, group 0 first), where one pdsim entry stands for a block in
+//! each, so all the groups' own blocks go ahead of the shared entries.
+//! (Beside no other cached kind, every full-attention group but the first
+//! is held as a window no block ever leaves, and is exact:
+//! [`KvPool::full_groups_apart`].)
 //!
 //! The same content computed twice (two requests that did not hit it, or
 //! a landed handoff whose content another request cached meanwhile) is
@@ -94,6 +97,11 @@ use crate::models::model::{CacheGroup, CacheGroupKind, block_size_lcm};
 /// How many blocks ahead of a run of key map operations their cells are
 /// fetched ([`KeyMap::prefetch`]).
 pub(super) const PREFETCH_AHEAD: usize = 16;
+
+/// The window of a full-attention group held apart as a window group
+/// ([`KvPool::full_groups_apart`]): one token more than a request may hold,
+/// so that no block ever leaves it.
+pub(crate) const UNBOUNDED_WINDOW: Tokens = Tokens::new(crate::requests::request::MAX_REQUEST_TOKENS + 1);
 
 /// Most cache groups a model may have (a pool keeps per-group counts in
 /// fixed arrays on its hot path).
@@ -299,6 +307,7 @@ pub(crate) struct KvPool {
 impl KvPool {
     /// A pool of `num_blocks` shared by `groups`, with or without a prefix cache.
     pub(crate) fn new(groups: Vec<CacheGroup>, num_blocks: u64, prefix_caching: bool) -> Self {
+        let groups = Self::full_groups_apart(groups, prefix_caching);
         let fa: Vec<&CacheGroup> = groups.iter().filter(|g| g.kind() == CacheGroupKind::FullAttention).collect();
         let fa_groups = fa.len() as u64;
         let fa_block = fa.first().map(|g| g.block_size());
@@ -476,6 +485,51 @@ impl KvPool {
     /// a window).
     pub(crate) fn has_window(&self) -> bool {
         self.groups.iter().any(|g| g.kind() == CacheGroupKind::SlidingWindow && g.window().is_some())
+    }
+
+    /// Several full-attention groups of one block size (vLLM groups a
+    /// model's layers into groups of equal size, so a model with more
+    /// full-attention layers than others has several), with prefix caching:
+    /// vLLM caches, frees and evicts each group's blocks apart (a freed
+    /// request's blocks go into the eviction order group by group, each
+    /// tail first, `kv_cache_coordinator.py:404-412`), and a hit needs its
+    /// blocks cached in every group. The window cache ([`Win`]) does exactly
+    /// that for window groups, and to vLLM's managers a full-attention
+    /// group is a window no block ever leaves: its hit, scanned from the
+    /// right for a run of `cdiv(W − 1, B)` cached blocks, finds none that
+    /// long and takes the run from the start, which is the full-attention
+    /// hit. So every such group but the first is held as a window of
+    /// [`UNBOUNDED_WINDOW`] tokens, longer than any request. Only where
+    /// the window cache then takes them: every other group a state group
+    /// that opts out of prefix caching (a tail ring); beside windows or
+    /// Mamba-type states they stay folded (a departure the README names).
+    fn full_groups_apart(groups: Vec<CacheGroup>, prefix_caching: bool) -> Vec<CacheGroup> {
+        let mut fa = groups.iter().filter(|g| g.kind() == CacheGroupKind::FullAttention);
+        let Some(first) = fa.next() else { return groups };
+        let b = first.block_size();
+        let apart = prefix_caching
+            && fa.clone().count() > 0
+            && fa.all(|g| g.block_size() == b && g.prefix_cacheable() && first.prefix_cacheable())
+            && groups.iter().all(|g| match g.kind() {
+                CacheGroupKind::FullAttention => true,
+                CacheGroupKind::State => !g.prefix_cacheable(),
+                _ => false,
+            });
+        if !apart {
+            return groups;
+        }
+        let mut seen = false;
+        groups
+            .into_iter()
+            .map(|g| match g.kind() {
+                CacheGroupKind::FullAttention if seen => g.as_window(UNBOUNDED_WINDOW),
+                CacheGroupKind::FullAttention => {
+                    seen = true;
+                    g
+                }
+                _ => g,
+            })
+            .collect()
     }
 
     /// The groups folded into classes that hold alike for any allocation
