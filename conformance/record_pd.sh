@@ -47,15 +47,18 @@ rm -f "$here"/pd_cases/gen-pd-166[1-4]-*
 python3 "$here/gen_pd_cases.py" 1661 282 "$work" --groups mamba
 python3 "$here/gen_pd_cases.py" 1662 92 "$work" --groups mamba --options
 python3 "$here/gen_pd_cases.py" 1664 191 "$work" --groups mamba
-for k in 1661-20 1661-281 1662-91 1664-190; do cp "$work/gen-pd-$k.json" "$here/pd_cases/"; done
+# (1664-117, 3013-44 and 3151-46: a handoff whose full-attention hit
+# covers its tokens with no state there is computed on the decode side.)
+python3 "$here/gen_pd_cases.py" 3151 47 "$work" --groups mamba
+for k in 1661-20 1661-281 1662-91 1664-117 1664-190 3151-46; do cp "$work/gen-pd-$k.json" "$here/pd_cases/"; done
 # vLLM's priority policy (--priority): cases whose steps it changes.
 rm -f "$here"/pd_cases/gen-pd-301[1-3]-*
 python3 "$here/gen_pd_cases.py" 3011 12 "$work" --priority
 python3 "$here/gen_pd_cases.py" 3012 13 "$work" --groups window --priority
-python3 "$here/gen_pd_cases.py" 3013 20 "$work" --groups mamba --priority
+python3 "$here/gen_pd_cases.py" 3013 45 "$work" --groups mamba --priority
 for k in 3011-0 3011-1 3011-2 3011-3 3011-4 3011-5 3011-6 3011-7 3011-8 3011-9 3011-10 3011-11 \
   3012-0 3012-1 3012-2 3012-4 3012-5 3012-6 3012-11 3012-12 \
-  3013-2 3013-4 3013-5 3013-6 3013-7 3013-8 3013-15 3013-19; do
+  3013-2 3013-4 3013-5 3013-6 3013-7 3013-8 3013-15 3013-19 3013-44; do
   cp "$work/gen-pd-$k.json" "$here/pd_cases/"
 done
 # Groups of one spec: cases whose steps differed before each

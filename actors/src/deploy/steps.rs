@@ -361,6 +361,9 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
         };
         let planned = sched.start_one_step(now, SimTime::MAX, |r| &mut r.t.prefill_started);
         sched.take_reserved(&mut reserved);
+        // (A handoff computed here is in the batch; its source is the
+        // prefill's business, which a case does not model.)
+        sched.take_computed_locally(&mut Vec::new());
         for (req, _hit, reservation) in reserved.drain(..) {
             line.reserved.as_mut().expect("a decode case").push(req.id);
             landing.entry(step + load_steps[&req.id]).or_default().push((req, reservation));

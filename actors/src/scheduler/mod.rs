@@ -186,6 +186,9 @@ struct Core {
     /// Remote loads the last schedule calls reserved, with their hits, for
     /// the rank to start their transfers ([`Scheduler::take_reserved`]).
     reserved: Vec<(Box<Request>, Tokens, Alloc, u64, u64, SimTime)>,
+    /// Handoffs admitted to be computed here, their prefill's KV unread
+    /// ([`Scheduler::take_computed_locally`]): request and prefill rank.
+    computed_locally: Vec<(ReqId, Option<u32>)>,
     /// Blocks the remote loads reserved and not yet scheduled (loading, or
     /// landed and waiting) still need to hold their whole prompt
     /// ([`Core::load_short`]): vLLM counts them among the prefills in
@@ -282,6 +285,7 @@ impl Scheduler {
             group_now: Vec::new(),
             calls: 0,
             reserved: Vec::new(),
+            computed_locally: Vec::new(),
             loads_short: 0,
             reservations_made: 0,
             reservations_waited: 0,
@@ -563,6 +567,18 @@ impl Scheduler {
                 .drain(..)
                 .map(|(req, hit, alloc, no, short, arrived)| (req, hit, Reservation { alloc, no, short, arrived })),
         );
+    }
+
+    /// Moves the handoffs the last schedule calls admitted to compute here
+    /// instead of loading them to `out`, each with its prefill rank: their
+    /// sources are to be released unread. With a Mamba-type group, a
+    /// handoff whose full-attention hit covers the tokens the prefill
+    /// computed, but with no state cached at its end, has nothing to load
+    /// (vLLM's connector counts tokens past the full-attention hit): vLLM
+    /// computes it from the hit every group agrees on, as a new request
+    /// (`KvPool::load_computes_locally`).
+    pub(crate) fn take_computed_locally(&mut self, out: &mut Vec<(ReqId, Option<u32>)>) {
+        out.append(&mut self.core.computed_locally);
     }
 
     /// Takes out the waiting remote load of request `id` (its handoff was

@@ -9,6 +9,8 @@ use slotmap::{SlotMap, new_key_type};
 
 use super::Mode;
 use super::decoding::Member;
+#[cfg(doc)]
+use super::step::Step;
 use crate::base::units::Tokens;
 use crate::kv::Alloc;
 use crate::requests::request::{ReqId, Request};
@@ -28,8 +30,9 @@ pub(crate) struct Seq {
     /// When it reached this rank's server: vLLM's `Request.arrival_time` on
     /// this instance, which its priority policy orders by. The client's
     /// send time on an aggregated or prefill rank; on a decode rank, when
-    /// the router asks for its destination (the proxy hands the request to
-    /// the decode instance after its prefill), not when the client sent it.
+    /// its `ReserveDestination` reaches the rank (the proxy hands the
+    /// request to the decode instance after its prefill), not when the
+    /// client sent it.
     pub(super) arrived: SimTime,
     /// Its KV blocks.
     pub(super) alloc: Alloc,
@@ -267,6 +270,16 @@ impl Seqs {
         let key = self.waiting.remove(wi).expect("a waiting index");
         self.remote -= usize::from(self.map[key].remote);
         key
+    }
+
+    /// Makes the waiting sequence `key` a remote load or not (a decode
+    /// rank's handoff it computes itself, [`Step::admit`]).
+    pub(super) fn set_remote(&mut self, key: SeqKey, remote: bool) {
+        let seq = &mut self.map[key];
+        if seq.remote != remote {
+            seq.remote = remote;
+            if remote { self.remote += 1 } else { self.remote -= 1 }
+        }
     }
 
     /// Waiting remote loads.

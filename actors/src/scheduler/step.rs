@@ -279,16 +279,42 @@ impl<'a> Step<'a> {
     pub fn admit(&mut self, wi: usize) -> bool {
         self.clipped = false;
         let key = self.core.seqs.waiting[wi];
+        let mut local_load = false;
         if self.core.seqs.get(key).remote {
-            return self.reserve(wi);
+            let core = &*self.core;
+            let seq = core.seqs.get(key);
+            if !core.pool.load_computes_locally(&seq.req.prefix, seq.req.prompt, seq.req.id, seq.req.transferred_tokens)
+            {
+                return self.reserve(wi);
+            }
+            // Nothing to load: admitted as a new request from the hit every
+            // group agrees on (as vLLM reconciles a diverged hit), or left a
+            // remote load to be looked at again.
+            self.core.seqs.set_remote(key, false);
+            local_load = true;
         }
+        // (The prefill rank's hit, which a first lookup here would take the
+        // place of.)
+        let prefill_hit = self.core.seqs.get(key).req.prefill_hit;
         let held = !self.core.seqs.get(key).alloc.is_empty();
         if !self.first_chunk(key) {
+            if local_load {
+                self.core.seqs.set_remote(key, true);
+            }
             return false;
         }
         let core = &mut *self.core;
         core.seqs.unqueue(wi, held);
         core.seqs.admit(key);
+        if local_load {
+            // The prefill's KV is not read: its source goes back now (vLLM's
+            // worker tells the prefill side that it reads no block).
+            let seq = core.seqs.get_mut(key);
+            seq.req.decode_hit = seq.computed;
+            seq.req.prefill_hit = prefill_hit;
+            seq.req.transferred_tokens = Tokens::ZERO;
+            core.computed_locally.push((seq.req.id, seq.req.prefill_rank));
+        }
         // A landed load scheduled: no longer among the prefills in flight.
         let seq = core.seqs.get_mut(key);
         core.loads_short -= std::mem::take(&mut seq.load_short);

@@ -712,6 +712,8 @@ pub(crate) struct DecodeRank {
     transferring: FxHashMap<ReqId, InTransfer>,
     /// Scratch: the loads a schedule call reserved.
     reserved: Vec<(Box<Request>, Tokens, Reservation)>,
+    /// Scratch for the handoffs computed here, not loaded (reused).
+    computed_locally: Vec<(ReqId, Option<u32>)>,
     /// Decode ranks (TP ranks) reading from one prefill TP rank: a link
     /// carries that many times one decode rank's bytes (`tp::Reads`).
     readers: u32,
@@ -742,6 +744,7 @@ impl DecodeRank {
             abort_probability: abort,
             transferring: FxHashMap::default(),
             reserved: Vec::new(),
+            computed_locally: Vec::new(),
             lease,
             crashed_at: None,
         };
@@ -817,6 +820,14 @@ impl DecodeRank {
     /// step that allocated them).
     fn start_transfers(&mut self, ctx: &mut Context<'_, Msg>) {
         let now = ctx.now();
+        // Handoffs computed here: their sources go back unread.
+        let mut local = std::mem::take(&mut self.computed_locally);
+        self.core.sched.take_computed_locally(&mut local);
+        for (id, prefill_rank) in local.drain(..) {
+            let source = self.prefill[prefill_rank.expect("a handoff names its prefill rank") as usize];
+            ctx.send(source, Msg::ReleaseSource(id)).expect("prefill ranks outlive the run");
+        }
+        self.computed_locally = local;
         let mut reserved = std::mem::take(&mut self.reserved);
         loop {
             self.core.sched.take_reserved(&mut reserved);

@@ -20,13 +20,13 @@ use serde_json::Value;
 const NOT_YET: &[(&str, &str)] = &[];
 
 /// The decode-side cases (`pd_cases/`) pdsim does not follow yet, with what
-/// differs. With a Mamba group, under pool pressure, vLLM has fewer free
-/// blocks than pdsim at some reservation (gen-pd-8-49: none free where
-/// pdsim reserves); not yet traced to its rule. (pdsim also takes a
-/// Mamba hybrid's local hit as aggregated admission does, where vLLM's
-/// NIXL path reports the full-attention hit, `kv_cache_manager.py:330-378`
-/// called at `scheduler.py:668-671`.)
-const NOT_YET_PD: &[(&str, &str)] = &[];
+/// differs.
+const NOT_YET_PD: &[(&str, &str)] = &[(
+    "gen-pd-1664-117",
+    "Mamba, step 36: vLLM counts 8 blocks for request 6's load (5 full \
+     attention past its 40-token hit, the cached state at the hit it touches, \
+     a new state, the tail ring) with 7 free and waits; pdsim reserves it",
+)];
 
 /// (batch in scheduling order, preempted, finished after, reserved loads of
 /// a decode case).

@@ -135,6 +135,22 @@ impl KvPool {
         if deeper { self.cached_prefix(prefix, prompt, owner, goal) } else { n }
     }
 
+    /// Whether a decode rank computes a handoff of `t` transferred tokens
+    /// itself instead of loading it: with a Mamba-type group, when the
+    /// full-attention hit covers all `t` tokens but no state is cached at
+    /// its end, the connector finds nothing to load, and vLLM falls back
+    /// to the hit every group agrees on and computes the rest of the
+    /// prompt locally (`scheduler.py:1197-1208`, `hit_diverged`), the
+    /// prefill's KV unread. [`KvPool::connector_hit`] then gives that
+    /// agreed hit.
+    pub(crate) fn load_computes_locally(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, t: Tokens) -> bool {
+        if !self.caching || self.state_groups == 0 || self.fa_groups == 0 || self.win().is_some() {
+            return false;
+        }
+        let n = self.fa_hit(prefix, prompt, owner, prompt);
+        n > 0 && self.hit_tokens(n) >= t && self.hit_entry(prefix, prompt, owner, n) == 0
+    }
+
     /// Whether a hit of `n` blocks ends where a state is cached (align mode;
     /// never otherwise).
     pub(crate) fn hit_state_cached(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, n: u32) -> bool {
