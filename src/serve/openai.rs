@@ -239,7 +239,8 @@ pub fn read(
 /// `text` read as Python's `int()` reads it (vLLM parses the priority
 /// header so): blanks around, a sign, decimal digits with single
 /// underscores between them; `None` where `int()` raises (vLLM then keeps
-/// the body's priority), or beyond 128 bits (refused as beyond 32 anyway).
+/// the body's priority). A number beyond 128 bits is read as the nearest
+/// 128-bit one (refused as beyond 32 bits all the same).
 fn python_int(text: &str) -> Option<i128> {
     let t = text.trim();
     let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
@@ -251,8 +252,10 @@ fn python_int(text: &str) -> Option<i128> {
     if !well_formed {
         return None;
     }
-    let n: i128 = digits.replace('_', "").parse().ok()?;
-    Some(if t.starts_with('-') { -n } else { n })
+    let negative = t.starts_with('-');
+    // (Only overflow fails here: the digits are well formed.)
+    let n: i128 = digits.replace('_', "").parse().unwrap_or(i128::MAX);
+    Some(if negative { -n } else { n })
 }
 
 /// vLLM's error body (`ErrorResponse`).
@@ -440,6 +443,9 @@ mod tests {
         assert_eq!(h(json!({"prompt": "abc", "priority": -2}), "1__0"), Ok(-2));
         assert_eq!(h(json!({"prompt": "abc", "priority": -2}), "+"), Ok(-2));
         assert_eq!(h(json!({"prompt": "abc"}), "3000000000").map_err(|r| r.status), Err(400));
+        let huge = "9".repeat(40);
+        assert_eq!(h(json!({"prompt": "abc"}), &huge).map_err(|r| r.status), Err(400), "beyond 128 bits");
+        assert_eq!(h(json!({"prompt": "abc"}), &format!("-{huge}")).map_err(|r| r.status), Err(400));
         let e = error_body(400, "m");
         assert_eq!(
             e,

@@ -322,6 +322,44 @@ fn full_attention_groups_of_one_spec_are_evicted_group_by_group() {
 }
 
 #[test]
+fn full_attention_groups_are_held_apart_only_where_the_window_cache_takes_them() {
+    // Held apart, a second full-attention group is a class of its own (a
+    // window); folded, the groups are one class.
+    let fa = || group(CacheGroupKind::FullAttention, 16, None);
+    let classes = |groups: Vec<CacheGroup>, caching: bool| KvPool::new(groups, 100, caching).classes();
+    assert_eq!(classes(vec![fa(), fa()], true), 2, "apart");
+    assert_eq!(classes(vec![fa(), fa(), fa(), state_group(16, false)], true), 3, "apart, beside a tail ring");
+    assert_eq!(classes(vec![fa(), fa()], false), 1, "no prefix cache: nothing to evict");
+    // Beside a Mamba-type state (align mode) or a window, folded as before.
+    assert_eq!(classes(vec![fa(), fa(), state_group(16, true), state_group(16, false)], true), 3);
+    assert_eq!(classes(vec![fa(), fa(), cached_window(16, 33)], true), 2);
+}
+
+#[test]
+fn a_landed_handoff_keeps_its_arrival_at_the_rank_under_the_priority_policy() {
+    // A reaches the rank at 3 ms and B at 5 ms; both are reserved, B lands
+    // first (10 ms), A later (12 ms). Landed handoffs wait in priority
+    // order, equal priorities by arrival at the rank: A goes first.
+    let mut s = sched(Mode::Generate, 100, 8, 100);
+    s.set_lazy_decoding(false);
+    s.set_options(SchedulerOptions { priority: true, ..SchedulerOptions::default() });
+    let ms = |m: u64| SimTime::ZERO + SimDuration::from_millis(m);
+    for (id, at) in [(0, 3), (1, 5)] {
+        let mut r = req(id, 32, 2);
+        r.transferred_tokens = r.prompt;
+        s.enqueue_remote(r, ms(at));
+    }
+    s.start_one_step(ms(5), SimTime::MAX, started);
+    let mut reserved = Vec::new();
+    s.take_reserved(&mut reserved);
+    assert_eq!(reserved.iter().map(|(r, ..)| r.id).collect::<Vec<_>>(), [0, 1]);
+    let (a, b) = (reserved.remove(0), reserved.remove(0));
+    s.enqueue_landed(b.0, b.2, ms(10));
+    s.enqueue_landed(a.0, a.2, ms(12));
+    assert_eq!(step(&mut s, ms(12)), [(0, 1), (1, 1)], "each computes its last prompt token, A first");
+}
+
+#[test]
 fn a_finished_requests_own_full_blocks_wait_their_turn_in_the_eviction_order() {
     // vLLM caches every full block of computed KV, so a finished request's
     // own blocks join the LRU tail (freed in reverse, before its shared

@@ -71,7 +71,9 @@ pub const fn prefill_clip_blocks(w: Tokens, b: Tokens) -> Blocks {
 /// the prompt.
 #[inline]
 pub(crate) const fn admission_cap_blocks(w: Tokens, b: Tokens, in_flight: Tokens) -> u64 {
-    (w.get() - 1 + in_flight.get()).div_ceil(b.get()) + 1
+    // (Saturating: a full-attention group held as a window of 2^32 + 1
+    // tokens, `KvPool::full_groups_apart`, beside a huge budget.)
+    (w.get() - 1).saturating_add(in_flight.get()).div_ceil(b.get()).saturating_add(1)
 }
 
 /// The window blocks a prefix hit needs cached before its end: the blocks

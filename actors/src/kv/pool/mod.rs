@@ -18,7 +18,8 @@
 //! as free-but-cached and are evicted least recently used first when free
 //! blocks run out (a freed request's tail first, as vLLM frees in
 //! reverse). Hits are counted in whole full-attention blocks (one
-//! cached entry covers the block in every full-attention group); without
+//! cached entry covers the block in every full-attention group, but where
+//! the groups are held apart, [`KvPool::full_groups_apart`]); without
 //! the window cache below, the window and state blocks at the hit position
 //! are allocated fresh.
 //!
@@ -51,8 +52,10 @@
 //! ones, group 0 first), where one pdsim entry stands for a block in
 //! each, so all the groups' own blocks go ahead of the shared entries.
 //! (Beside no other cached kind, every full-attention group but the first
-//! is held as a window no block ever leaves, and is exact:
-//! [`KvPool::full_groups_apart`].)
+//! is held as a window no block ever leaves, [`KvPool::full_groups_apart`]:
+//! exact for two groups; with three or more, the groups past the first
+//! share one window entry, so a hit is exact but an eviction takes a
+//! block of each of them where vLLM takes one group's first.)
 //!
 //! The same content computed twice (two requests that did not hit it, or
 //! a landed handoff whose content another request cached meanwhile) is
@@ -499,7 +502,10 @@ impl KvPool {
     /// right for a run of `cdiv(W − 1, B)` cached blocks, finds none that
     /// long and takes the run from the start, which is the full-attention
     /// hit. So every such group but the first is held as a window of
-    /// [`UNBOUNDED_WINDOW`] tokens, longer than any request. Only where
+    /// [`UNBOUNDED_WINDOW`] tokens, longer than any request (window groups
+    /// of one spec share one entry, so with three groups or more the
+    /// second and later are evicted together: hits stay exact, eviction
+    /// counts not quite). Only where
     /// the window cache then takes them: every other group a state group
     /// that opts out of prefix caching (a tail ring); beside windows or
     /// Mamba-type states they stay folded (a departure the README names).
