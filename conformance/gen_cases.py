@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Seeded random cases for the conformance suite.
 
-  gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|window-only|mamba-only|sizes|full2|full3|windows] [--async]
+  gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|window-only|mamba-only|sizes|sizes4|full2|full3|windows] [--async]
                [--first-chunk] [--options] [--priority]
 
 (window: full attention + a sliding window; mamba: full attention + a
 Mamba state + a tail ring; mixed: either, drawn per case; window-only: a
 sliding window alone; mamba-only: a Mamba state and a tail ring; sizes:
-full attention beside a window of twice its block size; full2, full3:
+full attention beside a window of twice its block size (sizes4: four
+times); full2, full3:
 two or three full-attention groups; windows: full attention beside two or
 three window groups of one spec; --priority: vLLM's priority policy with
 per-request priorities)
@@ -77,12 +78,13 @@ def case(rng, groups):
             {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": False},
         ]
         c["num_blocks"] = 1 + 8 + rng.randint(0, need)
-    elif kind == "sizes":
-        # Full attention beside a window group of twice its block size: hits
-        # aligned to the lcm.
+    elif kind in ("sizes", "sizes4"):
+        # Full attention beside a window group of twice (four times) its
+        # block size: hits aligned to the lcm.
+        f = 4 if kind == "sizes4" else 2
         c["cache_groups"] = [
             {"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True},
-            {"kind": "sliding_window", "block_size_tokens": 2 * bs, "window_tokens": rng.randint(1, 3) * 2 * bs,
+            {"kind": "sliding_window", "block_size_tokens": f * bs, "window_tokens": rng.randint(1, 3) * f * bs,
              "prefix_cacheable": True},
         ]
         c["num_blocks"] = 1 + 2 * need + rng.randint(0, 3 * need)
