@@ -23,9 +23,13 @@ const NOT_YET: &[(&str, &str)] = &[];
 /// differs.
 const NOT_YET_PD: &[(&str, &str)] = &[(
     "gen-pd-1664-117",
-    "Mamba, step 36: vLLM counts 8 blocks for request 6's load (5 full \
-     attention past its 40-token hit, the cached state at the hit it touches, \
-     a new state, the tail ring) with 7 free and waits; pdsim reserves it",
+    "Mamba, step 36: request 6's full-attention hit is 40 tokens, its Mamba \
+     group's own hit 8 (a state cached by request 5, now unpinned). vLLM's \
+     connector path hands the Mamba manager that 8-token hit \
+     (`find_longest_cache_hit_per_group`), which counts it as taken when \
+     evictable (`_get_num_evictable_blocks`) and holds it until the next \
+     allocation: 5 + 2 + 1 = 8 blocks with 7 free, so it waits. pdsim counts \
+     a hit's state only where the hit ends at one: 7, and reserves",
 )];
 
 /// (batch in scheduling order, preempted, finished after, reserved loads of
