@@ -5,4 +5,4 @@ mod keymap;
 mod lru;
 mod pool;
 
-pub(crate) use pool::{Alloc, KvPool, MAX_GROUPS};
+pub(crate) use pool::{Alloc, ConnectorHit, KvPool, MAX_GROUPS};

@@ -185,7 +185,7 @@ struct Core {
     calls: u64,
     /// Remote loads the last schedule calls reserved, with their hits, for
     /// the rank to start their transfers ([`Scheduler::take_reserved`]).
-    reserved: Vec<(Box<Request>, Tokens, Alloc, u64, u64, SimTime)>,
+    reserved: Vec<(Box<Request>, Tokens, Reservation)>,
     /// Handoffs admitted to be computed here, their prefill's KV unread
     /// ([`Scheduler::take_computed_locally`]): request and prefill rank.
     computed_locally: Vec<(ReqId, Option<u32>)>,
@@ -561,12 +561,7 @@ impl Scheduler {
     /// its first decode step holds (the KV of all N prompt tokens, as vLLM
     /// allocates for the whole prompt), its cached prefix pinned.
     pub(crate) fn take_reserved(&mut self, out: &mut Vec<(Box<Request>, Tokens, Reservation)>) {
-        out.extend(
-            self.core
-                .reserved
-                .drain(..)
-                .map(|(req, hit, alloc, no, short, arrived)| (req, hit, Reservation { alloc, no, short, arrived })),
-        );
+        out.append(&mut self.core.reserved);
     }
 
     /// Moves the handoffs the last schedule calls admitted to compute here
@@ -576,7 +571,7 @@ impl Scheduler {
     /// computed, but with no state cached at its end, has nothing to load
     /// (vLLM's connector counts tokens past the full-attention hit): vLLM
     /// computes it from the hit every group agrees on, as a new request
-    /// (`KvPool::load_computes_locally`).
+    /// (`KvPool::connector_hit`).
     pub(crate) fn take_computed_locally(&mut self, out: &mut Vec<(ReqId, Option<u32>)>) {
         out.append(&mut self.core.computed_locally);
     }
@@ -733,7 +728,7 @@ impl Scheduler {
             out.push(seq.req);
         }
         // Reserved loads the rank has not taken yet (none between its calls).
-        for (req, _, mut alloc, _, short, _) in core.reserved.drain(..) {
+        for (req, _, Reservation { mut alloc, short, .. }) in core.reserved.drain(..) {
             core.pool.release(&mut alloc, Tokens::ZERO);
             core.loads_out -= 1;
             core.loads_short -= short;

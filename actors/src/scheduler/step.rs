@@ -4,8 +4,9 @@
 //! or nothing, members of the decoding set are counted, never visited).
 
 use super::seqs::{Seq, SeqKey};
-use super::{Core, Finished, Mode};
+use super::{Core, Finished, Mode, Reservation};
 use crate::base::units::Tokens;
+use crate::kv::ConnectorHit;
 use crate::models::steptime::BatchShape;
 use crate::vllm::engine::EngineLoop;
 use crate::vllm::mamba::{Chunk, aligned_chunk};
@@ -283,15 +284,16 @@ impl<'a> Step<'a> {
         if self.core.seqs.get(key).remote {
             let core = &*self.core;
             let seq = core.seqs.get(key);
-            if !core.pool.load_computes_locally(&seq.req.prefix, seq.req.prompt, seq.req.id, seq.req.transferred_tokens)
-            {
-                return self.reserve(wi);
+            match core.pool.connector_hit(&seq.req.prefix, seq.req.prompt, seq.req.id, seq.req.transferred_tokens) {
+                ConnectorHit::Load(hit) => return self.reserve(wi, hit),
+                // Nothing to load: admitted as a new request from the hit
+                // every group agrees on (as vLLM reconciles a diverged hit),
+                // or left a remote load to be looked at again.
+                ConnectorHit::ComputeLocally => {
+                    self.core.seqs.set_remote(key, false);
+                    local_load = true;
+                }
             }
-            // Nothing to load: admitted as a new request from the hit every
-            // group agrees on (as vLLM reconciles a diverged hit), or left a
-            // remote load to be looked at again.
-            self.core.seqs.set_remote(key, false);
-            local_load = true;
         }
         // (The prefill rank's hit, which a first lookup here would take the
         // place of.)
@@ -337,13 +339,14 @@ impl<'a> Step<'a> {
         true
     }
 
-    /// Reserves the remote load at `wi` (see [`Step::admit`]). As vLLM's
+    /// Reserves the remote load at `wi` past its hit of `hit` cache blocks
+    /// (`KvPool::connector_hit`; see [`Step::admit`]). As vLLM's
     /// decode scheduler does for an async load (`reserved_blocks`), it
     /// must leave free the blocks that the prefills in flight (running
     /// sequences whose prompt is not all computed after this step: a
     /// preempted request's recompute, in chunks) still need to hold their
     /// whole known sequence.
-    fn reserve(&mut self, wi: usize) -> bool {
+    fn reserve(&mut self, wi: usize, hit: u32) -> bool {
         // (The loads reserved in this step count from their reservation on.)
         let keep = *self.inflight.get_or_insert_with(|| self.core.inflight_prefill_blocks() - self.core.loads_short)
             + self.core.loads_short;
@@ -353,7 +356,6 @@ impl<'a> Step<'a> {
         let seq = core.seqs.get(key);
         let n = seq.req.prompt;
         let t = seq.req.transferred_tokens;
-        let hit = core.pool.connector_hit(&seq.req.prefix, n, seq.req.id, n, t);
         let windows = core.pool.window_cached() || core.pool.frees_plain_midway();
         let state = handoff::reservation_span(t, n, windows);
         let need = core.pool.blocks_after_hit(hit, state.0, state.1, false);
@@ -391,7 +393,8 @@ impl<'a> Step<'a> {
         core.loads_out += 1;
         let short = core.load_short(&seq.req, &seq.alloc);
         core.loads_short += short;
-        core.reserved.push((seq.req, core.pool.hit_tokens(hit), seq.alloc, core.reservations_made, short, seq.arrived));
+        let reservation = Reservation { alloc: seq.alloc, no: core.reservations_made, short, arrived: seq.arrived };
+        core.reserved.push((seq.req, core.pool.hit_tokens(hit), reservation));
         true
     }
 

@@ -110,6 +110,16 @@ pub(crate) const UNBOUNDED_WINDOW: Tokens = Tokens::new(crate::requests::request
 /// fixed arrays on its hot path).
 pub(crate) const MAX_GROUPS: usize = 16;
 
+/// What a decode rank's remote load finds in the cache
+/// ([`KvPool::connector_hit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConnectorHit {
+    /// Load the rest past a hit of this many cache blocks.
+    Load(u32),
+    /// Nothing to load: the rank computes the prompt itself.
+    ComputeLocally,
+}
+
 /// Not enough free blocks: how many the operation needed and had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Shortfall {
@@ -510,12 +520,10 @@ impl KvPool {
     /// that opts out of prefix caching (a tail ring); beside windows or
     /// Mamba-type states they stay folded (a departure the README names).
     fn full_groups_apart(groups: Vec<CacheGroup>, prefix_caching: bool) -> Vec<CacheGroup> {
-        let mut fa = groups.iter().filter(|g| g.kind() == CacheGroupKind::FullAttention);
-        let Some(first) = fa.next() else { return groups };
-        let b = first.block_size();
+        let fa: Vec<&CacheGroup> = groups.iter().filter(|g| g.kind() == CacheGroupKind::FullAttention).collect();
         let apart = prefix_caching
-            && fa.clone().count() > 0
-            && fa.all(|g| g.block_size() == b && g.prefix_cacheable() && first.prefix_cacheable())
+            && fa.len() >= 2
+            && fa.iter().all(|g| g.block_size() == fa[0].block_size() && g.prefix_cacheable())
             && groups.iter().all(|g| match g.kind() {
                 CacheGroupKind::FullAttention => true,
                 CacheGroupKind::State => !g.prefix_cacheable(),

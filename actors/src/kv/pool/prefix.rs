@@ -2,7 +2,7 @@
 //! pinning a hit and allocating the rest all or nothing, and registering
 //! blocks as they fill.
 
-use super::{Alloc, Kind, KvPool, Shortfall, Take, keys, state};
+use super::{Alloc, ConnectorHit, Kind, KvPool, Shortfall, Take, keys, state};
 use crate::base::keys::plain_key;
 use crate::base::units::{Blocks, Tokens};
 use crate::models::model::CacheGroupKind;
@@ -104,51 +104,37 @@ impl KvPool {
         (m, junction)
     }
 
-    /// The hit of a decode rank's remote load (vLLM's
-    /// `get_computed_blocks_for_connector`, `kv_cache_manager.py:330-378`,
-    /// which the NIXL connector asks for): with a Mamba hybrid, the
-    /// full-attention hit, whether or not a state was cached at its end
-    /// (the connector moves the state anyway), unless some state is cached
-    /// past it (its full-attention blocks were evicted): then the hit every
-    /// group agrees on ([`KvPool::cached_prefix`]). Other models:
+    /// What a decode rank's remote load of `t` transferred tokens finds
+    /// in the cache (vLLM's `get_computed_blocks_for_connector`,
+    /// `kv_cache_manager.py:330-378`, which the NIXL connector asks for).
+    /// With a Mamba hybrid, the full-attention hit, whether or not a state
+    /// was cached at its end (the connector moves the state anyway), unless
+    /// some state is cached past it (its full-attention blocks were
+    /// evicted): then the hit every group agrees on
+    /// ([`KvPool::cached_prefix`]). But a full-attention hit that covers
+    /// all `t` tokens with no state cached at its end leaves the connector
+    /// nothing to load: vLLM falls back to the hit every group agrees on
+    /// and computes the rest of the prompt itself, the prefill's KV unread
+    /// (`scheduler.py:1197-1208`, `hit_diverged`). Other models:
     /// [`KvPool::cached_prefix`].
-    ///
-    /// Where pdsim departs: a full-attention hit that covers all `t`
-    /// tokens loaded with no state cached at its end leaves vLLM nothing to
-    /// load, so it computes the prompt on the decode side from the hit
-    /// every group agrees on (`scheduler.py:1199-1210`); pdsim takes that
-    /// hit and loads the rest.
     ///
     /// B = 8, a 104-token prompt whose first 72 tokens another request's
     /// load cached, its state cached at 120 only: 9 blocks (72 tokens), where
     /// an admission would hit none.
-    pub(crate) fn connector_hit(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens, t: Tokens) -> u32 {
+    pub(crate) fn connector_hit(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, t: Tokens) -> ConnectorHit {
         if !self.caching || self.state_groups == 0 || self.fa_groups == 0 || self.win().is_some() {
-            return self.cached_prefix(prefix, prompt, owner, goal);
-        }
-        let n = self.fa_hit(prefix, prompt, owner, goal);
-        if n == 0 || (self.hit_tokens(n) >= t && self.hit_entry(prefix, prompt, owner, n) == 0) {
-            return self.cached_prefix(prefix, prompt, owner, goal);
-        }
-        let most = u32::try_from(prefix::hit_limit(goal).blocks_floor(self.cache_block()).get()).unwrap_or(u32::MAX);
-        let deeper = (n + 1..=most).any(|m| self.hit_entry(prefix, prompt, owner, m) != 0);
-        if deeper { self.cached_prefix(prefix, prompt, owner, goal) } else { n }
-    }
-
-    /// Whether a decode rank computes a handoff of `t` transferred tokens
-    /// itself instead of loading it: with a Mamba-type group, when the
-    /// full-attention hit covers all `t` tokens but no state is cached at
-    /// its end, the connector finds nothing to load, and vLLM falls back
-    /// to the hit every group agrees on and computes the rest of the
-    /// prompt locally (`scheduler.py:1197-1208`, `hit_diverged`), the
-    /// prefill's KV unread. [`KvPool::connector_hit`] then gives that
-    /// agreed hit.
-    pub(crate) fn load_computes_locally(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, t: Tokens) -> bool {
-        if !self.caching || self.state_groups == 0 || self.fa_groups == 0 || self.win().is_some() {
-            return false;
+            return ConnectorHit::Load(self.cached_prefix(prefix, prompt, owner, prompt));
         }
         let n = self.fa_hit(prefix, prompt, owner, prompt);
-        n > 0 && self.hit_tokens(n) >= t && self.hit_entry(prefix, prompt, owner, n) == 0
+        if n == 0 {
+            return ConnectorHit::Load(self.cached_prefix(prefix, prompt, owner, prompt));
+        }
+        if self.hit_tokens(n) >= t && self.hit_entry(prefix, prompt, owner, n) == 0 {
+            return ConnectorHit::ComputeLocally;
+        }
+        let most = u32::try_from(prefix::hit_limit(prompt).blocks_floor(self.cache_block()).get()).unwrap_or(u32::MAX);
+        let deeper = (n + 1..=most).any(|m| self.hit_entry(prefix, prompt, owner, m) != 0);
+        ConnectorHit::Load(if deeper { self.cached_prefix(prefix, prompt, owner, prompt) } else { n })
     }
 
     /// Whether a hit of `n` blocks ends where a state is cached (align mode;
