@@ -606,11 +606,13 @@ impl Scheduler {
         self.core.pool.release(&mut alloc, Tokens::ZERO);
     }
 
-    /// The KV of `req` landed in `reservation`: its blocks go into the
-    /// prefix cache (as vLLM caches them when the transfer completes), and
-    /// it queues to compute its last prompt token (vLLM computes it on the
-    /// decode side: never computed by a Mamba-type prefill, recomputed for
-    /// its logits otherwise).
+    /// The KV of `req` landed in `reservation`: it queues to compute its
+    /// last prompt token (vLLM computes it on the decode side: never
+    /// computed by a Mamba-type prefill, recomputed for its logits
+    /// otherwise). Its blocks go into the prefix cache when a schedule
+    /// call's admission first reaches it ([`Step::admit`]), as vLLM caches
+    /// them when its waiting loop peeks the request, not when the read
+    /// ends: landed handoffs are cached in queue order.
     ///
     /// It waits ahead of every sequence that holds no blocks, among the
     /// landed handoffs in the order they were reserved (under the priority
@@ -618,13 +620,13 @@ impl Scheduler {
     /// in its `kv_holding_waiting` queue from its reservation on, skipped
     /// while it loads, and drains that queue before `waiting`).
     pub(crate) fn enqueue_landed(&mut self, req: Box<Request>, reservation: Reservation, now: SimTime) {
-        let Reservation { mut alloc, no, short, arrived } = reservation;
+        let Reservation { alloc, no, short, arrived } = reservation;
         self.core.loads_out -= 1;
-        self.core.pool.register(&mut alloc, &req.prefix, req.prompt, req.transferred_tokens);
         let computed = req.prompt.saturating_sub(Tokens::new(1));
         let mut seq = Seq::new(req, arrived, alloc, computed, Tokens::ZERO, true);
         seq.reservation = no;
         seq.load_short = short;
+        seq.uncached = true;
         self.core.take_in(seq, true, now);
     }
 

@@ -72,6 +72,12 @@ pub(crate) struct Seq {
     /// For a landed handoff not yet scheduled: what it counts among the
     /// prefills in flight (`Core::load_short`).
     pub(super) load_short: u64,
+    /// For a landed handoff: its KV's blocks are not in the prefix cache
+    /// yet; the first schedule call whose admission reaches it caches them
+    /// (vLLM's `_update_waiting_for_remote_kv`, when its waiting loop
+    /// peeks the request), so landed handoffs are cached in queue order,
+    /// not in the order their reads ended.
+    pub(super) uncached: bool,
     /// It finished in the step being finished ([`Seqs::take_finished`]).
     pub(super) finished: bool,
     /// Where its last prefix-cache lookup found a shared prefix that a state
@@ -115,6 +121,7 @@ impl Seq {
             first_call: 0,
             reservation: 0,
             load_short: 0,
+            uncached: false,
             finished: false,
             junction: Tokens::ZERO,
             admitted: 0,

@@ -280,6 +280,12 @@ impl<'a> Step<'a> {
     pub fn admit(&mut self, wi: usize) -> bool {
         self.clipped = false;
         let key = self.core.seqs.waiting[wi];
+        let seq = self.core.seqs.get_mut(key);
+        if std::mem::take(&mut seq.uncached) {
+            // A landed handoff reached: its blocks enter the cache now.
+            let upto = seq.req.transferred_tokens;
+            self.core.pool.register(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, upto);
+        }
         let mut local_load = false;
         if self.core.seqs.get(key).remote {
             let core = &*self.core;

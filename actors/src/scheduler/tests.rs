@@ -360,6 +360,41 @@ fn a_landed_handoff_keeps_its_arrival_at_the_rank_under_the_priority_policy() {
 }
 
 #[test]
+fn a_landed_handoff_is_cached_when_admission_reaches_it() {
+    // vLLM caches a landed load's blocks when its waiting loop peeks the
+    // request (`_update_waiting_for_remote_kv`), not when the read ends,
+    // and the loop stops before peeking once `max_num_seqs` run. A (ids
+    // 1, 2) and B (ids 3, 4), 32 tokens each, are reserved; B lands first.
+    let mut s = sched(Mode::Generate, 100, 1, 100);
+    s.set_lazy_decoding(false);
+    let ms = |m: u64| SimTime::ZERO + SimDuration::from_millis(m);
+    for (id, ids) in [(0, [1, 2]), (1, [3, 4])] {
+        let mut r = prefixed(id, &ids, 2);
+        r.transferred_tokens = r.prompt;
+        s.enqueue_remote(r, ms(1));
+    }
+    s.start_one_step(ms(1), SimTime::MAX, started);
+    let mut reserved = Vec::new();
+    s.take_reserved(&mut reserved);
+    let (a, b) = (reserved.remove(0), reserved.remove(0));
+    let (a_prefix, b_prefix) = (a.0.prefix.clone(), b.0.prefix.clone());
+    let hit = |s: &Scheduler, p: &PrefixIds| s.core.pool.cached_prefix(p, Tokens::new(32), 9, Tokens::new(33));
+    s.enqueue_landed(b.0, b.2, ms(10));
+    assert_eq!(hit(&s, &b_prefix), 0, "landed, not looked at yet: not cached");
+    s.enqueue_landed(a.0, a.2, ms(12));
+    // A goes first (reserved first) and runs; with one sequence running
+    // the loop stops before B: A's blocks are cached, B's still not.
+    assert_eq!(step(&mut s, ms(12)), [(0, 1)]);
+    assert_eq!((hit(&s, &a_prefix), hit(&s, &b_prefix)), (2, 0));
+    assert!(finish(&mut s).is_empty());
+    // A's second token; then A is done and B is reached, cached and run.
+    assert_eq!(step(&mut s, ms(20)), [(0, 1)]);
+    assert_eq!(finish(&mut s), [0]);
+    assert_eq!(step(&mut s, ms(30)), [(1, 1)]);
+    assert_eq!(hit(&s, &b_prefix), 2);
+}
+
+#[test]
 fn a_finished_requests_own_full_blocks_wait_their_turn_in_the_eviction_order() {
     // vLLM caches every full block of computed KV, so a finished request's
     // own blocks join the LRU tail (freed in reverse, before its shared
