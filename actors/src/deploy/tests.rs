@@ -9,7 +9,7 @@ use super::sim::{self, Deployment, RankId, RunInput};
 use crate::base::units::{Blocks, Bytes, Tokens};
 use crate::models::model::{CacheGroupKind, CacheGroupSpec, ModelSpec, Role};
 use crate::requests::request::{Command, FailReason, Outcome, Request};
-use crate::requests::workload::{ArrivalMode, PrefixIds};
+use crate::requests::workload::{ArrivalMode, PrefixIds, RequestSpec};
 use crate::serving::msg::Msg;
 use crate::serving::ranks::{AggregatedRank, DecodeRank, PrefillRank};
 
@@ -141,4 +141,36 @@ fn an_aggregated_grouped_rank_refuses_every_handoff_command() {
     let out = b.run().unwrap();
     // Injected past the router, as above: only the entry count is off.
     assert_eq!(out.violations, ["0 requests entered, 2 accounted for"]);
+}
+
+#[test]
+fn a_source_released_during_a_prefill_step_is_freed_at_the_steps_end() {
+    // vLLM's prefill worker reports the decode side's notification
+    // (`finished_sending`) when it polls the connector at the end of the
+    // step in flight, and the scheduler frees the source then. Request 1
+    // is prefilled in [0, 2.099 ms]; request 2 arrives at 2.099 ms and is
+    // prefilled in [2.099, 4.198 ms]. Request 1's read ends mid-step (a
+    // 200 us latency: at 2.2997 ms), so its source is held until 4.198 ms,
+    // not freed when the release comes.
+    let mut s = spec(true);
+    s.link.latency_us = 200.0;
+    let dep = Deployment::build(&grouped(), &s).unwrap();
+    let at = |us: u64| SimTime::from_nanos(us * 1_000);
+    let reqs = [0, 2_099].map(|t| RequestSpec {
+        arrival: at(t),
+        prompt: Tokens::new(100),
+        output: Tokens::new(4),
+        prefix: PrefixIds::none(),
+        priority: 0,
+    });
+    let mut b = sim::build(&dep, RunInput { source: Box::new(reqs.into_iter()), ..input() }).unwrap();
+    let p = b.ranks[0].id();
+    b.sim.run_until(at(3_000));
+    let sources = b.sim.actor::<PrefillRank>(p).unwrap().sources();
+    assert_eq!((sources.held, sources.released), (1, 0), "released by the decode rank, not yet freed");
+    b.sim.run_until(at(4_199));
+    let sources = b.sim.actor::<PrefillRank>(p).unwrap().sources();
+    assert_eq!((sources.held, sources.released), (2, 1), "freed at the step's end; request 2 held");
+    let out = b.run().unwrap();
+    assert!(out.violations.is_empty(), "{:?}", out.violations);
 }

@@ -335,6 +335,10 @@ trait Side {
     /// leaves to the role (a decode rank's reserved loads start their
     /// transfers).
     fn after_schedule(&mut self, ctx: &mut Context<'_, Msg>);
+    /// After a step's outputs are applied (its finished sequences handed
+    /// to [`Side::on_finished`]): what the role's worker reports at the
+    /// step's end (a prefill rank's polled source notifications).
+    fn after_step(&mut self, _ctx: &mut Context<'_, Msg>) {}
     /// The role's own timeline values.
     fn extra(&self) -> Extra;
 }
@@ -407,6 +411,7 @@ fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
                 rank.on_finished(f, ctx);
             }
             rank.core().finished = done;
+            rank.after_step(ctx);
         }
         msg => match msg.command() {
             Some(command) if !command.accepted_by(S::ROLE) => rank.core().refuse(command, msg, ctx),
@@ -500,6 +505,11 @@ pub(crate) struct PrefillRank {
     lapsing: BTreeSet<(SimTime, ReqId)>,
     /// The one timer for the oldest source's expiry.
     hold_timer: Option<EventId>,
+    /// Release (true) and cancel (false) notifications that came during
+    /// the step in flight, in order: vLLM's prefill worker reports them
+    /// (`finished_sending`) when it polls the connector at the step's end,
+    /// and the scheduler frees those sources after the step's own frees.
+    polled: Vec<(ReqId, bool)>,
     sources: SourceStats,
 }
 
@@ -514,6 +524,7 @@ impl PrefillRank {
             expiry: VecDeque::new(),
             lapsing: BTreeSet::new(),
             hold_timer: None,
+            polled: Vec::new(),
             sources: SourceStats::default(),
         };
         first_sample(&mut rank);
@@ -533,6 +544,7 @@ impl PrefillRank {
 
     /// Frees every held source (end-of-run accounting); returns how many.
     pub(crate) fn release_all_sources(&mut self) -> usize {
+        self.polled.clear();
         let mut ids: Vec<ReqId> = self.held.keys().copied().collect();
         ids.sort_unstable();
         for id in &ids {
@@ -559,6 +571,16 @@ impl PrefillRank {
             }
         }
         true
+    }
+
+    /// The decode side released (`released`) or cancelled a source: it is
+    /// freed.
+    fn notified(&mut self, id: ReqId, released: bool, ctx: &mut Context<'_, Msg>) {
+        match (self.drop_source(id, ctx), released) {
+            (true, true) => self.sources.released += 1,
+            (true, false) => self.sources.cancelled += 1,
+            (false, _) => self.sources.stale += 1,
+        }
     }
 
     /// Expires every source held past its hold, then arms the timer for the
@@ -630,14 +652,13 @@ impl Side for PrefillRank {
                     self.core.finish(req, ctx);
                 }
             }
-            Msg::ReleaseSource(id) => match self.drop_source(id, ctx) {
-                true => self.sources.released += 1,
-                false => self.sources.stale += 1,
-            },
-            Msg::CancelSource(id, _) => match self.drop_source(id, ctx) {
-                true => self.sources.cancelled += 1,
-                false => self.sources.stale += 1,
-            },
+            // The decode side's notification: freed at once when no step
+            // is in flight (vLLM's idle engine spins on empty steps, each
+            // polling its connector), else at the step's end.
+            Msg::ReleaseSource(id) if self.core.step_timer.is_some() => self.polled.push((id, true)),
+            Msg::CancelSource(id, _) if self.core.step_timer.is_some() => self.polled.push((id, false)),
+            Msg::ReleaseSource(id) => self.notified(id, true, ctx),
+            Msg::CancelSource(id, _) => self.notified(id, false, ctx),
             Msg::HoldCheck => {
                 self.hold_timer = None;
                 self.check_holds(ctx);
@@ -677,6 +698,15 @@ impl Side for PrefillRank {
     }
 
     fn after_schedule(&mut self, _ctx: &mut Context<'_, Msg>) {}
+
+    /// The notifications polled at the step's end, in the order they came.
+    fn after_step(&mut self, ctx: &mut Context<'_, Msg>) {
+        let mut polled = std::mem::take(&mut self.polled);
+        for (id, released) in polled.drain(..) {
+            self.notified(id, released, ctx);
+        }
+        self.polled = polled;
+    }
 
     fn extra(&self) -> Extra {
         Extra { series: [Some((Metric::HeldSources, self.held.len() as u64)), None], outside: 0 }
