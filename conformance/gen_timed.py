@@ -108,6 +108,32 @@ def us(ps):
     return f"{ps // 1_000_000}.{ps % 1_000_000:06d}"
 
 
+def draw_pd(rng, c):
+    """A 1P1D deployment of the case's rank (`--pd`): the prefill pool, and a
+    link from one that takes longer than a step per read to one that
+    takes microseconds, shared or first come first served."""
+    need = max(-(-(r["prompt"] + 1) // c["block_size"]) for r in c["requests"])
+    groups = len(c["cache_groups"])
+    c["role"] = "pd"
+    c["pd"] = {"prefill_num_blocks": 1 + groups * need + rng.randint(0, rng.choice([need, 4 * need, 40 * need])),
+               "transfer_bytes_per_block": 4096,
+               "link": {"latency_ns": rng.choice([0, 1_000, 20_000, 150_000]),
+                        "bytes_per_s": rng.choice([20_000_000, 100_000_000, 500_000_000, 2_000_000_000,
+                                                   25_000_000_000]),
+                        "sharing": rng.choice(["processor_sharing", "fifo"])}}
+
+
+def role_lines(c, num_blocks):
+    st = c["step_time_ps"]
+    return [f'num_blocks = {num_blocks - 1}',
+            f'max_num_batched_tokens = {c["max_num_batched_tokens"]}', f'max_num_seqs = {c["max_num_seqs"]}',
+            f'prefix_caching = {str(c["prefix_caching"]).lower()}',
+            f'async_scheduling = {str(c.get("async_scheduling", False)).lower()}',
+            *(f"{k} = {toml_value(c[k])}" for k in OPTION_KEYS if k in c),
+            f'step_time = {{ kind = "linear", fixed_us = {us(st["fixed"])}, per_token_us = {us(st["per_token"])}, '
+            f'per_seq_us = {us(st["per_seq"])}, per_context_token_us = {us(st["per_context_token"])} }}']
+
+
 def scenario(name, c):
     lines = [f'name = "{name}"', 'vllm_version = "0.33.0"', "", "[model]", 'name = "timed"']
     for i, g in enumerate(c["cache_groups"]):
@@ -116,15 +142,16 @@ def scenario(name, c):
                   "transfer_bytes_per_block = 4096", f'prefix_cacheable = {str(g["prefix_cacheable"]).lower()}']
         if "window_tokens" in g:
             lines.append(f'window_tokens = {g["window_tokens"]}')
-    st = c["step_time_ps"]
-    lines += ["", "[aggregated]", f'num_blocks = {c["num_blocks"] - 1}',
-              f'max_num_batched_tokens = {c["max_num_batched_tokens"]}', f'max_num_seqs = {c["max_num_seqs"]}',
-              f'prefix_caching = {str(c["prefix_caching"]).lower()}',
-              f'async_scheduling = {str(c.get("async_scheduling", False)).lower()}',
-              *(f"{k} = {toml_value(c[k])}" for k in OPTION_KEYS if k in c),
-              f'step_time = {{ kind = "linear", fixed_us = {us(st["fixed"])}, per_token_us = {us(st["per_token"])}, '
-              f'per_seq_us = {us(st["per_seq"])}, per_context_token_us = {us(st["per_context_token"])} }}',
-              "", "[frontend]", "request_us = 0", "response_us = 0",
+    if c.get("role") == "pd":
+        link = c["pd"]["link"]
+        lines += ["", "[prefill]", "count = 1", *role_lines(c, c["pd"]["prefill_num_blocks"]),
+                  "", "[decode]", "count = 1", *role_lines(c, c["num_blocks"]),
+                  "", "[link]", f'bandwidth_gb_s = {link["bytes_per_s"] / 1e9}',
+                  f'latency_us = {link["latency_ns"] // 1000}.{link["latency_ns"] % 1000:03d}',
+                  f'sharing = "{link["sharing"]}"']
+    else:
+        lines += ["", "[aggregated]", *role_lines(c, c["num_blocks"])]
+    lines += ["", "[frontend]", "request_us = 0", "response_us = 0",
               "", "[workload]",
               f'trace = {{ format = "timed_trace", path = "{name}.trace.jsonl", chunk_hash_size = {c["block_size"]} }}',
               ""]
@@ -158,6 +185,8 @@ def main():
             draw_options(random.Random(f"{seed}-{k}-options"), c)
         if "--priority" in sys.argv:
             draw_priorities(random.Random(f"{seed}-{k}-priority"), c, tighten=False)
+        if "--pd" in sys.argv:
+            draw_pd(random.Random(f"{seed}-{k}-pd"), c)
         name = f"timed-{seed}-{k}"
         with open(os.path.join(out, name + ".json"), "w") as f:
             json.dump(c, f)

@@ -23,11 +23,31 @@ def ns(ms):
     return int(whole) * 1_000_000 + int((frac + "000000")[:6])
 
 
+# The times of a P/D request on its way, which vllm_pd_timed.py gives too:
+# where two runs differ, the earliest of these that differs says where.
+DETAIL = ["prefill_done", "reserved", "transfer_done", "decode_started"]
+
+
+def first_detail(ours, theirs):
+    """The earliest intermediate time that differs (None if none does)."""
+    diffs = []
+    for i in sorted(theirs):
+        for k in DETAIL + ["first_token", "finished"]:
+            a, b = ours[i].get(k + "_ns"), theirs[i].get(k + "_ns")
+            if k + "_ns" in theirs[i] and a != b:
+                diffs.append((min(x for x in (a, b) if x is not None), i, k, a, b))
+    if not diffs:
+        return ""
+    t, i, k, a, b = min(diffs)
+    return f" (first on its way: request {i}'s {k} pdsim {a} vLLM {b})"
+
+
 def pdsim_rows(path):
     with open(path, newline="") as f:
         return {int(r["id"]): dict(id=int(r["id"]), outcome=r["outcome"], arrival_ns=ns(r["arrival_ms"]),
                                    first_token_ns=ns(r["first_token_ms"]), finished_ns=ns(r["finished_ms"]),
-                                   preemptions=int(r["preemptions"]))
+                                   preemptions=int(r["preemptions"]),
+                                   **{k + "_ns": ns(r[k + "_ms"]) for k in DETAIL if k + "_ms" in r})
                 for r in csv.DictReader(f)}
 
 
@@ -47,7 +67,7 @@ def verdict(name, csv_path, jsonl_path):
             return False, f"{name}: request {i}: pdsim {a['outcome']}"
         for k in ("arrival_ns", "first_token_ns", "finished_ns", "preemptions"):
             if a[k] != b[k]:
-                return False, f"{name}: request {i}: {k} pdsim {a[k]} vLLM {b[k]}"
+                return False, f"{name}: request {i}: {k} pdsim {a[k]} vLLM {b[k]}" + first_detail(ours, theirs)
     preempted = sum(r["preemptions"] for r in theirs.values())
     return True, f"{name}: identical ({len(theirs)} requests, {preempted} preemptions)"
 

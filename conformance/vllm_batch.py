@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Runs vllm_steps.py (or, for a decode case, vllm_pd_steps.py; for a
-timed case, one with `step_time_ps`, vllm_timed.py) on many cases in one
+timed case, one with `step_time_ps`, vllm_timed.py, or vllm_pd_timed.py
+with `"role": "pd"`) on many cases in one
 process (vLLM's import takes most of half a minute):
 vllm_batch.py OUT_DIR CASE.json... writes OUT_DIR/<case name>.vllm.jsonl
 for each."""
@@ -10,6 +11,7 @@ import os
 import sys
 
 import vllm_pd_steps
+import vllm_pd_timed
 import vllm_steps
 import vllm_timed
 
@@ -21,7 +23,10 @@ def main():
         name = os.path.basename(case)[: -len(".json")]
         with open(os.path.join(out_dir, name + ".vllm.jsonl"), "w") as f, contextlib.redirect_stdout(f):
             cfg = json.load(open(case))
-            driver = vllm_timed if "step_time_ps" in cfg else vllm_pd_steps if cfg.get("role") == "decode" else vllm_steps
+            if "step_time_ps" in cfg:
+                driver = vllm_pd_timed if cfg.get("role") == "pd" else vllm_timed
+            else:
+                driver = vllm_pd_steps if cfg.get("role") == "decode" else vllm_steps
             sys.argv = [os.path.basename(driver.__file__), case]
             driver.main()
 

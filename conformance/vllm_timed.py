@@ -119,9 +119,11 @@ class Run:
                 self.now += step_ns(self.sched, out, self.st)
             else:
                 # An empty step with work left waits for the next arrival
-                # (vLLM spins; nothing changes until a request arrives).
+                # (vLLM spins; nothing changes until a request arrives),
+                # unless it preempted: the next call admits again at once.
                 self.apply(out, req_ids, sampled)
-                self.idle_or_stuck()
+                if not getattr(out, "preempted_req_ids", None):
+                    self.idle_or_stuck()
                 continue
             self.apply(out, req_ids, sampled)
         raise SystemExit("no progress")
@@ -151,7 +153,7 @@ class Run:
             end, out, req_ids, sampled = queue.pop(0)
             self.now = max(self.now, end)
             self.apply(out, req_ids, sampled)
-            if out.total_num_scheduled_tokens == 0 and not queue:
+            if out.total_num_scheduled_tokens == 0 and not queue and not getattr(out, "preempted_req_ids", None):
                 # An empty schedule with nothing executing: vLLM spins on
                 # empty schedules until something arrives.
                 self.idle_or_stuck()

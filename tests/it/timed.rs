@@ -1,8 +1,11 @@
 //! `pdsim run`'s per-request times against vLLM 0.33.0's scheduler driven
 //! in simulated time (`conformance/vllm_timed.py`: the engine core's loop,
 //! synchronous or with the asynchronous batch queue, a simulated clock and
-//! the same `linear` step time), on the recorded cases in
-//! `conformance/timed/` (`conformance/record_timed.sh` regenerates them).
+//! the same `linear` step time; for a 1P1D deployment,
+//! `conformance/vllm_pd_timed.py`: a prefill and a decode engine with
+//! vLLM's NIXL connector, the proxy between them and pdsim's link), on the
+//! recorded cases in `conformance/timed/` (`conformance/record_timed.sh`
+//! regenerates them).
 //!
 //! Each case is a scenario (`NAME.toml`, its requests in `NAME.trace.jsonl`)
 //! run as `pdsim run` runs it, and vLLM's times (`NAME.vllm.jsonl`): every
@@ -74,6 +77,18 @@ fn check(name: &str) -> Result<usize, String> {
                 "request {}: pdsim {got:?} vLLM {want:?} (arrival, first token, finish, preemptions)",
                 r.id
             ));
+        }
+        // A P/D case (vllm_pd_timed.py): the times on its way too.
+        if v.get("reserved_ns").is_some() {
+            let t = &r.t;
+            let got = [t.prefill_done, t.reserved, t.transfer_done, t.decode_started].map(ns);
+            let want = ["prefill_done_ns", "reserved_ns", "transfer_done_ns", "decode_started_ns"].map(|k| v[k].as_u64());
+            if got != want {
+                return Err(format!(
+                    "request {}: pdsim {got:?} vLLM {want:?} (prefill done, reserved, transfer done, decode started)",
+                    r.id
+                ));
+            }
         }
     }
     Ok(theirs.len())
