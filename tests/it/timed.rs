@@ -82,7 +82,8 @@ fn check(name: &str) -> Result<usize, String> {
         if v.get("reserved_ns").is_some() {
             let t = &r.t;
             let got = [t.prefill_done, t.reserved, t.transfer_done, t.decode_started].map(ns);
-            let want = ["prefill_done_ns", "reserved_ns", "transfer_done_ns", "decode_started_ns"].map(|k| v[k].as_u64());
+            let want =
+                ["prefill_done_ns", "reserved_ns", "transfer_done_ns", "decode_started_ns"].map(|k| v[k].as_u64());
             if got != want {
                 return Err(format!(
                     "request {}: pdsim {got:?} vLLM {want:?} (prefill done, reserved, transfer done, decode started)",
