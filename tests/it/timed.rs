@@ -78,12 +78,18 @@ fn check(name: &str) -> Result<usize, String> {
                 r.id
             ));
         }
-        // A P/D case (vllm_pd_timed.py): the times on its way too.
+        // A P/D case (vllm_pd_timed.py): the times on its way too (the
+        // reservation only where there was a read: a handoff with nothing
+        // to read is only a notification to vLLM's connector).
         if v.get("reserved_ns").is_some() {
             let t = &r.t;
-            let got = [t.prefill_done, t.reserved, t.transfer_done, t.decode_started].map(ns);
-            let want =
+            let read = !v["transfer_done_ns"].is_null();
+            let got = [t.prefill_done, t.reserved.filter(|_| read), t.transfer_done, t.decode_started].map(ns);
+            let mut want =
                 ["prefill_done_ns", "reserved_ns", "transfer_done_ns", "decode_started_ns"].map(|k| v[k].as_u64());
+            if !read {
+                want[1] = None;
+            }
             if got != want {
                 return Err(format!(
                     "request {}: pdsim {got:?} vLLM {want:?} (prefill done, reserved, transfer done, decode started)",
