@@ -71,6 +71,7 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
 import vllm_steps  # noqa: E402
+from gen_timed import OPTION_KEYS  # noqa: E402  (the scheduler options a case may give)
 from vllm_timed import step_ns  # noqa: E402
 
 MAX_INSTANTS = 50_000_000
@@ -154,8 +155,7 @@ class Link:
 
 
 class Engine:
-    def __init__(self, name, sched, hasher, st):
-        self.name = name
+    def __init__(self, sched, hasher, st):
         self.sched = sched
         self.hasher = hasher
         self.st = st
@@ -180,8 +180,8 @@ class Run:
         dsched, _ = vllm_steps.build(cfg, kv_transfer_config=dkt)
         hasher = get_request_block_hasher(hash_bs, sha256)
         st = cfg["step_time_ps"]
-        self.p = Engine("prefill", psched, hasher, st)
-        self.d = Engine("decode", dsched, hasher, st)
+        self.p = Engine(psched, hasher, st)
+        self.d = Engine(dsched, hasher, st)
         self.link = Link(pd["link"])
         self.bytes_per_block = int(pd["transfer_bytes_per_block"])
         self.pending = collections.deque(sorted(cfg["requests"], key=lambda r: (r["arrival_ns"], r["id"])))
@@ -355,7 +355,7 @@ class Run:
         same call, so that a timed case that differs can be compared step
         by step (run.sh)."""
         keep = ("max_num_seqs", "max_num_batched_tokens", "num_blocks", "block_size", "prefix_caching",
-                "cache_groups", *(k for k in vllm_steps_option_keys() if k in self.cfg))
+                "cache_groups", *OPTION_KEYS)
         case = {k: self.cfg[k] for k in keep if k in self.cfg}
         case["role"] = "decode"
         reqs = []
@@ -367,11 +367,6 @@ class Run:
             reqs.append(q)
         case["requests"] = reqs
         return case
-
-
-def vllm_steps_option_keys():
-    return ["scheduler_reserve_full_isl", "enable_chunked_prefill", "long_prefill_token_threshold",
-            "long_prefill_token_threshold_adaptive", "max_num_active_seqs", "watermark", "max_model_len", "policy"]
 
 
 def main():
