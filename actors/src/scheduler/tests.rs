@@ -360,6 +360,30 @@ fn a_landed_handoff_keeps_its_arrival_at_the_rank_under_the_priority_policy() {
 }
 
 #[test]
+fn a_window_prefill_in_flight_counts_its_block_table_against_the_cap() {
+    // vLLM's `_request_remaining_blocks` for a running request is
+    // `min(cdiv(N, B), cap) − len(block table)` per window group, and the
+    // table keeps its skipped blocks as null blocks. Full attention and a
+    // 33-token window of 8-token blocks, a budget of 16 (cap: cdiv(32 +
+    // 16, 8) + 1 = 7), one 224-token prompt. After 8 steps (128 tokens,
+    // 16 positions): full attention 28 − 16 = 12, the window min(28, 7) −
+    // 16 → 0; 12 in all. (Counting the window's blocks from 128 to 224
+    // less those it holds gave one more.)
+    let groups = vec![group(CacheGroupKind::FullAttention, 8, None), cached_window(8, 33)];
+    let limits = Limits { max_num_batched_tokens: 16, max_num_seqs: 4 };
+    let pool = KvPool::new(groups, 200, true);
+    let mut s = Scheduler::with_pool(Mode::Generate, limits, false, pool, Box::new(Fixed), Box::new(VllmPolicy));
+    s.set_check_invariants(true);
+    s.set_lazy_decoding(false);
+    s.enqueue(req(0, 224, 2), Tokens::ZERO, SimTime::ZERO);
+    for k in 0..8 {
+        assert_eq!(step(&mut s, SimTime::ZERO + SimDuration::from_millis(k)), [(0, 16)]);
+        assert!(finish(&mut s).is_empty());
+    }
+    assert_eq!(s.core.inflight_prefill_blocks(), 12);
+}
+
+#[test]
 fn a_landed_handoff_is_cached_when_admission_reaches_it() {
     // vLLM caches a landed load's blocks when its waiting loop peeks the
     // request (`_update_waiting_for_remote_kv`), not when the read ends,

@@ -6,6 +6,7 @@ use crate::base::units::Tokens;
 use crate::models::model::CacheGroupKind;
 use crate::requests::workload::PrefixIds;
 use crate::vllm::admission::{Whole, group_blocks_counted};
+use crate::vllm::window::admission_cap_blocks;
 
 impl KvPool {
     /// Whether a sequence new to the pool, pinning `hit` cached blocks, could
@@ -95,7 +96,10 @@ impl KvPool {
     /// known sequence `whole`, as vLLM counts a prefill in flight's
     /// (`_request_remaining_blocks` → `get_num_blocks_to_allocate`): per
     /// group, what admission counts for `whole` less what the group holds;
-    /// a Mamba group in align mode needs one block when the last state's
+    /// a window group, the whole sequence's blocks at most its admission
+    /// cap less every block position through the tokens allocated (vLLM's
+    /// block table keeps a skipped block as a null block); a Mamba group
+    /// in align mode needs one block when the last state's
     /// block lies past its block table, else none (`MambaManager` caps the
     /// new blocks at one, `single_type_kv_cache_manager.py:1740-1790`,
     /// whatever state block it holds now).
@@ -108,9 +112,18 @@ impl KvPool {
         self.groups
             .iter()
             .map(|g| {
+                let b = g.block_size();
                 if align && g.kind() == CacheGroupKind::State && g.prefix_cacheable() {
-                    let b = g.block_size();
                     whole.to.blocks_ceil(b).get().saturating_sub(alloc.to.blocks_ceil(b).get()).min(1)
+                } else if let (CacheGroupKind::SlidingWindow | CacheGroupKind::Convolution, Some(w)) =
+                    (g.kind(), g.window())
+                {
+                    // vLLM counts a window group's block table, whose
+                    // skipped blocks stay in it as null blocks: every
+                    // position through the tokens allocated, against the
+                    // whole sequence's positions at most the admission cap.
+                    let cap = admission_cap_blocks(w, b, whole.in_flight);
+                    whole.to.blocks_ceil(b).get().min(cap).saturating_sub(alloc.to.blocks_ceil(b).get())
                 } else {
                     let held = Self::group_blocks(g, align, alloc.from, alloc.mid, alloc.to, alloc.checkpoints);
                     group_blocks_counted(g, align, whole).saturating_sub(held)
