@@ -291,6 +291,7 @@ impl Deployment {
         let limits = Limits { max_num_batched_tokens: s.max_num_batched_tokens, max_num_seqs: s.max_num_seqs as usize };
         let mut b = Scheduler::new(mode, limits, checkpoints, pool, model, policy);
         b.set_check_invariants(self.spec.check_invariants);
+        b.set_kv_connector(plan.role == Role::Decode);
         b.set_lazy_decoding(self.lazy_decoding);
         let engine = if s.async_scheduling.unwrap_or(plan.rules.async_scheduling()) {
             EngineLoop::Async

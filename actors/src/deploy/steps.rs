@@ -285,6 +285,7 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
     let mut sched = Scheduler::new(Mode::Generate, limits, false, pool, Box::new(OneMs), Box::new(VllmPolicy));
     sched.set_lazy_decoding(false);
     sched.set_check_invariants(true);
+    sched.set_kv_connector(decode);
     sched.set_options(options(case)?);
     if case.async_scheduling {
         // The case numbers the schedule calls itself: nothing is held back.

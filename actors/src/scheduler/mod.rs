@@ -162,6 +162,10 @@ struct Core {
     step_started: SimTime,
     stats: Stats,
     check_invariants: bool,
+    /// The rank runs vLLM's KV connector (a P/D decode rank): a finishing
+    /// request frees its skipped blocks first
+    /// ([`KvPool::release_with_connector`]).
+    connector: bool,
     /// Sequences that cannot fit in the pool even alone, with the blocks
     /// their step needed (their blocks are still held).
     stuck: Vec<(Seq, u64)>,
@@ -272,6 +276,7 @@ impl Scheduler {
             step_started: SimTime::ZERO,
             stats: Stats::default(),
             check_invariants: false,
+            connector: false,
             stuck: Vec::new(),
             last_need: 0,
             max_run: DEFAULT_MAX_RUN,
@@ -308,6 +313,13 @@ impl Scheduler {
     /// it is a bug in pdsim).
     pub(crate) fn set_check_invariants(&mut self, on: bool) {
         self.core.check_invariants = on;
+    }
+
+    /// The rank runs vLLM's KV connector (a P/D decode rank): a request
+    /// that finishes frees the blocks its processed tokens skip before the
+    /// rest (vLLM's `_connector_finished`).
+    pub(crate) fn set_kv_connector(&mut self, on: bool) {
+        self.core.connector = on;
     }
 
     /// Drives the scheduler as `engine` says (vLLM's synchronous
@@ -453,7 +465,7 @@ impl Scheduler {
             core.finishing = 0;
             core.seqs.take_finished(&mut core.done);
             for seq in core.done.drain(..) {
-                core.released.push(core_finished(&mut core.pool, core.mode, seq));
+                core.released.push(core_finished(&mut core.pool, core.mode, core.connector, seq));
             }
         }
         dt
@@ -519,7 +531,7 @@ impl Scheduler {
         self.core.finish_step(now);
         let core = &mut self.core;
         for seq in core.done.drain(..) {
-            done.push(core_finished(&mut core.pool, core.mode, seq));
+            done.push(core_finished(&mut core.pool, core.mode, core.connector, seq));
         }
         if core.check_invariants
             && let Err(e) = core.pool.check()
@@ -778,7 +790,7 @@ impl Scheduler {
 /// freed, a prefill's source release applied ([`crate::vllm::handoff::source_release`]: a window group
 /// keeps its in-window blocks, a state group its running block; the rest,
 /// checkpoint blocks included, is freed).
-fn core_finished(pool: &mut KvPool, mode: Mode, seq: Seq) -> Finished {
+fn core_finished(pool: &mut KvPool, mode: Mode, connector: bool, seq: Seq) -> Finished {
     let Seq { mut req, mut alloc, computed, .. } = seq;
     match mode {
         Mode::Generate => {
@@ -789,7 +801,11 @@ fn core_finished(pool: &mut KvPool, mode: Mode, seq: Seq) -> Finished {
             // num_in_flight)` with nothing left in flight, `scheduler.py`
             // 2406-2416), where a preemption frees on the placeholder's
             // basis ([`Seq::hashable`]).
-            pool.release(&mut alloc, computed);
+            if connector {
+                pool.release_with_connector(&mut alloc, computed);
+            } else {
+                pool.release(&mut alloc, computed);
+            }
             Finished::Completed(req)
         }
         Mode::PrefillOnly => {

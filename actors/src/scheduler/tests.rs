@@ -719,6 +719,42 @@ fn state_group(b: u64, cacheable: bool) -> CacheGroup {
     group_caching(CacheGroupKind::State, b, None, cacheable)
 }
 
+/// A request finishing on a rank with vLLM's KV connector frees its
+/// superseded state block first (`_connector_finished` →
+/// `remove_skipped_blocks`), ahead of its full-attention blocks; without
+/// one, its blocks go group by group, full attention first. A, three
+/// named blocks' worth of ids, computes 0..32 (its state at 32 cached)
+/// and a decode step 32..33, and finishes. 20 blocks: 3 stay cached (two
+/// full-attention blocks and the state at 32), 17 plain; taking 18 evicts
+/// the first cached entry in the order.
+#[test]
+fn a_connector_finish_frees_the_superseded_state_first() {
+    let state_at_32_after_one_eviction = |connector: bool| {
+        let groups = vec![group(CacheGroupKind::FullAttention, 16, None), state_group(16, true)];
+        let mut pool = KvPool::new(groups, 20, true);
+        let a_req = prefixed(0, &[1, 2, 3], 1);
+        let mut a = Alloc::owned_by(0);
+        pool.pin_and_allocate(&mut a, &a_req.prefix, a_req.prompt, 0, (Tokens::ZERO, Tokens::new(32)), false).unwrap();
+        pool.register(&mut a, &a_req.prefix, a_req.prompt, Tokens::new(32));
+        pool.resize(&mut a, Tokens::new(32), Tokens::new(33), false).unwrap();
+        if connector {
+            pool.release_with_connector(&mut a, Tokens::new(33));
+        } else {
+            pool.release(&mut a, Tokens::new(33));
+        }
+        assert_eq!((pool.free_plain(), pool.cached_free()), (17, 3));
+        assert!(pool.hit_state_cached(&a_req.prefix, a_req.prompt, 9, 2));
+        let mut c = Alloc::owned_by(1);
+        let t = Tokens::new(17 * 16);
+        pool.pin_and_allocate(&mut c, &PrefixIds::none(), t, 0, (Tokens::ZERO, t), false).unwrap();
+        assert_eq!(pool.evicted_blocks(), 1);
+        pool.check().unwrap();
+        pool.hit_state_cached(&a_req.prefix, a_req.prompt, 9, 2)
+    };
+    assert!(!state_at_32_after_one_eviction(true), "the state went first");
+    assert!(state_at_32_after_one_eviction(false), "a full-attention block went first");
+}
+
 /// Two requests that compute the same state (neither hit it) each keep
 /// their own block of it, cached as two copies, as vLLM's
 /// `BlockHashToBlockMap` keeps both: registering the second frees nothing,

@@ -131,6 +131,34 @@ impl KvPool {
     /// (59 computed) holding 1 shared block: 3 full blocks, 2 of them its
     /// own, go to the LRU tail, then the shared one; its partial fourth
     /// block is reused first.
+    /// [`KvPool::release`] of a request finishing on a rank with vLLM's KV
+    /// connector (a P/D decode rank): vLLM's `_connector_finished` first
+    /// frees the blocks the processed tokens skip
+    /// (`remove_skipped_blocks`, `scheduler.py:3366-3375`), so in align
+    /// mode a state group's superseded state blocks (before the block of
+    /// the state at `computed`, the later first) go ahead of the
+    /// full-attention blocks in the eviction order; then the rest, as
+    /// `release` frees it.
+    pub(crate) fn release_with_connector(&mut self, alloc: &mut Alloc, computed: Tokens) {
+        if alloc.pinned != 0
+            && let Some(b) = self.align()
+        {
+            let cur = u32::try_from(computed.blocks_ceil(b).get().saturating_sub(1)).unwrap_or(u32::MAX);
+            let mut pins = self.pins(alloc);
+            pins.sort_unstable_by_key(|&(_, i)| std::cmp::Reverse(i));
+            for p in &mut pins {
+                if p.0 != 0 && p.1 < cur {
+                    self.unref_slot(state::state_slot(p.0));
+                    *p = (0, 0);
+                }
+            }
+            // (Its count of pins stays: `release` counts the state blocks it
+            // held as it held them, and skips the pins dropped here.)
+            self.state_pins.insert(alloc.owner, pins);
+        }
+        self.release(alloc, computed);
+    }
+
     pub(crate) fn release(&mut self, alloc: &mut Alloc, computed: Tokens) {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         let nameless = match self.fa_block {
