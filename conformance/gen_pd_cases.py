@@ -2,7 +2,7 @@
 """Seeded random decode-side (P/D) cases for the conformance suite.
 
   gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|full2|full3] [--first-chunk] [--options]
-               [--priority]
+               [--priority] [--async]
 
 writes OUT_DIR/gen-pd-SEED-K.json for K in 0..COUNT: cases of
 vllm_pd_steps.py ("role": "decode") with block sizes,
@@ -19,7 +19,8 @@ hybrid case takes the same draws as a full-attention one, then its
 window and pool size. --first-chunk marks every case
 `"scheduler_reserve_full_isl": false` (the same draws); --options draws
 vLLM's scheduler options as gen_cases.py does; --priority, vLLM's
-priority policy with per-request priorities.
+priority policy with per-request priorities; --async marks every case
+`"async_scheduling": true` (vLLM's asynchronous engine loop).
 """
 import json
 import os
@@ -92,6 +93,8 @@ def main():
             draw_options(random.Random(f"{seed}-{k}-options"), c)
         if "--priority" in sys.argv:
             draw_priorities(random.Random(f"{seed}-{k}-priority"), c, tighten=False)
+        if "--async" in sys.argv:
+            c["async_scheduling"] = True
         with open(os.path.join(out, f"gen-pd-{seed}-{k}.json"), "w") as f:
             json.dump(c, f)
             f.write("\n")

@@ -4,8 +4,9 @@
 # where a landed load caches content another request cached meanwhile
 # (vLLM keeps both copies), 50 with a sliding window (seed 7, --groups
 # window, gen-pd-7-*) and 50 with a Mamba state (seed 8, --groups mamba,
-# gen-pd-8-*), and the hand-written ones (pd1..pd5), with vLLM 0.33.0's
-# step logs (vllm_pd_steps.py).
+# gen-pd-8-*), the families below (options, policies, groups of one spec,
+# the asynchronous loop), and the hand-written ones (pd1..pd5), with vLLM
+# 0.33.0's step logs (vllm_pd_steps.py).
 #
 #   conformance/record_pd.sh
 #
@@ -75,6 +76,32 @@ for k in \
   3112-87 3112-9 3112-91 3112-93 3112-97 3113-1 3113-13 3113-18 3113-24 3113-25 3113-29 3113-31 \
   3113-36 3113-44 3113-45 3113-46 3113-50 3113-55 3113-57 3113-7 3113-8 \
   ; do
+  cp "$work/gen-pd-$k.json" "$here/pd_cases/"
+done
+# The asynchronous engine loop (--async): the cases that differed before
+# the decode side followed it (a victim the batch in flight writes is not
+# preempted, what a preemption leaves cached, the window blocks a failed
+# allocation frees, the arrival order), and three with preemptions from
+# each family.
+rm -f "$here"/pd_cases/gen-pd-510[1-3]-* "$here"/pd_cases/gen-pd-51[12][0-9]-*
+python3 "$here/gen_pd_cases.py" 5101 47 "$work" --async
+python3 "$here/gen_pd_cases.py" 5102 42 "$work" --groups window --async
+python3 "$here/gen_pd_cases.py" 5103 56 "$work" --groups mamba --async
+python3 "$here/gen_pd_cases.py" 5111 10 "$work" --async
+python3 "$here/gen_pd_cases.py" 5112 9 "$work" --groups window --async
+python3 "$here/gen_pd_cases.py" 5113 3 "$work" --groups mamba --async
+python3 "$here/gen_pd_cases.py" 5114 5 "$work" --groups full2 --async
+python3 "$here/gen_pd_cases.py" 5115 4 "$work" --options --async
+python3 "$here/gen_pd_cases.py" 5116 94 "$work" --priority --async
+python3 "$here/gen_pd_cases.py" 5117 8 "$work" --first-chunk --async
+python3 "$here/gen_pd_cases.py" 5118 4 "$work" --groups mamba --options --async
+python3 "$here/gen_pd_cases.py" 5119 13 "$work" --groups window --priority --async
+python3 "$here/gen_pd_cases.py" 5120 3 "$work" --groups full3 --async
+for k in 5101-3 5101-39 5101-46 5101-6 5102-2 5102-21 5102-24 5102-3 5102-41 5102-6 \
+  5103-0 5103-27 5103-40 5103-43 5103-55 5116-6 5116-93 5119-12 \
+  5117-0 5117-4 5117-7 5111-3 5111-7 5111-9 5114-0 5114-2 5114-4 5120-0 5120-1 5120-2 \
+  5113-0 5113-1 5113-2 5118-0 5118-1 5118-3 5115-0 5115-2 5115-3 5116-0 5116-1 5116-2 \
+  5112-3 5112-6 5112-8 5119-1 5119-2 5119-3; do
   cp "$work/gen-pd-$k.json" "$here/pd_cases/"
 done
 cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py pd_cases pd_cases/*.json \

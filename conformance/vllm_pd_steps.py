@@ -81,6 +81,15 @@ call r with load_steps k, it is reported in finished_recving of call
 r + k - 1's model output, so it is ready (promoted by the scheduler's
 _handle_blocked_waiting_request) from call r + k on; there it computes its
 last prompt token (1 token, or more after a preemption) and samples.
+
+"async_scheduling": true runs vLLM's AsyncScheduler with a batch queue of
+two, as vllm_steps.py does (one line per batch, written when its outputs
+are applied). The load is still reported in the model output of call
+r + k - 1, which is applied after call r + k is made: the request is ready
+from call r + k + 1 on. Two rules of the consumer's scheduler come into
+play only here, both vLLM's own code: block frees are fenced behind the
+batch in flight (`defer_block_free`), and a request the batch in flight
+writes is not preempted (the running loop stops instead).
 """
 import json
 import os
@@ -140,6 +149,56 @@ def remote_prefill_params(r, sched):
                 remote_registration_generation=0, transfer_mode="pull")
 
 
+def add_arrivals(sched, hasher, pending, added, step):
+    while pending and pending[0]["arrival_step"] <= step:
+        r = pending.pop(0)
+        sp = SamplingParams(max_tokens=r["output"], ignore_eos=True,
+                            extra_args={"kv_transfer_params": remote_prefill_params(r, sched)})
+        sched.add_request(Request(request_id=vllm_id(r), prompt_token_ids=tokens_of(r), sampling_params=sp,
+                                  pooling_params=None, block_hasher=hasher, arrival_time=float(step),
+                                  priority=r.get("priority", 0)))
+        added.add(int(r["id"]))
+
+
+def schedule(sched, step, load_steps, landing):
+    """One schedule() call: (its output, the scheduled ids, the tokens each
+    samples, the loads it parked). The fake worker notes when each parked
+    load is reported: in the model output of call step + load_steps - 1."""
+    out = sched.schedule()
+    # The fake worker: the loads the scheduler parked (real connector metadata).
+    meta = out.kv_connector_metadata
+    reserved = [rid for rid, rm in meta.reqs_to_recv.items() if rm.awaiting_kvs]
+    for rid in reserved:
+        assert sched.requests[rid].status == RequestStatus.WAITING_FOR_REMOTE_KVS, rid
+        landing.setdefault(step + load_steps[rid] - 1, []).append(rid)
+    req_ids = list(out.num_scheduled_tokens)
+    # A request samples unless its chunk ends inside its known tokens
+    # (`Scheduler._update_after_schedule` sets `is_prefill_chunk`; under the
+    # asynchronous loop the known tokens count the placeholders).
+    sampled = [[] if sched.requests[rid].is_prefill_chunk else [5] for rid in req_ids]
+    return out, req_ids, sampled, reserved
+
+
+def apply(sched, step, out, req_ids, sampled, reserved, landing, added, done):
+    """update_from_output for call `step`'s batch (with the loads its model
+    output reports) and its log line."""
+    landed = landing.pop(step, [])
+    mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                            sampled_token_ids=sampled,
+                            kv_connector_output=KVConnectorOutput(finished_recving=set(landed))
+                            if landed else None)
+    preempted = sorted(int(x) for x in getattr(out, "preempted_req_ids", None) or [])
+    sched.update_from_output(out, mro)
+    now_done = added - {int(x) for x in sched.requests} - done
+    print(json.dumps(dict(step=step, batch={int(k): v for k, v in sorted(out.num_scheduled_tokens.items(),
+                                                                         key=lambda kv: int(kv[0]))},
+                          order=[int(k) for k in req_ids], preempted=preempted,
+                          finished_after=sorted(now_done), reserved=[int(x) for x in reserved],
+                          waiting=len(sched.waiting) + len(sched.kv_holding_waiting),
+                          running=len(sched.running))), flush=True)
+    done |= now_done
+
+
 def main():
     cfg = json.load(open(sys.argv[1]))
     init_none_hash(sha256)
@@ -148,49 +207,51 @@ def main():
     load_steps = {vllm_id(r): int(r.get("load_steps", 1)) for r in cfg["requests"]}
     assert all(k >= 1 for k in load_steps.values()), "load_steps must be at least 1"
     pending = sorted(cfg["requests"], key=lambda r: (r["arrival_step"], r["id"]))
-    landing = {}  # step whose model output reports the load -> [req ids]
+    landing = {}  # call whose model output reports the load -> [req ids]
+    if vllm_steps.is_async(cfg):
+        return main_async(sched, hasher, pending, load_steps, landing)
     step = 0
     done = set()
     added = set()
     while pending or sched.get_num_unfinished_requests() or landing:
-        while pending and pending[0]["arrival_step"] <= step:
-            r = pending.pop(0)
-            sp = SamplingParams(max_tokens=r["output"], ignore_eos=True,
-                                extra_args={"kv_transfer_params": remote_prefill_params(r, sched)})
-            sched.add_request(Request(request_id=vllm_id(r), prompt_token_ids=tokens_of(r), sampling_params=sp,
-                                      pooling_params=None, block_hasher=hasher, arrival_time=float(step),
-                                      priority=r.get("priority", 0)))
-            added.add(int(r["id"]))
-        out = sched.schedule()
-        # The fake worker: the loads the scheduler parked (real connector metadata).
-        meta = out.kv_connector_metadata
-        reserved = [rid for rid, rm in meta.reqs_to_recv.items() if rm.awaiting_kvs]
-        for rid in reserved:
-            assert sched.requests[rid].status == RequestStatus.WAITING_FOR_REMOTE_KVS, rid
-            landing.setdefault(step + load_steps[rid] - 1, []).append(rid)
-        sched_tokens = dict(out.num_scheduled_tokens)
-        req_ids = list(sched_tokens)
-        sampled = []
-        for rid in req_ids:
-            req = sched.requests[rid]
-            # num_computed_tokens is already advanced past this step's tokens
-            sampled.append([5] if req.num_computed_tokens >= req.num_tokens else [])
-        landed = landing.pop(step, [])
-        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                sampled_token_ids=sampled,
-                                kv_connector_output=KVConnectorOutput(finished_recving=set(landed))
-                                if landed else None)
-        preempted = sorted(int(x) for x in getattr(out, "preempted_req_ids", None) or [])
-        sched.update_from_output(out, mro)
-        now_done = added - {int(x) for x in sched.requests} - done
-        print(json.dumps(dict(step=step, batch={int(k): v for k, v in sorted(sched_tokens.items(),
-                                                                             key=lambda kv: int(kv[0]))},
-                              order=[int(k) for k in req_ids], preempted=preempted,
-                              finished_after=sorted(now_done), reserved=[int(x) for x in reserved],
-                              waiting=len(sched.waiting) + len(sched.kv_holding_waiting),
-                              running=len(sched.running))), flush=True)
-        done |= now_done
+        add_arrivals(sched, hasher, pending, added, step)
+        call = schedule(sched, step, load_steps, landing)
+        apply(sched, step, *call, landing, added, done)
         step += 1
+        if step > MAX_STEPS:
+            raise SystemExit("no progress")
+
+
+def main_async(sched, hasher, pending, load_steps, landing):
+    """EngineCore.step_with_batch_queue with a queue of two batches, as
+    vllm_steps.py drives the AsyncScheduler: new arrivals before each
+    schedule() call; a batch's outputs (with the loads its model output
+    reports) applied when the queue is full or nothing else can be
+    scheduled. With the KV connector of a consumer and two batches in
+    flight, vLLM's scheduler defers block frees (`defer_block_free`,
+    `scheduler.py:188-195`) and will not preempt a request the batch in
+    flight still writes (`scheduler.py:940-942`): both are vLLM's own code
+    here. One line per batch, written when its outputs are applied."""
+    queue = []  # (step, out, req_ids, sampled, reserved), oldest first
+    step = 0
+    done = set()
+    added = set()
+    while pending or sched.get_num_unfinished_requests() or queue or landing:
+        add_arrivals(sched, hasher, pending, added, step)
+        if sched.has_requests():
+            call = schedule(sched, step, load_steps, landing)
+            queue.append((step, *call))
+            step += 1
+            executed = call[0].total_num_scheduled_tokens > 0
+            if len(queue) < 2 and (executed or sched.has_requests()):
+                continue
+        if not queue:
+            # Nothing scheduled and nothing in flight: the next arrival's
+            # step is the next schedule call.
+            step = max(step, pending[0]["arrival_step"]) if pending else step
+            continue
+        s, *call = queue.pop(0)
+        apply(sched, s, *call, landing, added, done)
         if step > MAX_STEPS:
             raise SystemExit("no progress")
 

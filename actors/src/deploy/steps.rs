@@ -326,7 +326,7 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
     pending.sort_by_key(|&(_, r)| (std::cmp::Reverse(r.arrival_step), std::cmp::Reverse(r.id)));
 
     if case.async_scheduling {
-        return run_async(&mut sched, &mut pending, decode);
+        return run_async(&mut sched, &mut pending, decode.then_some((&model, &load_steps)));
     }
     let mut lines = Vec::new();
     let (mut now, mut step, mut in_flight) = (SimTime::ZERO, 0u64, 0usize);
@@ -342,15 +342,7 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
             && r.arrival_step <= step
         {
             pending.pop();
-            if decode {
-                let mut req = request(r);
-                // The tokens the prefill computed: every prompt token, or
-                // for a Mamba-type model all but the last.
-                req.transferred_tokens = handoff::transferred_tokens(&model, req.prompt);
-                sched.enqueue_remote(req, now);
-            } else {
-                sched.enqueue(request(r), Tokens::ZERO, now);
-            }
+            arrive(&mut sched, r, decode.then_some(&model), now);
             in_flight += 1;
         }
         let mut line = StepLine {
@@ -406,27 +398,34 @@ pub fn run_case(case: &Case) -> Result<Vec<StepLine>, FieldError> {
 /// A call's line is written once the outputs of its step are applied (its
 /// `finished_after`), as vLLM writes it; with nothing to do the engine
 /// waits for the next request.
+///
+/// A decode case's remote loads land as `vllm_pd_steps.py` reports them:
+/// a load reserved by call `r` with `load_steps` k is reported in the
+/// outputs of call `r + k - 1`, which vLLM applies after call `r + k`, so
+/// it may be scheduled from call `r + k + 1` on.
 fn run_async(
     sched: &mut Scheduler,
     pending: &mut Vec<(usize, &CaseRequest)>,
-    decode: bool,
+    decode: Option<(&Model, &BTreeMap<ReqId, u64>)>,
 ) -> Result<Vec<StepLine>, FieldError> {
-    if decode {
-        return Err(FieldError::new("async_scheduling", "is not modelled on the decode side of P/D yet"));
-    }
     let mut lines: Vec<StepLine> = Vec::new();
     let (mut now, mut step, mut in_flight) = (SimTime::ZERO, 0u64, 0usize);
     let (mut planned, mut unreported, mut open) = (None::<SimDuration>, false, None::<usize>);
     let mut done = Vec::new();
+    let mut landing: BTreeMap<u64, Vec<(Box<Request>, Reservation)>> = BTreeMap::new();
+    let mut reserved = Vec::new();
     loop {
         if step >= MAX_STEPS {
             return Err(FieldError::new("requests", format!("the case has not ended after {MAX_STEPS} steps")));
+        }
+        for (req, reservation) in landing.remove(&step).unwrap_or_default() {
+            sched.enqueue_landed(req, reservation, now);
         }
         while let Some(&(_, r)) = pending.last()
             && r.arrival_step <= step
         {
             pending.pop();
-            sched.enqueue(request(r), Tokens::ZERO, now);
+            arrive(sched, r, decode.map(|(m, _)| m), now);
             in_flight += 1;
         }
         if in_flight == 0 && !unreported {
@@ -445,9 +444,22 @@ fn run_async(
             sched.finish_step(now, &mut done);
             debug_assert!(done.is_empty(), "the asynchronous loop's finished sequences leave after the next call");
         }
-        let mut line =
-            StepLine { step, batch: Vec::new(), preempted: Vec::new(), finished_after: Vec::new(), reserved: None };
+        let mut line = StepLine {
+            step,
+            batch: Vec::new(),
+            preempted: Vec::new(),
+            finished_after: Vec::new(),
+            reserved: decode.map(|_| Vec::new()),
+        };
         planned = sched.start_one_step(now, SimTime::MAX, |r| &mut r.t.prefill_started);
+        if let Some((_, load_steps)) = decode {
+            sched.take_reserved(&mut reserved);
+            sched.take_computed_locally(&mut Vec::new());
+            for (req, _hit, reservation) in reserved.drain(..) {
+                line.reserved.as_mut().expect("a decode case").push(req.id);
+                landing.entry(step + load_steps[&req.id] + 1).or_default().push((req, reservation));
+            }
+        }
         if planned.is_some() {
             line.batch.extend(sched.scheduled());
         } else {
@@ -479,6 +491,24 @@ fn run_async(
         step += 1;
     }
     Ok(lines)
+}
+
+/// Queues the case's request `r`: on a decode case (`model` given) as a
+/// remote load of the tokens the prefill computed (every prompt token, or
+/// for a Mamba-type model all but the last). It arrives at its step's
+/// millisecond (vLLM's driver gives it its step as its arrival time),
+/// whatever the runner's clock says (the asynchronous one's lags a step
+/// behind the call count after a step ran).
+fn arrive(sched: &mut Scheduler, r: &CaseRequest, model: Option<&Model>, now: SimTime) {
+    match model {
+        Some(model) => {
+            let mut req = request(r);
+            req.transferred_tokens = handoff::transferred_tokens(model, req.prompt);
+            let arrival = req.t.arrival;
+            sched.enqueue_remote(req, arrival);
+        }
+        None => sched.enqueue(request(r), Tokens::ZERO, now),
+    }
 }
 
 /// The id of a finished sequence's request.

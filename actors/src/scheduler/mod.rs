@@ -208,6 +208,14 @@ struct Core {
     preempted: Vec<ReqId>,
     /// How the rank's engine loop drives the scheduler.
     engine: EngineLoop,
+    /// Whether the last schedule call planned a step: vLLM's batch in
+    /// flight at the next call is then that step, else nothing that writes
+    /// (an empty call is followed by the next at once).
+    last_call_ran: bool,
+    /// The last plan left a victim unpreempted because the step in flight
+    /// writes its blocks ([`Core::defers_frees`]); if it planned nothing,
+    /// the next schedule call, at once, has nothing in flight.
+    victim_held: bool,
     /// Whether skipped-block frees lag ([`Core::lags_skips`]): fixed by the
     /// engine loop and the pool's groups, so read once.
     lags: bool,
@@ -298,6 +306,8 @@ impl Scheduler {
             preempted: Vec::new(),
             engine: EngineLoop::Sync,
             lags: false,
+            last_call_ran: false,
+            victim_held: false,
             opts: SchedulerOptions::default(),
             loads_out: 0,
             hold_inputs: false,
@@ -332,6 +342,11 @@ impl Scheduler {
         let pool = &self.core.pool;
         self.core.lags = engine == EngineLoop::Async && (pool.has_window() || pool.align().is_some());
         self.core.hold_inputs = hold_inputs && engine.holds_inputs();
+    }
+
+    /// How the rank's engine loop drives this scheduler.
+    pub(crate) fn engine_loop(&self) -> EngineLoop {
+        self.core.engine
     }
 
     /// Runs with vLLM's scheduler options `opts` (its defaults until set).
@@ -425,7 +440,10 @@ impl Scheduler {
             // The asynchronous loop's empty schedule call takes no time: the
             // sequences that finished leave, the work held back is taken in,
             // and the engine schedules again at once.
-            if core.engine == EngineLoop::Async && (core.released.len() > released || !core.inbox.is_empty()) {
+            // (So does one that held a victim back for the step in flight:
+            // the next call has none.)
+            let held = std::mem::take(&mut core.victim_held);
+            if core.engine == EngineLoop::Async && (core.released.len() > released || !core.inbox.is_empty() || held) {
                 core.take_inbox(u64::MAX);
                 continue;
             }

@@ -30,10 +30,12 @@ use sim_core::{SimDuration, SimTime};
 
 use super::Core;
 use super::policy::BatchPolicy;
+use super::seqs::Seq;
 use super::seqs::SeqKey;
 use super::step::Step;
 use crate::base::units::Tokens;
 use crate::models::steptime::BatchShape;
+use crate::vllm::engine::EngineLoop;
 
 /// The steps: how many completed, and the end times of steps
 /// `base ..`: completed ones, then the `planned` ones in flight.
@@ -330,6 +332,24 @@ impl Core {
         self.lags
     }
 
+    /// Whether `seq`'s last step is still in flight to vLLM at this plan:
+    /// under the asynchronous loop, the plan at the end of step `n` is
+    /// vLLM's schedule call made while step `n` ran, unless the call
+    /// before this one was empty (then the next call comes at once, with
+    /// nothing in flight).
+    #[inline]
+    pub(super) fn in_flight(&self, seq: &Seq) -> bool {
+        self.engine == EngineLoop::Async && self.last_call_ran && seq.stepped == self.log.step
+    }
+
+    /// Whether vLLM fences this rank's block frees behind the batches in
+    /// flight (`defer_block_free`, `scheduler.py:188-195`): a KV consumer
+    /// (a decode rank) whose engine runs more than one batch at once.
+    #[inline]
+    pub(super) fn defers_frees(&self) -> bool {
+        self.connector && self.engine.concurrent_batches() > 1
+    }
+
     /// Whether a running sequence outside the decoding set that computes
     /// in the next step comes before a member in running order. The set
     /// plans its members first; stepping one by one, as vLLM does, goes in
@@ -383,6 +403,7 @@ impl Core {
             return None;
         }
         self.calls += 1;
+        self.victim_held = false;
         // Only the last plan's preemptions are kept (for the step log).
         self.preempted.clear();
         // The decoding set first, costing nothing per member; if it does not
@@ -413,7 +434,8 @@ impl Core {
                 step.shape()
             }
         };
-        if self.batch.is_empty() && self.dec.count == 0 {
+        self.last_call_ran = !(self.batch.is_empty() && self.dec.count == 0);
+        if !self.last_call_ran {
             return None;
         }
         // The blocks of the step about to run (unless a cut run still holds

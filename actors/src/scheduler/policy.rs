@@ -11,7 +11,7 @@ use super::step::{Replan, Step};
 pub trait BatchPolicy: Send {
     /// Puts the step's sequences in it. Pass a [`Replan`] from
     /// [`Step::preempt_last`] or [`Step::preempt_lowest_priority`] on with
-    /// `?`.
+    /// `?`; a `None` from them means the victim may not be preempted now.
     fn schedule(&mut self, step: &mut Step<'_>) -> Result<(), Replan>;
 }
 
@@ -27,7 +27,10 @@ pub trait BatchPolicy: Send {
 ///   only request running or waiting ([`Step::share`]).
 /// - A running sequence that cannot get its blocks preempts the most
 ///   recently admitted running sequence (recompute preemption), until it
-///   fits or is itself the one preempted.
+///   fits or is itself the one preempted. On a decode rank under the
+///   asynchronous loop, a victim the step in flight was scheduled with is
+///   not preempted: no more running sequences are scheduled in the step
+///   (vLLM defers frees there, [`Step::preempt_last`]).
 ///   Under vLLM's priority policy the victim is the running sequence of
 ///   the largest (priority, arrival), which may already be in the step
 ///   (it leaves it, its tokens back in the budget), and a sequence that
@@ -56,7 +59,7 @@ impl BatchPolicy for VllmPolicy {
     fn schedule(&mut self, step: &mut Step<'_>) -> Result<(), Replan> {
         // Running sequences first, in admission order.
         let mut i = 0;
-        while step.budget() > 0 {
+        'running: while step.budget() > 0 {
             let Some(next) = step.next_to_compute(i) else { break };
             i = next;
             let k = step.chunk(i, step.share(step.tokens_left(i).get()));
@@ -71,6 +74,8 @@ impl BatchPolicy for VllmPolicy {
                 // Preempt the most recently admitted (under the priority
                 // policy, the lowest priority), until it fits.
                 let victim = if step.by_priority() { step.preempt_lowest_priority()? } else { step.preempt_last()? };
+                // vLLM would have to defer the victim's free: it stops here.
+                let Some(victim) = victim else { break 'running };
                 if victim == i {
                     break false;
                 }

@@ -131,11 +131,14 @@ impl Seq {
 
     /// Tokens of its KV whose blocks vLLM has cached (hashed) by now: all it
     /// computed, but the last token if it was a placeholder when its step
-    /// was scheduled ([`Seq::placeholder`]), its step's output not applied
-    /// yet. What a preemption leaves in the prefix cache (a finish leaves
-    /// all it computed: its last output is applied first).
-    pub(super) fn hashable(&self) -> Tokens {
-        self.computed.saturating_sub(Tokens::new(u64::from(self.placeholder)))
+    /// was scheduled ([`Seq::placeholder`]) and that step is still in
+    /// flight (`in_flight`, [`Core::in_flight`](super::Core::in_flight)):
+    /// once its output is applied, vLLM's update caches through every
+    /// token processed (`scheduler.py:2406-2415`). What a preemption
+    /// leaves in the prefix cache (a finish leaves all it computed: its
+    /// last output is applied first).
+    pub(super) fn hashable(&self, in_flight: bool) -> Tokens {
+        self.computed.saturating_sub(Tokens::new(u64::from(self.placeholder && in_flight)))
     }
 
     /// Its place in vLLM's priority queues (`Request.__lt__`): priority,

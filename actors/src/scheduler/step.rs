@@ -8,7 +8,6 @@ use super::{Core, Finished, Mode, Reservation};
 use crate::base::units::Tokens;
 use crate::kv::ConnectorHit;
 use crate::models::steptime::BatchShape;
-use crate::vllm::engine::EngineLoop;
 use crate::vllm::mamba::{Chunk, aligned_chunk};
 use crate::vllm::{admission, handoff};
 
@@ -158,9 +157,10 @@ impl<'a> Step<'a> {
         let ckpt = checkpoints && mode == Mode::PrefillOnly && to == seq.goal(mode);
         // The pool's step starts where vLLM frees skipped blocks from: with
         // the asynchronous loop, for a sequence in the step that just ended
-        // here (vLLM's batch still in flight when it schedules this one),
-        // where that step started ([`Core::lags_skips`]).
-        let from = if core.lags_skips() && seq.stepped == core.log.step {
+        // here (vLLM's batch still in flight when it schedules this one,
+        // [`Core::in_flight`]), where that step started
+        // ([`Core::lags_skips`]).
+        let from = if core.lags_skips() && core.in_flight(seq) {
             seq.alloc.processed_start(seq.stepped_from)
         } else {
             seq.computed
@@ -178,16 +178,43 @@ impl<'a> Step<'a> {
 
     /// Preempts the most recently admitted running sequence (recompute: its
     /// blocks are freed and it goes to the front of the queue); returns the
-    /// running index it had. With the decoding set in place, asks for a
+    /// running index it had, or `None` when vLLM would not preempt it
+    /// because the step in flight still writes its blocks
+    /// ([`Step::held_by_step_in_flight`]: the policy stops scheduling
+    /// running sequences then). With the decoding set in place, asks for a
     /// replan instead.
-    pub fn preempt_last(&mut self) -> Result<usize, Replan> {
+    pub fn preempt_last(&mut self) -> Result<Option<usize>, Replan> {
         if self.lazy {
             return Err(Replan(()));
         }
-        let key = self.core.seqs.running.pop().expect("running is not empty");
-        let hashable = self.core.seqs.get(key).hashable();
+        let key = *self.core.seqs.running.last().expect("running is not empty");
+        if self.held_by_step_in_flight(key) {
+            return Ok(None);
+        }
+        self.core.seqs.running.pop();
+        let seq = self.core.seqs.get(key);
+        let hashable = seq.hashable(self.core.in_flight(seq));
         self.preempt(key, hashable);
-        Ok(self.core.seqs.running.len())
+        Ok(Some(self.core.seqs.running.len()))
+    }
+
+    /// Whether the sequence `key` may not be preempted because vLLM would
+    /// have to defer the free of its blocks: on a decode rank (vLLM's KV
+    /// connector as a consumer) with two batches in flight, vLLM's
+    /// scheduler fences block frees behind the steps still running
+    /// (`defer_block_free`, `scheduler.py:188-195`), and "a deferred free
+    /// will not help with immediate allocation": the running loop stops
+    /// instead of preempting a request the batch in flight was scheduled
+    /// with (`scheduler.py:940-942`, `_request_blocks_can_be_freed`). Here
+    /// the batch vLLM has in flight at a plan is the step that just ended,
+    /// unless the schedule call before this one was empty
+    /// ([`Core::in_flight`]). Notes the hold for the scheduler, which then
+    /// schedules again at once if the plan comes out empty.
+    fn held_by_step_in_flight(&mut self, key: SeqKey) -> bool {
+        let core = &mut *self.core;
+        let held = core.defers_frees() && core.in_flight(core.seqs.get(key));
+        core.victim_held |= held;
+        held
     }
 
     /// Whether the rank runs vLLM's priority policy
@@ -202,15 +229,18 @@ impl<'a> Step<'a> {
     /// the sequence being scheduled) is taken out of it first: its tokens
     /// go back to the budget, and what its allocation cached stays cached,
     /// as vLLM's does (`scheduler.py:944-967`).
-    pub fn preempt_lowest_priority(&mut self) -> Result<usize, Replan> {
+    pub fn preempt_lowest_priority(&mut self) -> Result<Option<usize>, Replan> {
         if self.lazy {
             return Err(Replan(()));
         }
+        let v = self.core.seqs.lowest_priority_running();
+        if self.held_by_step_in_flight(self.core.seqs.running[v]) {
+            return Ok(None);
+        }
         let core = &mut *self.core;
-        let v = core.seqs.lowest_priority_running();
         let key = core.seqs.running.remove(v);
         let seq = core.seqs.get(key);
-        let mut hashable = seq.hashable();
+        let mut hashable = seq.hashable(core.in_flight(seq));
         if let Some(bi) = core.batch.iter().position(|&k| k == key) {
             core.batch.remove(bi);
             let k = seq.step_tokens.get();
@@ -220,14 +250,12 @@ impl<'a> Step<'a> {
             // vLLM cached its blocks through min(computed + new, the tokens
             // it knows) when it allocated them: with the asynchronous loop,
             // not the token its step in flight samples.
-            let in_flight = core.engine == EngineLoop::Async
-                && seq.stepped == core.log.step
-                && seq.last_token == Some(core.log.last_end());
+            let in_flight = core.in_flight(seq) && seq.last_token == Some(core.log.last_end());
             let known = seq.goal(core.mode) - Tokens::new(u64::from(in_flight));
             hashable = (seq.computed + seq.step_tokens).min(known).max(hashable);
         }
         self.preempt(key, hashable);
-        Ok(v)
+        Ok(Some(v))
     }
 
     /// Preempts `key`, out of the running list already: its blocks through

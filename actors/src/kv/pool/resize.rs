@@ -89,9 +89,43 @@ impl KvPool {
             deltas[i] = new as i64 - old as i64;
         }
         let need = all - u64::from(alloc.shared) * self.fa_groups - u64::from(alloc.wpinned) * self.wg();
-        self.take_or_free(alloc.private, need, how)?;
+        if let Err(short) = self.take_or_free(alloc.private, need, how) {
+            if from > alloc.from {
+                self.skip_uncached(alloc, from);
+            }
+            return Err(short);
+        }
         self.commit_resize(alloc, span, need, deltas, how);
         Ok(())
+    }
+
+    /// On a shortfall, what vLLM frees before it checks the free blocks,
+    /// and keeps freed, outside the window cache (`resize_win` does it
+    /// there): `allocate_slots` removes the blocks below a window first
+    /// (`kv_cache_manager.py:561-568`), whether the step then gets its
+    /// blocks or not. They become plain free blocks; `alloc` then holds
+    /// the blocks of its tokens from `from` on. (Seen when a step that
+    /// cannot get its blocks preempts nothing: a decode rank under the
+    /// asynchronous loop, `Step::preempt_last`.)
+    fn skip_uncached(&mut self, alloc: &mut Alloc, from: Tokens) {
+        let mut all = 0u64;
+        let mut deltas = [0i64; MAX_GROUPS];
+        for (i, g) in self.groups.iter().enumerate() {
+            let new = blocks::blocks_for_step(g, from, alloc.to, alloc.checkpoints).get();
+            let old = blocks::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
+            all += new;
+            deltas[i] = new as i64 - old as i64;
+        }
+        let need = all - u64::from(alloc.shared) * self.fa_groups - u64::from(alloc.wpinned) * self.wg();
+        if need >= alloc.private {
+            return;
+        }
+        self.free += alloc.private - need;
+        for (used, d) in self.group_used.iter_mut().zip(deltas) {
+            *used = used.checked_add_signed(d).expect("a group's count stays >= 0");
+        }
+        self.private = self.private + need - alloc.private;
+        (alloc.from, alloc.mid, alloc.private, alloc.stable_to) = (from, from, need, Tokens::ZERO);
     }
 
     /// The end of a resize both forms share: the groups' counts, the
