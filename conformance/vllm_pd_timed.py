@@ -54,6 +54,21 @@ WAITING_FOR_REMOTE_KVS). What is simulated:
   time, apply the outputs at the step's end; scheduling takes no time.
   Everything due at one instant is applied before either engine schedules
   at it (pdsim's end-of-instant rule).
+* With "async_scheduling": true, both engines run the asynchronous loop,
+  EngineCore.step_with_batch_queue with a queue of two batches, as
+  vllm_timed.py runs it: a batch is scheduled while the one before it
+  executes and executes after it; its outputs are applied once the engine
+  blocks on it. The worker's reads of a batch start when that batch starts
+  executing (its connector metadata is bound then), and a batch's outputs
+  report the reads and notifications polled by the time they are applied.
+  (vLLM's worker process may post a batch's reads while the batch before
+  it still runs on the GPU, up to one step earlier; pdsim's decode rank
+  starts them as modelled here, so this is a shared assumption of the
+  comparison, not something it checks.) An engine whose empty batches
+  change nothing stops spinning until new work or a read's end wakes it.
+  The decode scheduler's own rules for two batches in flight (frees
+  fenced behind the batch in flight, no preemption of a request it
+  writes) are vLLM's code here.
 """
 import collections
 import json
@@ -155,18 +170,30 @@ class Link:
 
 
 class Engine:
-    def __init__(self, sched, hasher, st):
+    def __init__(self, sched, hasher, st, is_async):
         self.sched = sched
         self.hasher = hasher
         self.st = st
+        self.is_async = is_async
         self.inbox = []  # Requests to add at its next loop iteration
-        self.executing = None  # (end_ns, out, req_ids, sampled)
+        self.executing = None  # synchronous: (end_ns, out, req_ids, sampled)
+        # Asynchronous: the batch queue, oldest first, (end_ns, out, req_ids,
+        # sampled); when the device is next free; the end the engine blocks
+        # on (None: not blocked).
+        self.queue = []
+        self.device_free = 0
+        self.blocked_until = None
         self.polled = []  # request ids whose transfer ended, for the next poll
         self.dirty = False
         self.calls = 0
 
     def idle(self):
+        if self.is_async:
+            return self.blocked_until is None
         return self.executing is None
+
+    def wakes_at(self):
+        return self.blocked_until if self.is_async else (self.executing[0] if self.executing else None)
 
 
 class Run:
@@ -180,8 +207,9 @@ class Run:
         dsched, _ = vllm_steps.build(cfg, kv_transfer_config=dkt)
         hasher = get_request_block_hasher(hash_bs, sha256)
         st = cfg["step_time_ps"]
-        self.p = Engine(psched, hasher, st)
-        self.d = Engine(dsched, hasher, st)
+        is_async = vllm_steps.is_async(cfg)
+        self.p = Engine(psched, hasher, st, is_async)
+        self.d = Engine(dsched, hasher, st, is_async)
         self.link = Link(pd["link"])
         self.bytes_per_block = int(pd["transfer_bytes_per_block"])
         self.pending = collections.deque(sorted(cfg["requests"], key=lambda r: (r["arrival_ns"], r["id"])))
@@ -190,6 +218,9 @@ class Run:
                                    preemptions=0, prefill_done_ns=None, reserved_ns=None, transfer_done_ns=None,
                                    decode_started_ns=None) for r in cfg["requests"]}
         self.done = 0
+        # Asynchronous loop: (time, schedule output) of the decode batches
+        # queued behind the one executing, whose reads start when they do.
+        self.reads_due = collections.deque()
         # Per decode request: the decode engine's call it was added before,
         # and how many calls its load took (a step case for
         # vllm_pd_steps.py and `pdsim steps`: step_case()).
@@ -260,13 +291,83 @@ class Run:
                     self.done += 1
         return changed
 
-    def iterate(self, e, now):
-        """One pass of the engine core's loop on an idle engine at `now`."""
+    def schedule_async(self, e, now):
+        """One schedule() call of the asynchronous loop: the batch joins the
+        queue, executing after the one before it (an empty batch takes no
+        time). Returns whether it executes (computes tokens)."""
+        self.add_inbox(e)
+        out = e.sched.schedule()
+        e.calls += 1
+        req_ids, sampled = vllm_steps.sampled_of(e.sched, out)
+        # The batch executes once the one before it has: its reads start
+        # then, and so does it.
+        start = end = max(now, e.device_free)
+        if e is self.d:
+            if start == now:
+                self.start_reads(out, now)
+            else:
+                self.reads_due.append((start, out))
+            for rid in req_ids:
+                if self.rows[int(rid)]["decode_started_ns"] is None:
+                    self.rows[int(rid)]["decode_started_ns"] = start
+        executed = out.total_num_scheduled_tokens > 0
+        if executed:
+            end += step_ns(e.sched, out, e.st)
+            e.device_free = end
+        e.queue.append((end, out, req_ids, sampled))
+        return executed
+
+    def iterate_async(self, e, now):
+        """EngineCore.step_with_batch_queue, call after call, on an engine
+        that is not blocked at `now`: woken because the batch it blocked on
+        ended (its outputs are applied first), or by new work. A batch's
+        worker polls the connector when it executes: its outputs report
+        every read ended by the time they are applied. An engine whose
+        empty batches change nothing stops spinning (vLLM spins on; nothing
+        changes until new work or a read's end wakes it, and the spin that
+        sees it is then the next call)."""
+        if e.blocked_until is not None:
+            e.blocked_until = None
+            _, out, req_ids, sampled = e.queue.pop(0)
+            self.apply(e, now, out, req_ids, sampled)
+        while True:
+            e.dirty = False
+            if e.sched.has_requests() or e.inbox:
+                executed = self.schedule_async(e, now)
+                if len(e.queue) < 2 and (executed or e.sched.has_requests()):
+                    continue
+            if not e.queue:
+                return
+            end, out, req_ids, sampled = e.queue[0]
+            if end > now:
+                e.blocked_until = end
+                return
+            e.queue.pop(0)
+            changed = self.apply(e, now, out, req_ids, sampled)
+            quiet = out.total_num_scheduled_tokens == 0 and not changed and not self.acted(out)
+            if quiet and all(b[1].total_num_scheduled_tokens == 0 and not self.acted(b[1]) for b in e.queue) \
+                    and not e.inbox and not e.dirty:
+                return
+
+    @staticmethod
+    def acted(out):
+        """Whether a schedule call preempted or reserved something."""
+        meta = out.kv_connector_metadata
+        return bool(getattr(out, "preempted_req_ids", None)) or \
+            bool(meta is not None and getattr(meta, "reqs_to_recv", None))
+
+    def add_inbox(self, e):
         for req in e.inbox:
             if e is self.d:
                 self.steps[req.request_id] = dict(arrival_step=e.calls)
             e.sched.add_request(req)
         e.inbox = []
+
+    def iterate(self, e, now):
+        """One pass of the engine core's loop on an idle engine at `now`."""
+        if e.is_async:
+            return self.iterate_async(e, now)
+        self.add_inbox(e)
         e.dirty = False
         if not e.sched.has_requests():
             return
@@ -315,11 +416,17 @@ class Run:
             while True:
                 while self.pending and self.pending[0]["arrival_ns"] <= now:
                     self.to_prefill(self.pending.popleft())
+                while self.reads_due and self.reads_due[0][0] <= now:
+                    self.start_reads(self.reads_due.popleft()[1], now)
                 ended = []
                 self.link.process(now, ended)
                 self.transfers_ended(ended)
                 for e in (self.p, self.d):
-                    if e.executing is not None and e.executing[0] == now:
+                    if e.is_async:
+                        if e.blocked_until == now:
+                            # Its batch ended: the loop goes on (outputs first).
+                            self.iterate_async(e, now)
+                    elif e.executing is not None and e.executing[0] == now:
                         _, out, req_ids, sampled = e.executing
                         e.executing = None
                         self.apply(e, now, out, req_ids, sampled)
@@ -329,9 +436,11 @@ class Run:
                     break
                 for e in ready:
                     self.iterate(e, now)
-            times = [e.executing[0] for e in (self.p, self.d) if e.executing is not None]
+            times = [e.wakes_at() for e in (self.p, self.d) if e.wakes_at() is not None]
             if self.pending:
                 times.append(self.pending[0]["arrival_ns"])
+            if self.reads_due:
+                times.append(self.reads_due[0][0])
             lt = self.link.next_time()
             if lt is not None:
                 times.append(lt)
@@ -371,11 +480,11 @@ class Run:
 
 def main():
     cfg = json.load(open(sys.argv[1]))
-    if vllm_steps.is_async(cfg):
-        raise SystemExit("vllm_pd_timed.py: the synchronous loop only")
     run = Run(cfg)
     run.main()
     if len(sys.argv) > 2:
+        if vllm_steps.is_async(cfg):
+            raise SystemExit("vllm_pd_timed.py: a step case of the synchronous loop only")
         # vllm_pd_timed.py CASE.json STEP_CASE.json: also write the decode
         # engine's calls as a step case.
         with open(sys.argv[2], "w") as f:

@@ -20,6 +20,7 @@ use crate::requests::request::{Command, FailReason, Outcome, ReqId, Request};
 use crate::scheduler::{Finished, PoolReport, Reservation, Scheduler, Source, StepStats};
 use crate::serving::msg::Msg;
 use crate::stats::timeline::{Metric, Timeline};
+use crate::vllm::engine::EngineLoop;
 use crate::vllm::handoff as rules;
 
 /// What every rank has.
@@ -510,6 +511,9 @@ pub(crate) struct PrefillRank {
     /// (`finished_sending`) when it polls the connector at the step's end,
     /// and the scheduler frees those sources after the step's own frees.
     polled: Vec<(ReqId, bool)>,
+    /// Notifications polled at the end of the step that just ended, freed
+    /// after the next schedule call (the asynchronous loop).
+    polled_due: Vec<(ReqId, bool)>,
     sources: SourceStats,
 }
 
@@ -525,6 +529,7 @@ impl PrefillRank {
             lapsing: BTreeSet::new(),
             hold_timer: None,
             polled: Vec::new(),
+            polled_due: Vec::new(),
             sources: SourceStats::default(),
         };
         first_sample(&mut rank);
@@ -545,6 +550,7 @@ impl PrefillRank {
     /// Frees every held source (end-of-run accounting); returns how many.
     pub(crate) fn release_all_sources(&mut self) -> usize {
         self.polled.clear();
+        self.polled_due.clear();
         let mut ids: Vec<ReqId> = self.held.keys().copied().collect();
         ids.sort_unstable();
         for id in &ids {
@@ -571,6 +577,16 @@ impl PrefillRank {
             }
         }
         true
+    }
+
+    /// Frees the sources whose notifications were polled, in the order
+    /// they came.
+    fn apply_polled(&mut self, ctx: &mut Context<'_, Msg>) {
+        let mut polled = std::mem::take(&mut self.polled);
+        for (id, released) in polled.drain(..) {
+            self.notified(id, released, ctx);
+        }
+        self.polled = polled;
     }
 
     /// The decode side released (`released`) or cancelled a source: it is
@@ -697,15 +713,34 @@ impl Side for PrefillRank {
         }
     }
 
-    fn after_schedule(&mut self, _ctx: &mut Context<'_, Msg>) {}
-
-    /// The notifications polled at the step's end, in the order they came.
-    fn after_step(&mut self, ctx: &mut Context<'_, Msg>) {
-        let mut polled = std::mem::take(&mut self.polled);
-        for (id, released) in polled.drain(..) {
-            self.notified(id, released, ctx);
+    /// With the asynchronous loop, the notifications polled at the end of
+    /// the step that just ended: vLLM applies that step's outputs (its
+    /// `finished_sending` among them) after the schedule call made while
+    /// it ran, which is this plan ([`crate::vllm::engine`]).
+    fn after_schedule(&mut self, ctx: &mut Context<'_, Msg>) {
+        if !self.polled_due.is_empty() {
+            let mut due = std::mem::take(&mut self.polled_due);
+            for (id, released) in due.drain(..) {
+                self.notified(id, released, ctx);
+            }
+            self.polled_due = due;
+            if self.core.step_timer.is_none() && !self.core.kick_due {
+                // The call planned nothing: vLLM's next call, at once, sees
+                // the blocks freed.
+                self.core.kick_due = true;
+                ctx.at_end_of_instant(Msg::Kick);
+            }
         }
-        self.polled = polled;
+    }
+
+    /// The notifications polled at the step's end: with the synchronous
+    /// loop applied now, before the next schedule call; with the
+    /// asynchronous one after it ([`Side::after_schedule`]).
+    fn after_step(&mut self, ctx: &mut Context<'_, Msg>) {
+        match self.core.sched.engine_loop() {
+            EngineLoop::Sync => self.apply_polled(ctx),
+            EngineLoop::Async => self.polled_due.append(&mut self.polled),
+        }
     }
 
     fn extra(&self) -> Extra {
