@@ -58,6 +58,14 @@ pub(crate) struct RankParts {
 }
 
 impl RankCore {
+    /// Asks for a schedule call at the end of the instant (once).
+    fn kick_at_end_of_instant(&mut self, ctx: &mut Context<'_, Msg>) {
+        if !self.kick_due {
+            self.kick_due = true;
+            ctx.at_end_of_instant(Msg::Kick);
+        }
+    }
+
     /// A rank's common part.
     pub(crate) fn new(
         index: u32,
@@ -425,11 +433,7 @@ fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
             }
         },
     }
-    let core = rank.core();
-    if !core.kick_due {
-        core.kick_due = true;
-        ctx.at_end_of_instant(Msg::Kick);
-    }
+    rank.core().kick_at_end_of_instant(ctx);
 }
 
 /// A source held for a handoff.
@@ -579,14 +583,14 @@ impl PrefillRank {
         true
     }
 
-    /// Frees the sources whose notifications were polled, in the order
-    /// they came.
-    fn apply_polled(&mut self, ctx: &mut Context<'_, Msg>) {
-        let mut polled = std::mem::take(&mut self.polled);
-        for (id, released) in polled.drain(..) {
+    /// Frees the sources whose notifications are in `list` (`polled`, or
+    /// `polled_due`), in the order they came, and empties it.
+    fn free_notified(&mut self, list: fn(&mut Self) -> &mut Vec<(ReqId, bool)>, ctx: &mut Context<'_, Msg>) {
+        let mut taken = std::mem::take(list(self));
+        for (id, released) in taken.drain(..) {
             self.notified(id, released, ctx);
         }
-        self.polled = polled;
+        *list(self) = taken;
     }
 
     /// The decode side released (`released`) or cancelled a source: it is
@@ -719,16 +723,11 @@ impl Side for PrefillRank {
     /// it ran, which is this plan ([`crate::vllm::engine`]).
     fn after_schedule(&mut self, ctx: &mut Context<'_, Msg>) {
         if !self.polled_due.is_empty() {
-            let mut due = std::mem::take(&mut self.polled_due);
-            for (id, released) in due.drain(..) {
-                self.notified(id, released, ctx);
-            }
-            self.polled_due = due;
-            if self.core.step_timer.is_none() && !self.core.kick_due {
+            self.free_notified(|r| &mut r.polled_due, ctx);
+            if self.core.step_timer.is_none() {
                 // The call planned nothing: vLLM's next call, at once, sees
                 // the blocks freed.
-                self.core.kick_due = true;
-                ctx.at_end_of_instant(Msg::Kick);
+                self.core.kick_at_end_of_instant(ctx);
             }
         }
     }
@@ -738,7 +737,7 @@ impl Side for PrefillRank {
     /// asynchronous one after it ([`Side::after_schedule`]).
     fn after_step(&mut self, ctx: &mut Context<'_, Msg>) {
         match self.core.sched.engine_loop() {
-            EngineLoop::Sync => self.apply_polled(ctx),
+            EngineLoop::Sync => self.free_notified(|r| &mut r.polled, ctx),
             EngineLoop::Async => self.polled_due.append(&mut self.polled),
         }
     }

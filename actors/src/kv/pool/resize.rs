@@ -80,15 +80,7 @@ impl KvPool {
     #[inline(never)]
     pub(super) fn resize_plain(&mut self, alloc: &mut Alloc, span: Span, how: Take) -> Result<(), Shortfall> {
         let Span { from, to, checkpoints, .. } = span;
-        let mut all = 0u64;
-        let mut deltas = [0i64; MAX_GROUPS];
-        for (i, g) in self.groups.iter().enumerate() {
-            let new = blocks::blocks_for_step(g, from, to, checkpoints).get();
-            let old = blocks::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
-            all += new;
-            deltas[i] = new as i64 - old as i64;
-        }
-        let need = all - u64::from(alloc.shared) * self.fa_groups - u64::from(alloc.wpinned) * self.wg();
+        let (need, deltas) = self.plain_need(alloc, from, to, checkpoints);
         if let Err(short) = self.take_or_free(alloc.private, need, how) {
             if from > alloc.from {
                 self.skip_uncached(alloc, from);
@@ -97,6 +89,22 @@ impl KvPool {
         }
         self.commit_resize(alloc, span, need, deltas, how);
         Ok(())
+    }
+
+    /// The private blocks `alloc` holds for a step `from..to` (with or
+    /// without checkpoint blocks), outside align mode, and each group's
+    /// change from what it holds now.
+    #[inline(always)]
+    fn plain_need(&self, alloc: &Alloc, from: Tokens, to: Tokens, checkpoints: bool) -> (u64, [i64; MAX_GROUPS]) {
+        let mut all = 0u64;
+        let mut deltas = [0i64; MAX_GROUPS];
+        for (i, g) in self.groups.iter().enumerate() {
+            let new = blocks::blocks_for_step(g, from, to, checkpoints).get();
+            let old = blocks::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
+            all += new;
+            deltas[i] = new as i64 - old as i64;
+        }
+        (all - u64::from(alloc.shared) * self.fa_groups - u64::from(alloc.wpinned) * self.wg(), deltas)
     }
 
     /// On a shortfall, what vLLM frees before it checks the free blocks,
@@ -108,15 +116,7 @@ impl KvPool {
     /// cannot get its blocks preempts nothing: a decode rank under the
     /// asynchronous loop, `Step::preempt_last`.)
     fn skip_uncached(&mut self, alloc: &mut Alloc, from: Tokens) {
-        let mut all = 0u64;
-        let mut deltas = [0i64; MAX_GROUPS];
-        for (i, g) in self.groups.iter().enumerate() {
-            let new = blocks::blocks_for_step(g, from, alloc.to, alloc.checkpoints).get();
-            let old = blocks::blocks_for_step(g, alloc.from, alloc.to, alloc.checkpoints).get();
-            all += new;
-            deltas[i] = new as i64 - old as i64;
-        }
-        let need = all - u64::from(alloc.shared) * self.fa_groups - u64::from(alloc.wpinned) * self.wg();
+        let (need, deltas) = self.plain_need(alloc, from, alloc.to, alloc.checkpoints);
         if need >= alloc.private {
             return;
         }
