@@ -18,19 +18,19 @@ use crate::common::scenario_file;
 
 /// (file, report.json, requests.csv, timeline.csv).
 const PINNED: [(&str, u64, u64, u64); 13] = [
-    ("default.toml", 0x05ec_eb53_1927_335d, 0x7260_4cd0_6a46_b307, 0xbc28_e9ea_4003_8c9c),
-    ("glm-5.3-flash-1p1d.toml", 0x1bd9_0bba_a5e0_79cd, 0x743c_87e5_82c1_fc68, 0xc9f0_f699_f796_012f),
-    ("glm-5.3-flash-2p1d-pressure.toml", 0x597d_0612_8ce4_085b, 0xdb1b_e3f8_b15b_a028, 0x16f2_566a_5641_0fbb),
-    ("glm-5.3-flash-2p2d.toml", 0x296a_4861_23e1_7d11, 0xadce_024c_5065_0d42, 0xddca_07dc_1a5f_0a82),
-    ("glm-5.3-flash-p4d8.toml", 0x7596_05f8_7e68_2237, 0x827c_9d11_c44f_8983, 0x859e_fa6d_7d7f_c2f0),
-    ("gpt-oss-1p1d.toml", 0xbefa_b9de_ba0c_4ab6, 0x2b97_7cab_a649_59b8, 0x9232_21e5_51fd_4037),
-    ("llama-3.1-8b-1p1d.toml", 0x046f_a4c2_449e_1ad6, 0x70ee_a82b_c972_a311, 0xa350_2157_b663_9e94),
+    ("default.toml", 0x8943_c9bc_caa3_3e03, 0x7260_4cd0_6a46_b307, 0xbc28_e9ea_4003_8c9c),
+    ("glm-5.3-flash-1p1d.toml", 0x6e51_bfc6_75fc_a07a, 0x743c_87e5_82c1_fc68, 0x41a9_5e24_a3a2_50ae),
+    ("glm-5.3-flash-2p1d-pressure.toml", 0x7fba_1533_2a5c_1de2, 0xdb1b_e3f8_b15b_a028, 0x89d7_d6e3_d047_5555),
+    ("glm-5.3-flash-2p2d.toml", 0xdbaa_168f_a3f7_27af, 0xadce_024c_5065_0d42, 0x5d29_dad3_bc91_b32a),
+    ("glm-5.3-flash-p4d8.toml", 0xe00d_f764_d80a_57d6, 0x827c_9d11_c44f_8983, 0xe718_902a_74b1_4bed),
+    ("gpt-oss-1p1d.toml", 0x0940_1dbe_2dbd_3d2a, 0x2b97_7cab_a649_59b8, 0x9232_21e5_51fd_4037),
+    ("llama-3.1-8b-1p1d.toml", 0x15fd_3ab5_1f21_f550, 0x70ee_a82b_c972_a311, 0xa350_2157_b663_9e94),
     ("llama-3.1-8b-aggregated.toml", 0x2016_36b7_9957_c489, 0x4e64_de52_3cb5_c74f, 0x5496_cc58_909c_08d6),
     ("llama-3.1-8b-h200-tp1.toml", 0xd56a_e364_d632_3aab, 0x4c30_9225_8992_b3ab, 0x6b6c_ada6_f24b_7c42),
     ("llama-3.1-8b-h200-tp2.toml", 0x08a3_8e7e_3ca0_deb1, 0x7e3b_1f8c_ec63_78d5, 0x3674_c107_64ac_3441),
     ("llama-3.1-8b-h200-tp4.toml", 0xa71a_e9fc_58ba_8f9d, 0x60e0_eedb_8d60_92b9, 0x7d28_8d03_8c8d_9e1a),
     ("llama-3.1-8b-mooncake.toml", 0xf3d9_a3d1_a51b_e9e6, 0x842e_9d05_365a_543d, 0x8783_01cb_b863_1acf),
-    ("mamba2-hybrid-1p1d.toml", 0xc60c_51b3_11ff_9958, 0x8af8_487e_d16a_982b, 0x8705_0ab5_4165_43c1),
+    ("mamba2-hybrid-1p1d.toml", 0xc561_886e_e5a5_6cff, 0x8af8_487e_d16a_982b, 0xc6a8_d831_9aeb_5756),
 ];
 
 fn fnv1a(bytes: &[u8]) -> u64 {

@@ -421,20 +421,30 @@ impl Scheduler {
     /// time until it ends. Requests first scheduled now get `started`
     /// stamped. The remote loads it reserved wait in
     /// [`Scheduler::take_reserved`].
+    ///
+    /// `caller_between`: the caller applies outputs of its own between an
+    /// empty asynchronous call and the next (a prefill rank's polled
+    /// source frees, which vLLM applies before that next call). Such a call
+    /// then returns `None` with everything queued made visible, and the
+    /// caller makes the next call itself once its outputs are applied.
     pub(crate) fn start_step(
         &mut self,
         now: SimTime,
         horizon: SimTime,
         started: fn(&mut Request) -> &mut Option<SimTime>,
+        caller_between: bool,
     ) -> Option<SimDuration> {
-        self.core.ahead.freed_before = false;
+        // (`freed_before` is false here unless the last call ended at an
+        // empty call that preempted, for the caller: see below.)
         loop {
             let released = self.core.released.len();
             if let Some(dt) = self.start_one_step(now, horizon, started) {
+                self.core.ahead.freed_before = false;
                 return Some(dt);
             }
             let core = &mut self.core;
             if core.stepping {
+                core.ahead.freed_before = false;
                 return None;
             }
             // The asynchronous loop's empty schedule call takes no time: the
@@ -445,6 +455,9 @@ impl Scheduler {
             let held = std::mem::take(&mut core.victim_held);
             if core.engine == EngineLoop::Async && (core.released.len() > released || !core.inbox.is_empty() || held) {
                 core.take_inbox(u64::MAX);
+                if caller_between {
+                    return None;
+                }
                 continue;
             }
             // A schedule call that only preempted is an empty step, which
@@ -453,9 +466,13 @@ impl Scheduler {
             // blocks it freed may let a waiter in after the next step, as
             // stepping one by one would retry it then: that step runs alone.
             if core.preempted.is_empty() || core.seqs.waiting.is_empty() {
+                core.ahead.freed_before = false;
                 return None;
             }
             core.ahead.freed_before = true;
+            if caller_between {
+                return None;
+            }
         }
     }
 

@@ -68,7 +68,7 @@ fn started(r: &mut Request) -> &mut Option<SimTime> {
 /// Starts a step at `now`; returns (request id, tokens) of the sequences
 /// computed one by one in it, in scheduling order.
 fn step(s: &mut Scheduler, now: SimTime) -> Vec<(u64, u64)> {
-    s.start_step(now, SimTime::MAX, started).expect("a step starts");
+    s.start_step(now, SimTime::MAX, started, false).expect("a step starts");
     let core = &s.core;
     core.batch.iter().map(|&k| (core.seqs.get(k).req.id, core.seqs.get(k).step_tokens.get())).collect()
 }
@@ -164,7 +164,7 @@ fn a_request_that_can_never_fit_is_given_up() {
     // 3 blocks, a 64-token prompt needs 4.
     let mut s = sched(Mode::Generate, 1_000, 8, 3);
     s.enqueue(req(7, 64, 1), Tokens::ZERO, SimTime::ZERO);
-    assert!(s.start_step(SimTime::ZERO, SimTime::MAX, started).is_none());
+    assert!(s.start_step(SimTime::ZERO, SimTime::MAX, started, false).is_none());
     let (r, needed) = s.take_stuck().expect("given up");
     assert_eq!((r.id, needed), (7, 4));
     assert_eq!(s.counts().used, 0);
@@ -755,6 +755,43 @@ fn a_connector_finish_frees_the_superseded_state_first() {
     assert!(state_at_32_after_one_eviction(false), "a full-attention block went first");
 }
 
+/// A prefill's source release under the asynchronous loop gives back the
+/// two earlier states it still holds, the later one first: vLLM frees
+/// that range from its end (`MambaManager._remove_blocks_in_range`,
+/// `single_type_kv_cache_manager.py:1620`), so the later state is evicted
+/// first. A, eight named blocks, computes 0..16 (state at 16), 16..112
+/// (state at 112) and, with that step still in flight, 112..121, and is
+/// released as a source. 40 blocks: the source holds 8 + 1, the two states
+/// are cached free, the rest plain; a request taking every plain block and
+/// one more (its full-attention blocks and a state block) evicts the state
+/// at 112 and leaves the one at 16.
+#[test]
+fn a_source_release_frees_its_later_state_first() {
+    let groups = vec![group(CacheGroupKind::FullAttention, 16, None), state_group(16, true)];
+    let mut pool = KvPool::new(groups, 40, true);
+    let a_req = prefixed(0, &[1, 2, 3, 4, 5, 6, 7, 8], 1);
+    let (p, t) = (&a_req.prefix, a_req.prompt);
+    let mut a = Alloc::owned_by(0);
+    pool.pin_and_allocate(&mut a, p, t, 0, (Tokens::ZERO, Tokens::new(16)), false).unwrap();
+    pool.register(&mut a, p, t, Tokens::new(16));
+    pool.resize(&mut a, Tokens::new(16), Tokens::new(112), false).unwrap();
+    pool.register(&mut a, p, t, Tokens::new(112));
+    pool.resize_lagging(&mut a, Tokens::new(16), Tokens::new(112), Tokens::new(121), false).unwrap();
+    pool.register(&mut a, p, t, Tokens::new(121));
+    pool.check().unwrap();
+    pool.release_to_source(&mut a);
+    pool.check().unwrap();
+    assert_eq!(pool.cached_free(), 2, "both earlier states are cached and free");
+    assert!(pool.hit_state_cached(p, t, 9, 1) && pool.hit_state_cached(p, t, 9, 7));
+    let mut c = Alloc::owned_by(1);
+    let take = Tokens::new(16 * pool.free_plain());
+    pool.pin_and_allocate(&mut c, &PrefixIds::none(), take, 0, (Tokens::ZERO, take), false).unwrap();
+    assert_eq!(pool.evicted_blocks(), 1);
+    pool.check().unwrap();
+    assert!(!pool.hit_state_cached(p, t, 9, 7), "the state at 112 went first");
+    assert!(pool.hit_state_cached(p, t, 9, 1), "the state at 16 stays cached");
+}
+
 /// Two requests that compute the same state (neither hit it) each keep
 /// their own block of it, cached as two copies, as vLLM's
 /// `BlockHashToBlockMap` keeps both: registering the second frees nothing,
@@ -832,7 +869,7 @@ fn seeded_run(pool: KvPool, lazy: bool, by_priority: bool) -> (Vec<Ended>, u64, 
     let (mut now, mut completed, mut steps) = (SimTime::ZERO, 0, 0);
     let mut log = Vec::new();
     let mut done = Vec::new();
-    while let Some(dt) = s.start_step(now, SimTime::MAX, started) {
+    while let Some(dt) = s.start_step(now, SimTime::MAX, started, false) {
         now += dt;
         s.finish_step(now, &mut done);
         for f in done.drain(..) {

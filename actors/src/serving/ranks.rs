@@ -142,10 +142,17 @@ impl RankCore {
     }
 
     /// Starts a step if none is in flight and there is work; fails the
-    /// sequences that can never fit.
-    fn kick(&mut self, ctx: &mut Context<'_, Msg>, started: fn(&mut Request) -> &mut Option<SimTime>) {
+    /// sequences that can never fit. `outputs_due`: the role has outputs
+    /// to apply after this call ([`Side::outputs_due`]), so an empty
+    /// asynchronous call ends the kick (the role kicks again).
+    fn kick(
+        &mut self,
+        ctx: &mut Context<'_, Msg>,
+        started: fn(&mut Request) -> &mut Option<SimTime>,
+        outputs_due: bool,
+    ) {
         let now = ctx.now();
-        if let Some(dt) = self.sched.start_step(now, SimTime::MAX, started) {
+        if let Some(dt) = self.sched.start_step(now, SimTime::MAX, started, outputs_due) {
             self.step_timer = Some(ctx.schedule(dt, Msg::StepDone));
         }
         while let Some((mut req, needed)) = self.sched.take_stuck() {
@@ -348,6 +355,13 @@ trait Side {
     /// to [`Side::on_finished`]): what the role's worker reports at the
     /// step's end (a prefill rank's polled source notifications).
     fn after_step(&mut self, _ctx: &mut Context<'_, Msg>) {}
+    /// Whether [`Side::after_schedule`] has outputs to apply that vLLM
+    /// applies before its next schedule call (the asynchronous loop's
+    /// polled notifications): an empty call then does not go on to the
+    /// next by itself, which comes after them.
+    fn outputs_due(&self) -> bool {
+        false
+    }
     /// The role's own timeline values.
     fn extra(&self) -> Extra;
 }
@@ -386,7 +400,8 @@ fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
     match msg {
         Msg::Kick => {
             rank.core().kick_due = false;
-            rank.core().kick(ctx, S::started);
+            let outputs_due = rank.outputs_due();
+            rank.core().kick(ctx, S::started, outputs_due);
             // With the asynchronous engine loop, what finished in the step
             // that just ended leaves after this schedule call.
             let core = rank.core();
@@ -720,7 +735,10 @@ impl Side for PrefillRank {
     /// With the asynchronous loop, the notifications polled at the end of
     /// the step that just ended: vLLM applies that step's outputs (its
     /// `finished_sending` among them) after the schedule call made while
-    /// it ran, which is this plan ([`crate::vllm::engine`]).
+    /// it ran, which is this plan ([`crate::vllm::engine`]), and before
+    /// the call after it: an empty plan then ends the kick
+    /// ([`Side::outputs_due`]), and the next call, made here, sees the
+    /// blocks freed.
     fn after_schedule(&mut self, ctx: &mut Context<'_, Msg>) {
         if !self.polled_due.is_empty() {
             self.free_notified(|r| &mut r.polled_due, ctx);
@@ -730,6 +748,11 @@ impl Side for PrefillRank {
                 self.core.kick_at_end_of_instant(ctx);
             }
         }
+    }
+
+    /// Polled notifications wait for the schedule call in progress.
+    fn outputs_due(&self) -> bool {
+        !self.polled_due.is_empty()
     }
 
     /// The notifications polled at the step's end: with the synchronous
@@ -929,7 +952,7 @@ impl DecodeRank {
             // nothing to load); here it runs in a step planned at once if
             // none is in flight (else at the next call: a departure), whose
             // own reservations start here too.
-            self.core.kick(ctx, Self::started);
+            self.core.kick(ctx, Self::started, false);
         }
         self.reserved = reserved;
     }

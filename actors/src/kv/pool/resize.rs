@@ -268,11 +268,14 @@ impl KvPool {
         let align = self.align().is_some();
         // In align mode the earlier states it still holds go too (vLLM's
         // `remove_skipped_blocks` when a connector-held request finishes):
-        // cached ones are unpinned, its own freed.
+        // cached ones are unpinned, its own freed. The later one first:
+        // vLLM frees the range from its end (`MambaManager.
+        // _remove_blocks_in_range`, `single_type_kv_cache_manager.py:1620`),
+        // so it is evicted before the earlier one.
         let [at_from, at_mid, _] = self.state_blocks_held(alloc.from, alloc.mid, alloc.to);
         let mut pins = self.pins(alloc);
         let mut own_earlier = 0;
-        for idx in [at_from, at_mid].into_iter().flatten() {
+        for idx in [at_mid, at_from].into_iter().flatten() {
             match pins.iter().position(|&(k, i)| k != 0 && i == idx) {
                 Some(slot) => {
                     let h = pins[slot].0;
