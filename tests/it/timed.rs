@@ -20,20 +20,9 @@ use serde_json::Value;
 
 use crate::common::root;
 
-/// Cases pdsim does not follow yet, with what differs. Asynchronous Mamba
-/// cases under pool pressure: vLLM caches the state a step writes only
-/// once the step's tokens are known (`cache_blocks` up to
-/// `min(num_computed, num_tokens)`, `kv_cache_manager.py:621-625`), so a
-/// decode step ending on a block boundary whose token is still a
-/// placeholder leaves its state uncached until the next allocation; pdsim
-/// caches it at once, and a preemption then leaves one more cached state
-/// in the eviction order (timed-26-1, as a step case: request 225's
-/// recompute, step 600). The other three are not traced yet.
-const NOT_YET: &[(&str, &str)] = &[
-    ("timed-26-1", "async Mamba: a placeholder step's state cached at once"),
-    ("timed-26-2", "async Mamba under pressure: not traced yet"),
-    ("timed-26-4", "async Mamba under pressure: not traced yet"),
-];
+/// Cases pdsim does not follow yet, with what differs (none now; an
+/// entry here must differ, or the test asks for it to be taken off).
+const NOT_YET: &[(&str, &str)] = &[];
 
 fn timed_dir() -> PathBuf {
     root().join("conformance/timed")

@@ -364,6 +364,15 @@ impl Lru {
         (taken, head)
     }
 
+    /// Drops entry `i`, pinned once and so off the order, altogether: its
+    /// slot is reused (a cached block that turns out not to be cached).
+    #[inline]
+    pub(super) fn forget(&mut self, i: u32) {
+        debug_assert_eq!(self.slots[i as usize].refs(), 1, "only an entry pinned once is forgotten");
+        self.slots[i as usize].word &= !REFS;
+        self.free_slots.push(i);
+    }
+
     /// Drops one pin of entry `i`; whether that put it on the order (at
     /// the tail: its last pin).
     #[inline]

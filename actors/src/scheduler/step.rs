@@ -265,7 +265,9 @@ impl<'a> Step<'a> {
         let core = &mut *self.core;
         let seq = core.seqs.get_mut(key);
         // Its full blocks stay cached for its recompute, generated ones too
-        // (those whose tokens vLLM knows, `Seq::hashable`).
+        // (those whose tokens vLLM knows, `Seq::hashable`); a state written
+        // past them was never cached.
+        core.pool.forget_states_past(&mut seq.alloc, hashable);
         core.pool.register_own(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hashable);
         core.pool.release(&mut seq.alloc, hashable);
         seq.computed = Tokens::ZERO;

@@ -792,6 +792,43 @@ fn a_source_release_frees_its_later_state_first() {
     assert!(pool.hit_state_cached(p, t, 9, 1), "the state at 16 stays cached");
 }
 
+/// A state a decode step writes on a block boundary is registered when
+/// the step is scheduled; a preemption while that step is in flight, its
+/// input token a placeholder (hashable 47 of 48), frees it uncached, as
+/// vLLM never hashed its block: it goes back as a plain block and cannot
+/// be hit. Once the token is known (hashable 48) it stays cached.
+/// Full attention and a state group, B = 16, 12 blocks: A computes 0..47
+/// in one step (no boundary state: a state is cached where a step ends)
+/// and then 47..48.
+#[test]
+fn a_preemption_frees_a_state_its_step_in_flight_wrote_uncached() {
+    let cached_after_preemption = |hashable: u64| {
+        let groups = vec![group(CacheGroupKind::FullAttention, 16, None), state_group(16, true)];
+        let mut pool = KvPool::new(groups, 12, true);
+        let a_req = prefixed(0, &[1, 2, 3], 1);
+        let (p, t) = (&a_req.prefix, a_req.prompt);
+        let mut a = Alloc::owned_by(0);
+        pool.pin_and_allocate(&mut a, p, t, 0, (Tokens::ZERO, Tokens::new(47)), false).unwrap();
+        pool.register(&mut a, p, t, Tokens::new(47));
+        pool.resize(&mut a, Tokens::new(47), Tokens::new(48), false).unwrap();
+        pool.register_state(&mut a, p, t, Tokens::new(48));
+        assert!(pool.hit_state_cached(p, t, 9, 3), "registered when the step is scheduled");
+        let hashable = Tokens::new(hashable);
+        pool.forget_states_past(&mut a, hashable);
+        pool.check().unwrap();
+        pool.register_own(&mut a, p, t, hashable);
+        pool.release(&mut a, hashable);
+        pool.check().unwrap();
+        assert_eq!(pool.used(), 0);
+        (pool.hit_state_cached(p, t, 9, 3), pool.cached_free())
+    };
+    // Cached after the preemption: full-attention blocks through the
+    // tokens known (floor(47/16) = 2, floor(48/16) = 3), and the state at
+    // 48 only once its token is known.
+    assert_eq!(cached_after_preemption(47), (false, 2));
+    assert_eq!(cached_after_preemption(48), (true, 3 + 1));
+}
+
 /// Two requests that compute the same state (neither hit it) each keep
 /// their own block of it, cached as two copies, as vLLM's
 /// `BlockHashToBlockMap` keeps both: registering the second frees nothing,

@@ -205,6 +205,52 @@ impl KvPool {
         }
     }
 
+    /// The states `alloc` registered at block boundaries past `hashable`
+    /// go back to it as blocks of its own, uncached (the inverse of
+    /// [`KvPool::register_state`]): a preemption under the asynchronous
+    /// loop with the step that wrote such a state still in flight. That
+    /// step's input token was a placeholder when it was scheduled, so vLLM
+    /// could not hash the state's block then (`cache_blocks` stops at the
+    /// tokens known, `Request.block_hashes`); it would have at the
+    /// request's next allocation, once the token is known, but the
+    /// preemption frees the block first, uncached (evicted first).
+    /// A state another request pinned meanwhile stays cached.
+    ///
+    /// B = 8: a decode step 1151..1152 scheduled while 1150..1151 is in
+    /// flight, then a preemption: hashable 1151, so the state at 1152
+    /// is freed as a plain block.
+    pub(crate) fn forget_states_past(&mut self, alloc: &mut Alloc, hashable: Tokens) {
+        let Some(sb) = self.align() else { return };
+        if alloc.pinned == 0 {
+            return;
+        }
+        let mut pins = self.pins(alloc);
+        let sg = self.state_groups;
+        let mut changed = false;
+        for p in &mut pins {
+            let (h, idx) = *p;
+            let boundary = (u64::from(idx) + 1) * sb.get();
+            if h == 0 || boundary <= hashable.get() {
+                continue;
+            }
+            let slot = state_slot(h);
+            if self.lru.get(slot).refs() != 1 {
+                continue;
+            }
+            let key = self.lru.get(slot).key();
+            self.forget_copy(key, slot);
+            self.lru.forget(slot);
+            self.shared -= sg;
+            self.private += sg;
+            alloc.private += sg;
+            *p = (0, 0);
+            changed = true;
+        }
+        if changed {
+            self.set_pins(alloc, pins);
+        }
+    }
+
     /// In align mode, a state on a block boundary is cached: the one a step
     /// that ends there writes (vLLM caches a state block once full, at
     /// allocation; a non-final chunk ends there by `align::aligned_chunk`;
