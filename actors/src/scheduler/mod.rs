@@ -853,22 +853,38 @@ fn core_finished(pool: &mut KvPool, mode: Mode, connector: bool, seq: Seq) -> Fi
 
 impl Core {
     /// Blocks the prefills in flight still need to hold their whole known
-    /// sequence: running sequences (outside the decoding set) whose goal is
-    /// not reached after the step being planned (vLLM's
-    /// `_inflight_prefill_reserved_blocks`). O(running).
+    /// sequence (vLLM's `_inflight_prefill_reserved_blocks`): running
+    /// sequences outside the decoding set whose goal is not reached after
+    /// the step being planned, if it schedules them, or else after the
+    /// last step they computed in ([`Seq::prefilling`]: vLLM's set keeps a
+    /// request from the chunk that leaves it prefilling to the next step
+    /// scheduled for it). O(running + batch). Read while a step is planned
+    /// (`batch` is then that step's).
     fn inflight_prefill_blocks(&self) -> u64 {
         let in_flight = Tokens::new(self.engine.in_flight_tokens(self.limits.max_num_batched_tokens));
-        self.seqs
+        let remaining = |s: &Seq| {
+            let whole = admission::whole_sequence(s.computed, s.goal(self.mode), false, in_flight);
+            self.pool.remaining_blocks(&s.alloc, whole)
+        };
+        let seqs = &self.seqs;
+        let unscheduled: u64 = seqs
             .running
             .iter()
-            .map(|&k| self.seqs.get(k))
-            .filter(|s| s.member.is_none() && s.computed + s.step_tokens < s.goal(self.mode))
-            .map(|s| {
-                let whole = admission::whole_sequence(s.computed, s.goal(self.mode), false, in_flight);
-                self.pool.remaining_blocks(&s.alloc, whole)
-            })
-            .sum::<u64>()
-            + self.loads_short
+            .map(|&k| seqs.get(k))
+            .filter(|s| s.member.is_none() && s.prefilling)
+            .map(remaining)
+            .sum();
+        // The step's own sequences (all running, outside the set) count by
+        // what it schedules for them instead.
+        let (mut added, mut taken) = (0u64, 0u64);
+        for s in self.batch.iter().map(|&k| seqs.get(k)) {
+            let after = s.computed + s.step_tokens < s.goal(self.mode);
+            if after != s.prefilling {
+                let r = remaining(s);
+                if after { added += r } else { taken += r }
+            }
+        }
+        unscheduled + added - taken + self.loads_short
     }
 
     /// Blocks a remote load holding `alloc` (`req`'s reservation) still
@@ -933,7 +949,8 @@ impl Core {
             seq.computed += seq.step_tokens;
             seq.stepped = self.log.step;
             self.stats.computed(seq.step_tokens.get());
-            if seq.computed < seq.goal(mode) {
+            seq.prefilling = seq.computed < seq.goal(mode);
+            if seq.prefilling {
                 // A chunk samples nothing, and every token it computed was
                 // known when it was scheduled (a prompt's, or a recompute's
                 // output): all of it is cached.

@@ -51,6 +51,10 @@ pub(crate) struct Seq {
     /// The step it last computed in ([`super::plan`]'s step numbers;
     /// `u64::MAX` before its first).
     pub(super) stepped: u64,
+    /// Its prefill went on past that step (it sampled nothing): vLLM keeps
+    /// it among the prefills in flight (`_inflight_prefills`) until a step
+    /// that is not a prefill chunk is scheduled for it.
+    pub(super) prefilling: bool,
     /// Where that step started (its computed tokens before it): kept apart
     /// from `step_tokens`, which a plan that is retried one by one has
     /// already overwritten (`Step::schedule_running`).
@@ -114,6 +118,7 @@ impl Seq {
             last_token: None,
             step_tokens: Tokens::ZERO,
             stepped: u64::MAX,
+            prefilling: false,
             stepped_from: Tokens::ZERO,
             member: None,
             membership: 0,

@@ -383,6 +383,54 @@ fn a_window_prefill_in_flight_counts_its_block_table_against_the_cap() {
     assert_eq!(s.core.inflight_prefill_blocks(), 12);
 }
 
+/// Schedules running sequences in order and admits waiting ones, as far
+/// as the budget goes, but passes over the running sequence at index 1
+/// while the flag is set (a step that leaves a prefill in flight
+/// unscheduled, as vLLM's running loop does when it stops early).
+struct PassOverSecond(std::sync::Arc<std::sync::atomic::AtomicBool>);
+impl BatchPolicy for PassOverSecond {
+    fn schedule(&mut self, step: &mut Step<'_>) -> Result<(), Replan> {
+        let skip = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        let mut from = 0;
+        while let Some(i) = step.next_to_compute(from) {
+            from = i + 1;
+            if !(skip && i == 1) {
+                let k = step.chunk(i, step.tokens_left(i).get().min(step.budget()));
+                step.schedule_running(i, k);
+            }
+        }
+        while step.waiting() > 0 && step.budget() > 0 && step.admit(0) {}
+        Ok(())
+    }
+}
+
+#[test]
+fn a_prefill_in_flight_the_step_passes_over_still_counts() {
+    // vLLM keeps a request among the prefills in flight from the chunk that
+    // leaves it prefilling until a step that is not a prefill chunk is
+    // scheduled for it (`_inflight_prefills`): a step that does not
+    // schedule it at all still counts its remaining blocks. B = 16, a
+    // budget of 32: A (24 tokens) and B (56): step 1, A 24 and B 8; step
+    // 2, A decodes and B computes 31 (39 of 56); step 3 passes B over:
+    // B still needs cdiv(56, 16) − cdiv(39, 16) = 4 − 3 = 1 block. (Its
+    // last step's 31 tokens read as this step's gave 70 ≥ 56: none.)
+    let skip = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let limits = Limits { max_num_batched_tokens: 32, max_num_seqs: 4 };
+    let policy = Box::new(PassOverSecond(skip.clone()));
+    let mut s = Scheduler::with_pool(Mode::Generate, limits, false, fa_pool(100), Box::new(Fixed), policy);
+    s.set_check_invariants(true);
+    s.set_lazy_decoding(false);
+    s.enqueue(req(0, 24, 5), Tokens::ZERO, SimTime::ZERO);
+    s.enqueue(req(1, 56, 5), Tokens::ZERO, SimTime::ZERO);
+    assert_eq!(step(&mut s, SimTime::ZERO), [(0, 24), (1, 8)]);
+    finish(&mut s);
+    assert_eq!(step(&mut s, SimTime::ZERO + SimDuration::from_millis(1)), [(0, 1), (1, 31)]);
+    finish(&mut s);
+    skip.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(step(&mut s, SimTime::ZERO + SimDuration::from_millis(2)), [(0, 1)]);
+    assert_eq!(s.core.inflight_prefill_blocks(), 1);
+}
+
 #[test]
 fn a_landed_handoff_is_cached_when_admission_reaches_it() {
     // vLLM caches a landed load's blocks when its waiting loop peeks the
