@@ -877,6 +877,40 @@ fn a_preemption_frees_a_state_its_step_in_flight_wrote_uncached() {
     assert_eq!(cached_after_preemption(48), (true, 3 + 1));
 }
 
+/// A remote load on a Mamba hybrid whose full-attention hit ends where
+/// no state is cached, one being cached below it: vLLM's connector lookup
+/// keeps the Mamba group's own hit apart (`get_computed_blocks_for_
+/// connector`) and its count takes that state when it is evictable, though
+/// the load never holds it. B = 16, 5 blocks: A computes 0..16 (its state
+/// at 16 cached) and 16..40, and finishes: cached full-attention blocks 0
+/// and 1 and the state at 16, two plain. D's load of 64 tokens hits 2
+/// blocks: it needs 4 − 2 + 1 = 3 blocks, and counts its 2 hit blocks and
+/// the state at 16 as taken: 5 − 3 = 2 left, short by one (without the
+/// state, 3 left, and it fit).
+#[test]
+fn a_mamba_load_counts_its_state_groups_own_hit_below_the_full_attention_one() {
+    let groups = vec![group(CacheGroupKind::FullAttention, 16, None), state_group(16, true)];
+    let mut pool = KvPool::new(groups, 5, true);
+    let a_req = prefixed(0, &[1, 2, 3], 1);
+    let (p, t) = (&a_req.prefix, a_req.prompt);
+    let mut a = Alloc::owned_by(0);
+    pool.pin_and_allocate(&mut a, p, t, 0, (Tokens::ZERO, Tokens::new(16)), false).unwrap();
+    pool.register(&mut a, p, t, Tokens::new(16));
+    pool.resize(&mut a, Tokens::new(16), Tokens::new(40), false).unwrap();
+    pool.register(&mut a, p, t, Tokens::new(40));
+    pool.release(&mut a, Tokens::new(40));
+    pool.check().unwrap();
+    assert_eq!((pool.cached_free(), pool.free_plain()), (3, 2));
+    // (A later schedule call: a state cached in this one is not usable.)
+    pool.new_step(1);
+    let d = prefixed(1, &[1, 2, 3, 4], 1);
+    let to = Tokens::new(64);
+    assert_eq!(pool.cached_prefix(&d.prefix, d.prompt, 1, d.prompt), 1, "the hit every group agrees on");
+    assert!(!pool.hit_state_cached(&d.prefix, d.prompt, 1, 2) && pool.hit_state_cached(&d.prefix, d.prompt, 1, 1));
+    let short = pool.load_fits(&d.prefix, d.prompt, 1, 2, (to, to), 0).map_err(|s| (s.needed, s.available));
+    assert_eq!(short, Err((3, 2)));
+}
+
 /// Two requests that compute the same state (neither hit it) each keep
 /// their own block of it, cached as two copies, as vLLM's
 /// `BlockHashToBlockMap` keeps both: registering the second frees nothing,

@@ -20,17 +20,9 @@ use serde_json::Value;
 const NOT_YET: &[(&str, &str)] = &[];
 
 /// The decode-side cases (`pd_cases/`) pdsim does not follow yet, with what
-/// differs.
-const NOT_YET_PD: &[(&str, &str)] = &[(
-    "gen-pd-1664-117",
-    "Mamba, step 36: request 6's full-attention hit is 40 tokens, its Mamba \
-     group's own hit 8 (a state cached by request 5, now unpinned). vLLM's \
-     connector path hands the Mamba manager that 8-token hit \
-     (`find_longest_cache_hit_per_group`), which counts it as taken when \
-     evictable (`_get_num_evictable_blocks`) and holds it until the next \
-     allocation: 5 + 2 + 1 = 8 blocks with 7 free, so it waits. pdsim counts \
-     a hit's state only where the hit ends at one: 7, and reserves",
-)];
+/// differs: none today. The last was gen-pd-1664-117, before a Mamba load's
+/// count took its Mamba group's own hit (`KvPool::lagging_state`).
+const NOT_YET_PD: &[(&str, &str)] = &[];
 
 /// (batch in scheduling order, preempted, finished after, reserved loads of
 /// a decode case).

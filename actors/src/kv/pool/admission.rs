@@ -59,6 +59,15 @@ impl KvPool {
     /// state as taken when it is evictable), though the state it then holds
     /// is one block (`MambaManager.get_num_blocks_to_allocate`): the count
     /// of the step from the hit. Otherwise what the load holds.
+    ///
+    /// Where no state is cached at the hit's end but one is below it (the
+    /// connector's lookup takes each group's own hit,
+    /// `get_computed_blocks_for_connector`, `kv_cache_manager.py:330-378`),
+    /// vLLM's count takes that state too when it is evictable (Mamba's
+    /// `get_num_blocks_to_allocate` counts the evictable blocks of its hit)
+    /// though the load never holds it (`add_local_computed_blocks` skips a
+    /// hit below T − 1): B = 16, a 32-token hit whose state is cached at
+    /// 16 only, that state evictable, counts one block more.
     pub(crate) fn load_fits(
         &self,
         prefix: &PrefixIds,
@@ -70,7 +79,8 @@ impl KvPool {
     ) -> Result<(), Shortfall> {
         let from = if self.hit_state_cached(prefix, prompt, owner, hit) { self.hit_tokens(hit) } else { to };
         let need = self.blocks_after_hit(hit, from, to, false);
-        self.can_pin_and_take(prefix, prompt, owner, (hit, t), need, keep)
+        let lag = self.lagging_state(prefix, prompt, owner, hit);
+        self.can_pin_and_take_counting(prefix, prompt, owner, (hit, t), need, keep, lag)
     }
 
     /// Whether a decode rank's remote load of `span` = (T, N) tokens (T

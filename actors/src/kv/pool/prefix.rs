@@ -224,15 +224,35 @@ impl KvPool {
         need: u64,
         keep: u64,
     ) -> Result<(), Shortfall> {
+        self.can_pin_and_take_counting(prefix, prompt, owner, (n, from), need, keep, 0)
+    }
+
+    /// [`KvPool::can_pin_and_take`], also counting the state entry `lag`
+    /// (0: none) as vLLM's count counts a hit block it does not pin: taken
+    /// when it is evictable, and unusable when cached in this schedule
+    /// call ([`KvPool::lagging_state`]).
+    #[expect(clippy::too_many_arguments, reason = "can_pin_and_take's, and the lagging state")]
+    pub(super) fn can_pin_and_take_counting(
+        &self,
+        prefix: &PrefixIds,
+        prompt: Tokens,
+        owner: u64,
+        (n, from): (u32, Tokens),
+        need: u64,
+        keep: u64,
+        lag: u64,
+    ) -> Result<(), Shortfall> {
         let sk = self.hit_entry(prefix, prompt, owner, n);
         let sb = if sk != 0 { self.state_groups } else { 0 };
+        let lb = if lag != 0 { self.state_groups } else { 0 };
         let need = self.pin_and_take_need(n, need).saturating_sub(sb);
         let in_pool = self.free();
-        if !(sk != 0 && self.states_this_step.contains(&sk)) {
+        let this_step = |k: u64| k != 0 && self.states_this_step.contains(&k);
+        if !this_step(sk) && !this_step(lag) {
             // It fits even if every block of the hit were evictable (they
             // are among the cached free ones): no need to look at them.
             let wins = if self.win().is_some() { self.win_blocks(n) - self.win_lo(n, from) } else { 0 };
-            let most = u64::from(n) * self.fa_groups + u64::from(wins) * self.wg() + sb;
+            let most = u64::from(n) * self.fa_groups + u64::from(wins) * self.wg() + sb + lb;
             if need <= in_pool.saturating_sub(keep + most.min(self.cached_free)) {
                 return Ok(());
             }
@@ -259,8 +279,11 @@ impl KvPool {
         if sk != 0 && evictable(sk) {
             touched += sb;
         }
+        if lag != 0 && evictable(lag) {
+            touched += lb;
+        }
         let available = in_pool.saturating_sub(keep + touched);
-        if sk != 0 && self.states_this_step.contains(&sk) {
+        if this_step(sk) || this_step(lag) {
             // vLLM's Mamba manager cannot use a state another request
             // caches in the same step (`get_num_blocks_to_allocate`
             // returns more blocks than the pool has): it waits.

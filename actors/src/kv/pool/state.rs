@@ -190,6 +190,25 @@ impl KvPool {
         if self.entries.contains_key(k, keys(self.lru.slots())) { k } else { 0 }
     }
 
+    /// In align mode, beside a full-attention hit of `n` blocks with no
+    /// state cached at its end, the deepest state cached below it (the
+    /// Mamba group's own hit, which a connector's lookup keeps apart,
+    /// [`KvPool::load_fits`]); 0: none, or the hit ends at a state.
+    pub(super) fn lagging_state(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, n: u32) -> u64 {
+        if self.align().is_none() || self.fa_groups == 0 || n == 0 || self.hit_entry(prefix, prompt, owner, n) != 0 {
+            return 0;
+        }
+        let mut m = n - self.hit_align.min(n);
+        while m > 0 {
+            let k = self.hit_entry(prefix, prompt, owner, m);
+            if k != 0 {
+                return k;
+            }
+            m -= self.hit_align.min(m);
+        }
+        0
+    }
+
     /// The state-group block index of the state after `t` tokens.
     pub(super) fn state_index(&self, t: Tokens) -> u32 {
         let b = self.align().expect("align mode");
