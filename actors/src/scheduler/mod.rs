@@ -434,8 +434,9 @@ impl Scheduler {
         started: fn(&mut Request) -> &mut Option<SimTime>,
         caller_between: bool,
     ) -> Option<SimDuration> {
-        // (`freed_before` is false here unless the last call ended at an
-        // empty call that preempted, for the caller: see below.)
+        // (`freed_before` is false here unless a call since the last step
+        // was an empty one that preempted and the caller made the next:
+        // see below.)
         loop {
             let released = self.core.released.len();
             if let Some(dt) = self.start_one_step(now, horizon, started) {
@@ -884,6 +885,7 @@ impl Core {
                 if after { added += r } else { taken += r }
             }
         }
+        debug_assert!(taken <= unscheduled + added, "the step's sequences are among the running ones");
         unscheduled + added - taken + self.loads_short
     }
 

@@ -271,6 +271,7 @@ impl<'a> Step<'a> {
         core.pool.register_own(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, hashable);
         core.pool.release(&mut seq.alloc, hashable);
         seq.computed = Tokens::ZERO;
+        seq.prefilling = false;
         seq.looked_up = false;
         seq.req.preemptions += 1;
         core.preempted.push(seq.req.id);

@@ -383,6 +383,35 @@ fn a_window_prefill_in_flight_counts_its_block_table_against_the_cap() {
     assert_eq!(s.core.inflight_prefill_blocks(), 12);
 }
 
+/// Under the asynchronous loop a schedule call that plans nothing but lets
+/// a finished sequence leave (or takes in held work) is followed by the
+/// next call at once; with `caller_between` the scheduler returns after it
+/// instead, everything queued made visible, and the caller's own call
+/// plans what the scheduler would have. A (16 tokens, one output) runs
+/// alone; B arrives during its step: at its end the first call is empty
+/// (A leaves after it; B is held back), the second schedules B's 16.
+#[test]
+fn an_empty_asynchronous_call_returns_to_a_caller_with_outputs_between() {
+    let run = |caller_between: bool| {
+        let mut s = sched(Mode::Generate, 64, 4, 20);
+        s.set_engine_loop(EngineLoop::Async, true);
+        s.enqueue(req(0, 16, 1), Tokens::ZERO, SimTime::ZERO);
+        let dt = s.start_step(SimTime::ZERO, SimTime::MAX, started, false).expect("A's step");
+        s.enqueue(req(1, 16, 1), Tokens::ZERO, SimTime::ZERO + SimDuration::from_micros(10));
+        let end = SimTime::ZERO + dt;
+        finish(&mut s);
+        let first = s.start_step(end, SimTime::MAX, started, caller_between);
+        let second = first.is_none().then(|| s.start_step(end, SimTime::MAX, started, false));
+        (
+            first.is_some(),
+            second.map(|d| d.is_some()),
+            s.core.batch.iter().map(|&k| s.core.seqs.get(k).req.id).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(run(false), (true, None, vec![1]), "the scheduler makes the second call itself");
+    assert_eq!(run(true), (false, Some(true), vec![1]), "the caller makes it");
+}
+
 /// Schedules running sequences in order and admits waiting ones, as far
 /// as the budget goes, but passes over the running sequence at index 1
 /// while the flag is set (a step that leaves a prefill in flight

@@ -358,7 +358,8 @@ trait Side {
     /// Whether [`Side::after_schedule`] has outputs to apply that vLLM
     /// applies before its next schedule call (the asynchronous loop's
     /// polled notifications): an empty call then does not go on to the
-    /// next by itself, which comes after them.
+    /// next by itself; [`handle_message`] makes that call once
+    /// `after_schedule` has applied them.
     fn outputs_due(&self) -> bool {
         false
     }
@@ -412,6 +413,11 @@ fn handle_message<S: Side>(rank: &mut S, msg: Msg, ctx: &mut Context<'_, Msg>) {
             }
             rank.core().finished = done;
             rank.after_schedule(ctx);
+            if outputs_due && rank.core().step_timer.is_none() {
+                // The call planned nothing and left the next to the role,
+                // whose outputs are now applied: that call comes at once.
+                rank.core().kick_at_end_of_instant(ctx);
+            }
             let extra = rank.extra();
             rank.core().sample(now, extra);
             return;
@@ -737,16 +743,11 @@ impl Side for PrefillRank {
     /// `finished_sending` among them) after the schedule call made while
     /// it ran, which is this plan ([`crate::vllm::engine`]), and before
     /// the call after it: an empty plan then ends the kick
-    /// ([`Side::outputs_due`]), and the next call, made here, sees the
-    /// blocks freed.
+    /// ([`Side::outputs_due`]), and the next call, at the kick queued
+    /// after this, sees the blocks freed.
     fn after_schedule(&mut self, ctx: &mut Context<'_, Msg>) {
         if !self.polled_due.is_empty() {
             self.free_notified(|r| &mut r.polled_due, ctx);
-            if self.core.step_timer.is_none() {
-                // The call planned nothing: vLLM's next call, at once, sees
-                // the blocks freed.
-                self.core.kick_at_end_of_instant(ctx);
-            }
         }
     }
 

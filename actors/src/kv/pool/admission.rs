@@ -43,7 +43,7 @@ impl KvPool {
             Some(w) => self.whole_blocks_after_window_hit(w, hit, whole),
             None => self.whole_blocks(whole).saturating_sub(u64::from(hit) * self.fa_groups),
         };
-        self.can_pin_and_take(prefix, prompt, owner, (hit, self.hit_tokens(hit)), need, keep).map_err(|short| {
+        self.can_pin_and_take(prefix, prompt, owner, (hit, self.hit_tokens(hit)), need, keep, 0).map_err(|short| {
             Shortfall {
                 needed: need + u64::from(hit) * self.fa_groups + u64::from(self.win_pins(hit)) * self.wg(),
                 available: short.available,
@@ -80,7 +80,7 @@ impl KvPool {
         let from = if self.hit_state_cached(prefix, prompt, owner, hit) { self.hit_tokens(hit) } else { to };
         let need = self.blocks_after_hit(hit, from, to, false);
         let lag = self.lagging_state(prefix, prompt, owner, hit);
-        self.can_pin_and_take_counting(prefix, prompt, owner, (hit, t), need, keep, lag)
+        self.can_pin_and_take(prefix, prompt, owner, (hit, t), need, keep, lag)
     }
 
     /// Whether a decode rank's remote load of `span` = (T, N) tokens (T

@@ -93,13 +93,7 @@ impl KvPool {
         if self.state_groups == 0 || n == 0 {
             return (n, Tokens::ZERO);
         }
-        let mut m = n;
-        while m > 0 {
-            if self.entries.contains_key(self.state_key(prefix, prompt, owner, m), keys(self.lru.slots())) {
-                break;
-            }
-            m -= self.hit_align.min(m);
-        }
+        let m = self.deepest_state(prefix, prompt, owner, n);
         let junction = if m < n && self.fa_groups > 0 { self.hit_tokens(n) } else { Tokens::ZERO };
         (m, junction)
     }
@@ -215,24 +209,12 @@ impl KvPool {
     /// allocation against the free and evictable blocks first (the hit's
     /// own evictable blocks excepted), so a failed attempt changes nothing.
     /// [`KvPool::pin_and_allocate_leaving`] checks with this before it pins.
+    ///
+    /// `lag` (0: none) is a state entry counted as vLLM's count counts a
+    /// hit block it does not pin: taken when it is evictable, and unusable
+    /// when cached in this schedule call ([`KvPool::lagging_state`]).
+    #[expect(clippy::too_many_arguments, reason = "the hit, the step, what to leave, and the lagging state")]
     pub(super) fn can_pin_and_take(
-        &self,
-        prefix: &PrefixIds,
-        prompt: Tokens,
-        owner: u64,
-        (n, from): (u32, Tokens),
-        need: u64,
-        keep: u64,
-    ) -> Result<(), Shortfall> {
-        self.can_pin_and_take_counting(prefix, prompt, owner, (n, from), need, keep, 0)
-    }
-
-    /// [`KvPool::can_pin_and_take`], also counting the state entry `lag`
-    /// (0: none) as vLLM's count counts a hit block it does not pin: taken
-    /// when it is evictable, and unusable when cached in this schedule
-    /// call ([`KvPool::lagging_state`]).
-    #[expect(clippy::too_many_arguments, reason = "can_pin_and_take's, and the lagging state")]
-    pub(super) fn can_pin_and_take_counting(
         &self,
         prefix: &PrefixIds,
         prompt: Tokens,
@@ -476,7 +458,7 @@ impl KvPool {
         debug_assert!(alloc.is_empty());
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         let need = self.blocks_after_hit(hit, from, to, checkpoints);
-        if let Err(short) = self.can_pin_and_take(prefix, prompt, alloc.owner, (hit, from), need, keep) {
+        if let Err(short) = self.can_pin_and_take(prefix, prompt, alloc.owner, (hit, from), need, keep, 0) {
             let needed = self.all_blocks(from, to, checkpoints);
             return Err(Shortfall { needed, available: short.available });
         }

@@ -198,15 +198,23 @@ impl KvPool {
         if self.align().is_none() || self.fa_groups == 0 || n == 0 || self.hit_entry(prefix, prompt, owner, n) != 0 {
             return 0;
         }
-        let mut m = n - self.hit_align.min(n);
+        let m = self.deepest_state(prefix, prompt, owner, n - self.hit_align.min(n));
+        self.hit_entry(prefix, prompt, owner, m)
+    }
+
+    /// The most blocks `m ≤ n`, in steps of the hit alignment down from
+    /// `n`, after which a state is cached (0: none): vLLM's Mamba manager
+    /// searches right to left for a cached state.
+    #[inline]
+    pub(super) fn deepest_state(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, n: u32) -> u32 {
+        let mut m = n;
         while m > 0 {
-            let k = self.hit_entry(prefix, prompt, owner, m);
-            if k != 0 {
-                return k;
+            if self.entries.contains_key(self.state_key(prefix, prompt, owner, m), keys(self.lru.slots())) {
+                break;
             }
             m -= self.hit_align.min(m);
         }
-        0
+        m
     }
 
     /// The state-group block index of the state after `t` tokens.
@@ -233,7 +241,10 @@ impl KvPool {
     /// tokens known, `Request.block_hashes`); it would have at the
     /// request's next allocation, once the token is known, but the
     /// preemption frees the block first, uncached (evicted first).
-    /// A state another request pinned meanwhile stays cached.
+    /// A state another request pinned meanwhile stays cached. (Its key
+    /// stays among the states cached in this call, which only keeps other
+    /// requests from hitting it in this call: it is the request's own
+    /// generated content, which no other request names.)
     ///
     /// B = 8: a decode step 1151..1152 scheduled while 1150..1151 is in
     /// flight, then a preemption: hashable 1151, so the state at 1152
