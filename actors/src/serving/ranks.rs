@@ -144,7 +144,8 @@ impl RankCore {
     /// Starts a step if none is in flight and there is work; fails the
     /// sequences that can never fit. `outputs_due`: the role has outputs
     /// to apply after this call ([`Side::outputs_due`]), so an empty
-    /// asynchronous call ends the kick (the role kicks again).
+    /// asynchronous call ends the kick ([`handle_message`] makes the next
+    /// call once they are applied).
     fn kick(
         &mut self,
         ctx: &mut Context<'_, Msg>,
@@ -743,8 +744,8 @@ impl Side for PrefillRank {
     /// `finished_sending` among them) after the schedule call made while
     /// it ran, which is this plan ([`crate::vllm::engine`]), and before
     /// the call after it: an empty plan then ends the kick
-    /// ([`Side::outputs_due`]), and the next call, at the kick queued
-    /// after this, sees the blocks freed.
+    /// ([`Side::outputs_due`]), and the next call, at the kick
+    /// [`handle_message`] queues after this, sees the blocks freed.
     fn after_schedule(&mut self, ctx: &mut Context<'_, Msg>) {
         if !self.polled_due.is_empty() {
             self.free_notified(|r| &mut r.polled_due, ctx);
