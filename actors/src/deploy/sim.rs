@@ -655,7 +655,7 @@ impl Built<'_> {
         self.inject_with_priority(at, prompt, output, 0)
     }
 
-    /// [`LiveRun::inject`] with vLLM's request `priority` (lower first),
+    /// [`Self::inject`] with vLLM's request `priority` (lower first),
     /// which ranks under the priority policy follow.
     pub fn inject_with_priority(
         &mut self,

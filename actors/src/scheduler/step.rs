@@ -180,7 +180,7 @@ impl<'a> Step<'a> {
     /// blocks are freed and it goes to the front of the queue); returns the
     /// running index it had, or `None` when vLLM would not preempt it
     /// because the step in flight still writes its blocks
-    /// ([`Step::held_by_step_in_flight`]: the policy stops scheduling
+    /// (`Step::held_by_step_in_flight`: the policy stops scheduling
     /// running sequences then). With the decoding set in place, asks for a
     /// replan instead.
     pub fn preempt_last(&mut self) -> Result<Option<usize>, Replan> {

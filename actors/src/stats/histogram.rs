@@ -265,7 +265,7 @@ enum Chunk {
 /// many values it moves them into a [`Sketch`] and from then on adds
 /// each chunk to it as the chunk fills, so it holds at most the limit
 /// (rounded up to a chunk) plus the sketch's buckets, however many values
-/// come; its statistics are then the sketch's ([`Values::Sketch`], within
+/// come; its statistics are then the sketch's (`Values::Sketch`, within
 /// [`crate::stats::sketch::RELATIVE_ERROR`]).
 #[derive(Clone, Debug, Default)]
 pub struct Column {
