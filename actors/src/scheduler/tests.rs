@@ -796,6 +796,12 @@ fn state_group(b: u64, cacheable: bool) -> CacheGroup {
     group_caching(CacheGroupKind::State, b, None, cacheable)
 }
 
+/// Full attention beside a prefix-cacheable state group, both of 16-token
+/// blocks (Mamba's align mode), `num_blocks` blocks.
+fn fa_state_pool(num_blocks: u64) -> KvPool {
+    KvPool::new(vec![group(CacheGroupKind::FullAttention, 16, None), state_group(16, true)], num_blocks, true)
+}
+
 /// A request finishing on a rank with vLLM's KV connector frees its
 /// superseded state block first (`_connector_finished` →
 /// `remove_skipped_blocks`), ahead of its full-attention blocks; without
@@ -807,8 +813,7 @@ fn state_group(b: u64, cacheable: bool) -> CacheGroup {
 #[test]
 fn a_connector_finish_frees_the_superseded_state_first() {
     let state_at_32_after_one_eviction = |connector: bool| {
-        let groups = vec![group(CacheGroupKind::FullAttention, 16, None), state_group(16, true)];
-        let mut pool = KvPool::new(groups, 20, true);
+        let mut pool = fa_state_pool(20);
         let a_req = prefixed(0, &[1, 2, 3], 1);
         let mut a = Alloc::owned_by(0);
         pool.pin_and_allocate(&mut a, &a_req.prefix, a_req.prompt, 0, (Tokens::ZERO, Tokens::new(32)), false).unwrap();
@@ -844,8 +849,7 @@ fn a_connector_finish_frees_the_superseded_state_first() {
 /// at 112 and leaves the one at 16.
 #[test]
 fn a_source_release_frees_its_later_state_first() {
-    let groups = vec![group(CacheGroupKind::FullAttention, 16, None), state_group(16, true)];
-    let mut pool = KvPool::new(groups, 40, true);
+    let mut pool = fa_state_pool(40);
     let a_req = prefixed(0, &[1, 2, 3, 4, 5, 6, 7, 8], 1);
     let (p, t) = (&a_req.prefix, a_req.prompt);
     let mut a = Alloc::owned_by(0);
@@ -880,8 +884,7 @@ fn a_source_release_frees_its_later_state_first() {
 #[test]
 fn a_preemption_frees_a_state_its_step_in_flight_wrote_uncached() {
     let cached_after_preemption = |hashable: u64| {
-        let groups = vec![group(CacheGroupKind::FullAttention, 16, None), state_group(16, true)];
-        let mut pool = KvPool::new(groups, 12, true);
+        let mut pool = fa_state_pool(12);
         let a_req = prefixed(0, &[1, 2, 3], 1);
         let (p, t) = (&a_req.prefix, a_req.prompt);
         let mut a = Alloc::owned_by(0);
@@ -918,8 +921,7 @@ fn a_preemption_frees_a_state_its_step_in_flight_wrote_uncached() {
 /// state, 3 left, and it fit).
 #[test]
 fn a_mamba_load_counts_its_state_groups_own_hit_below_the_full_attention_one() {
-    let groups = vec![group(CacheGroupKind::FullAttention, 16, None), state_group(16, true)];
-    let mut pool = KvPool::new(groups, 5, true);
+    let mut pool = fa_state_pool(5);
     let a_req = prefixed(0, &[1, 2, 3], 1);
     let (p, t) = (&a_req.prefix, a_req.prompt);
     let mut a = Alloc::owned_by(0);
@@ -946,8 +948,7 @@ fn a_mamba_load_counts_its_state_groups_own_hit_below_the_full_attention_one() {
 /// and the state stays cached while either copy is.
 #[test]
 fn the_same_state_computed_twice_is_cached_twice() {
-    let groups = vec![group(CacheGroupKind::FullAttention, 16, None), state_group(16, true)];
-    let mut pool = KvPool::new(groups, 20, true);
+    let mut pool = fa_state_pool(20);
     let (a_req, b_req, c_req) = (prefixed(0, &[1, 2, 3], 1), prefixed(1, &[1, 2, 3], 1), prefixed(2, &[1, 2, 3], 1));
     let (mut a, mut b) = (Alloc::owned_by(0), Alloc::owned_by(1));
     let to = Tokens::new(32);
