@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seeded random cases for the conformance suite.
 
-  gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|window-only|mamba-only|sizes|sizes4|full2|full3|windows] [--async]
+  gen_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|window-only|mamba-only|sizes|sizes4|full2|full3|windows|window-mamba] [--async]
                [--first-chunk] [--options] [--priority]
 
 (window: full attention + a sliding window; mamba: full attention + a
@@ -10,7 +10,8 @@ sliding window alone; mamba-only: a Mamba state and a tail ring; sizes:
 full attention beside a window of twice its block size (sizes4: four
 times); full2, full3:
 two or three full-attention groups; windows: full attention beside two or
-three window groups of one spec; --priority: vLLM's priority policy with
+three window groups of one spec; window-mamba: full attention, a sliding
+window and a Mamba state in one model; --priority: vLLM's priority policy with
 per-request priorities)
 
 writes OUT_DIR/gen-SEED-K.json for K in 0..COUNT: block sizes, token
@@ -66,6 +67,17 @@ def case(rng, groups):
             {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": False},
         ]
         c["num_blocks"] = 1 + need + 8 + rng.randint(0, 3 * need)
+    elif kind == "window-mamba":
+        # Full attention, a sliding window and a Mamba state (with its tail
+        # ring) in one model.
+        c["cache_groups"] = [
+            {"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "sliding_window", "block_size_tokens": bs, "window_tokens": rng.randint(1, 4) * bs + rng.choice([0, 1]),
+             "prefix_cacheable": True},
+            {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": False},
+        ]
+        c["num_blocks"] = 1 + 2 * need + 8 + rng.randint(0, 3 * need)
     elif kind == "window-only":
         # No full-attention group: vLLM's sliding-window manager hits alone.
         c["cache_groups"] = [

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seeded random decode-side (P/D) cases for the conformance suite.
 
-  gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|full2|full3] [--first-chunk] [--options]
+  gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|window-mamba|full2|full3] [--first-chunk] [--options]
                [--priority] [--async]
 
 writes OUT_DIR/gen-pd-SEED-K.json for K in 0..COUNT: cases of
@@ -13,8 +13,9 @@ Pools are small enough that reservations wait for blocks and decodes are
 preempted, but every request's prompt and output fit the pool alone.
 --groups picks the cache groups: full (the default: one full-attention
 group), window (full attention and a sliding window, as gen_cases.py
-draws them), mamba (full attention, a Mamba state, a tail ring) or
-full2, full3 (two or three full-attention groups of one spec); a
+draws them), mamba (full attention, a Mamba state, a tail ring),
+window-mamba (full attention, a sliding window, a Mamba state and a tail
+ring) or full2, full3 (two or three full-attention groups of one spec); a
 hybrid case takes the same draws as a full-attention one, then its
 window and pool size. --first-chunk marks every case
 `"scheduler_reserve_full_isl": false` (the same draws); --options draws
@@ -71,6 +72,15 @@ def case(rng, groups="full"):
         ]
         # A few state blocks per request beside its full-attention ones.
         c["num_blocks"] = 1 + need + 8 + spare
+    elif groups == "window-mamba":
+        c["cache_groups"] = [
+            {"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "sliding_window", "block_size_tokens": bs,
+             "window_tokens": rng.randint(1, 4) * bs + rng.choice([0, 1]), "prefix_cacheable": True},
+            {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": False},
+        ]
+        c["num_blocks"] = 1 + 2 * need + 8 + spare
     elif groups in ("full2", "full3"):
         k = int(groups[-1])
         c["cache_groups"] = [{"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True}] * k

@@ -395,14 +395,16 @@ impl<'a> Step<'a> {
         let t = seq.req.transferred_tokens;
         let windows = core.pool.window_cached() || core.pool.frees_plain_midway();
         let state = handoff::reservation_span(t, n, windows);
-        let need = core.pool.blocks_after_hit(hit, state.0, state.1, false);
+        let seq = core.seqs.get(key);
+        let wn = core.pool.load_window_hit(&seq.req.prefix, n, seq.req.id, hit);
+        let need = core.pool.blocks_after_hits(hit, wn, state.0, state.1, false);
         core.make_room(core.pool.pin_and_take_need(hit, need) + keep + wm);
         if t < n && core.opts.reserve_full_isl {
             // (With T = N the allocation's own check is the stricter; with
             // `scheduler_reserve_full_isl` off there is none.)
             let whole = handoff::load_whole(n);
             core.make_room(
-                core.pool.pin_and_take_need(hit, core.pool.blocks_after_hit(hit, whole.0, whole.1, false)) + wm,
+                core.pool.pin_and_take_need(hit, core.pool.blocks_after_hits(hit, wn, whole.0, whole.1, false)) + wm,
             );
             let seq = core.seqs.get(key);
             if let Err(short) = core.pool.whole_load_fits(&seq.req.prefix, n, seq.req.id, hit, (t, n), wm) {

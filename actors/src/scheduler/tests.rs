@@ -1056,6 +1056,11 @@ fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
         ("window only", vec![cached_window(16, 40)], 24),
         ("window beside a tail ring", vec![fa(), cached_window(16, 17), state_group(16, false)], 70),
         ("Mamba align mode", vec![fa(), state_group(16, true), state_group(16, false)], 50),
+        (
+            "window beside a Mamba state",
+            vec![fa(), cached_window(16, 33), state_group(16, true), state_group(16, false)],
+            80,
+        ),
         ("Mamba only", vec![state_group(16, true), state_group(16, false)], 12),
         // Blocks smaller than the 16-token ids: an id's blocks are one
         // group's keys, registered and hit a group's run at a time.
@@ -1131,4 +1136,51 @@ fn groups_folded_into_classes_hold_what_each_group_holds() {
             }
         }
     }
+}
+
+/// Full attention, a prefix-cacheable window of W = 33 and a Mamba state,
+/// all of 16-token blocks (the window cache beside align mode).
+fn fa_window_state_pool(num_blocks: u64) -> KvPool {
+    let groups = vec![group(CacheGroupKind::FullAttention, 16, None), cached_window(16, 33), state_group(16, true)];
+    KvPool::new(groups, num_blocks, true)
+}
+
+#[test]
+fn a_window_beside_a_mamba_state_frees_window_blocks_then_the_state_into_the_order() {
+    // A (six named blocks) computes 0..32 and 32..96, then decodes 96..97.
+    // That step frees the window blocks below its window, floor((96 − 33
+    // + 1) / 16) = 4, last first, and then the state after 32, which it
+    // no longer holds: all five into the eviction order, the window blocks
+    // first (vLLM's `remove_skipped_blocks` goes group by group, the
+    // window group before the Mamba one). A then holds full attention 7,
+    // the window blocks 4, 5 and 6, and the states after 96 and 97: 12 of
+    // 41 blocks, 24 plain.
+    let mut pool = fa_window_state_pool(41);
+    let a_req = prefixed(0, &[1, 2, 3, 4, 5, 6], 1);
+    let mut a = Alloc::owned_by(0);
+    let (p, t) = (&a_req.prefix, a_req.prompt);
+    pool.pin_and_allocate(&mut a, p, t, 0, (Tokens::ZERO, Tokens::new(32)), false).unwrap();
+    pool.register(&mut a, p, t, Tokens::new(32));
+    pool.resize(&mut a, Tokens::new(32), Tokens::new(96), false).unwrap();
+    pool.register(&mut a, p, t, Tokens::new(96));
+    pool.check().unwrap();
+    pool.resize(&mut a, Tokens::new(96), Tokens::new(97), false).unwrap();
+    pool.check().unwrap();
+    assert_eq!(pool.group_used(), [7, 3, 2]);
+    assert_eq!((pool.free_plain(), pool.cached_free()), (24, 5));
+    // B: the first two blocks and one more. Its hit: full attention
+    // floor(47 / 16) = 2 blocks, window blocks 0 and 1 before that end,
+    // the state after 32 at it: 2.
+    let b = prefixed(1, &[1, 2, 9], 1);
+    let hit = |pool: &KvPool| pool.cached_prefix(&b.prefix, b.prompt, 1, b.prompt);
+    assert_eq!(hit(&pool), 2);
+    // X, 192 tokens in one step (12 + 12 + 1 blocks), evicts one block:
+    // window block 3, the head of the order, and B still hits 2 (had the
+    // state gone first, B would hit none).
+    let mut x = Alloc::owned_by(2);
+    pool.pin_and_allocate(&mut x, &PrefixIds::none(), Tokens::new(200), 0, (Tokens::ZERO, Tokens::new(192)), false)
+        .unwrap();
+    assert_eq!(pool.evicted_blocks(), 1);
+    assert_eq!(hit(&pool), 2);
+    pool.check().unwrap();
 }

@@ -43,7 +43,7 @@ impl KvPool {
             Some(w) => self.whole_blocks_after_window_hit(w, hit, whole),
             None => self.whole_blocks(whole).saturating_sub(u64::from(hit) * self.fa_groups),
         };
-        self.can_pin_and_take(prefix, prompt, owner, (hit, self.hit_tokens(hit)), need, keep, 0).map_err(|short| {
+        self.can_pin_and_take(prefix, prompt, owner, (hit, hit, self.hit_tokens(hit)), need, keep, 0).map_err(|short| {
             Shortfall {
                 needed: need + u64::from(hit) * self.fa_groups + u64::from(self.win_pins(hit)) * self.wg(),
                 available: short.available,
@@ -78,9 +78,25 @@ impl KvPool {
         keep: u64,
     ) -> Result<(), Shortfall> {
         let from = if self.hit_state_cached(prefix, prompt, owner, hit) { self.hit_tokens(hit) } else { to };
-        let need = self.blocks_after_hit(hit, from, to, false);
+        let wn = self.load_window_hit(prefix, prompt, owner, hit);
+        let need = if self.win().is_some() && from < to {
+            // (The window groups count from T all the same: vLLM's count
+            // skips the window blocks below T's window. The count from the
+            // hit is the state groups' alone.)
+            let states: u64 = self
+                .groups
+                .iter()
+                .filter(|g| g.kind() == CacheGroupKind::State)
+                .map(|g| {
+                    Self::group_blocks(g, true, from, from, to, false) - Self::group_blocks(g, true, to, to, to, false)
+                })
+                .sum();
+            self.blocks_after_hits(hit, wn, to, to, false) + states
+        } else {
+            self.blocks_after_hits(hit, wn, from, to, false)
+        };
         let lag = self.lagging_state(prefix, prompt, owner, hit);
-        self.can_pin_and_take(prefix, prompt, owner, (hit, t), need, keep, lag)
+        self.can_pin_and_take(prefix, prompt, owner, (hit, wn, t), need, keep, lag)
     }
 
     /// Whether a decode rank's remote load of `span` = (T, N) tokens (T

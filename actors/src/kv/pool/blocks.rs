@@ -66,8 +66,15 @@ impl KvPool {
     /// Blocks a new allocation holds for the step `from..to` after pinning
     /// `hit` cached blocks; no side effects.
     pub(crate) fn blocks_after_hit(&self, hit: u32, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
+        self.blocks_after_hits(hit, hit, from, to, checkpoints)
+    }
+
+    /// [`KvPool::blocks_after_hit`] where the window groups hold a hit of
+    /// their own, `wn` blocks (a decode rank's load,
+    /// [`KvPool::load_window_hit`]).
+    pub(crate) fn blocks_after_hits(&self, hit: u32, wn: u32, from: Tokens, to: Tokens, checkpoints: bool) -> u64 {
         let all = self.all_blocks(from, to, checkpoints);
-        let wpins = self.win_blocks(hit) - self.win_lo(hit, from);
+        let wpins = self.win_blocks(wn) - self.win_lo(wn, from);
         all.saturating_sub(u64::from(hit) * self.fa_groups + u64::from(wpins) * self.wg())
     }
 

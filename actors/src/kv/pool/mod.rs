@@ -44,10 +44,13 @@
 //! their own kind, registered with the full-attention ones; blocks leaving
 //! the window go into the eviction order (the request's own under keys of
 //! its own); a hit also needs the window blocks before its end cached
-//! ([`KvPool::lookup`]), so a window-only model hits as well. Where pdsim
-//! departs: other mixes of groups (a window beside a state group, windows
-//! of different specs) free window blocks as plain blocks and hit on full
-//! attention alone; and with several full-attention groups beside window
+//! ([`KvPool::lookup`]), so a window-only model hits as well; beside a
+//! Mamba state group in align mode too, where a hit needs both the window
+//! blocks and a state ([`Layout::WindowedAligned`]). Where pdsim departs:
+//! other mixes of groups (windows of different specs, a window beside a
+//! Mamba group of another block size or before it) free window blocks as
+//! plain blocks and hit on the other groups alone; and with several
+//! full-attention groups beside window
 //! or Mamba-type groups vLLM frees group by group (own blocks then shared
 //! ones, group 0 first), where one pdsim entry stands for a block in
 //! each, so all the groups' own blocks go ahead of the shared entries.
@@ -194,9 +197,7 @@ impl Span {
 }
 
 /// How a pool's groups hold blocks, which decides how a holding is
-/// counted and resized: the four cases are exclusive (a window cache needs
-/// every state group to opt out of prefix caching; align mode needs one
-/// that does not).
+/// counted and resized.
 #[derive(Clone, Copy, Debug)]
 enum Layout {
     /// Every group full attention of one block size: a holding of `t`
@@ -209,6 +210,10 @@ enum Layout {
     /// caching on): the state groups' block size, at whose boundaries
     /// prefill chunks end (`crate::vllm::mamba::aligned_chunk`).
     Aligned(Tokens),
+    /// Both: sliding-window groups beside a Mamba state group in align
+    /// mode, each cached as vLLM caches it (a hit needs the window blocks
+    /// before its end and a state at it, [`KvPool::lookup`]).
+    WindowedAligned(Win, Tokens),
     /// Any other mix: counted group by group.
     ByGroup,
 }
@@ -333,13 +338,14 @@ impl KvPool {
         } else {
             0
         };
-        let win = Self::window_cache(&groups, prefix_caching, caching, fa_block);
+        let win = Self::window_cache(&groups, prefix_caching, caching, fa_block, align);
         let uniform = fa_block
             .filter(|&b| groups.iter().all(|g| g.kind() == CacheGroupKind::FullAttention && g.block_size() == b))
             .map(BlockSize::new);
         let layout = match (uniform, win, align) {
             (Some(b), ..) => Layout::UniformFull(b),
-            (None, Some(w), _) => Layout::Windowed(w),
+            (None, Some(w), Some(b)) => Layout::WindowedAligned(w, b),
+            (None, Some(w), None) => Layout::Windowed(w),
             (None, None, Some(b)) => Layout::Aligned(b),
             (None, None, None) => Layout::ByGroup,
         };
@@ -454,7 +460,7 @@ impl KvPool {
     #[inline]
     pub(crate) fn align(&self) -> Option<Tokens> {
         match self.layout {
-            Layout::Aligned(b) => Some(b),
+            Layout::Aligned(b) | Layout::WindowedAligned(_, b) => Some(b),
             _ => None,
         }
     }
@@ -463,7 +469,7 @@ impl KvPool {
     #[inline]
     fn win(&self) -> Option<Win> {
         match self.layout {
-            Layout::Windowed(w) => Some(w),
+            Layout::Windowed(w) | Layout::WindowedAligned(w, _) => Some(w),
             _ => None,
         }
     }

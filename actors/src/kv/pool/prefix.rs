@@ -75,12 +75,32 @@ impl KvPool {
     /// boundary it passes, `register_state`).
     ///
     /// With the window cache, a hit also needs the window blocks before its
-    /// end cached ([`KvPool::window_hit`]).
+    /// end cached ([`KvPool::window_hit`]); with both, vLLM's coordinator
+    /// asks the window group, then the state group, for a hit no longer
+    /// than the last one's, until neither cuts it
+    /// (`HybridKVCacheCoordinator.find_longest_cache_hit`'s fixed point).
+    /// B = 16, W = 33 (a hit needs 2 window blocks before its end), a
+    /// full-attention hit of 6 blocks, window blocks 0 to 3 cached, states
+    /// after 2 and 5 blocks: the window cuts the hit to 4 blocks, the state
+    /// to 2, and both agree with 2 (the junction: 96 tokens).
     #[inline]
     pub(crate) fn lookup(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, goal: Tokens) -> (u32, Tokens) {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         if let Some(w) = self.win() {
-            return (self.window_hit(w, prefix, prompt, owner, goal), Tokens::ZERO);
+            if self.state_groups == 0 {
+                return (self.window_hit(w, prefix, prompt, owner, goal), Tokens::ZERO);
+            }
+            let fa = self.fa_hit(prefix, prompt, owner, goal);
+            let mut n = fa;
+            loop {
+                let wn = self.window_hit_within(w, prefix, prompt, owner, self.win_blocks(n));
+                let m = self.deepest_state(prefix, prompt, owner, wn);
+                if m >= n {
+                    break;
+                }
+                n = m;
+            }
+            return (n, if n < fa { self.hit_tokens(fa) } else { Tokens::ZERO });
         }
         // With no full-attention group, vLLM's Mamba manager hits alone:
         // the last cached state before the last token.
@@ -115,20 +135,46 @@ impl KvPool {
     /// B = 8, a 104-token prompt whose first 72 tokens another request's
     /// load cached, its state cached at 120 only: 9 blocks (72 tokens), where
     /// an admission would hit none.
+    ///
+    /// With a window cache beside the Mamba group the same holds group by
+    /// group: the window group's own hit (at most the full-attention one,
+    /// [`KvPool::load_window_hit`]) is one more that may lag or run deeper.
     pub(crate) fn connector_hit(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, t: Tokens) -> ConnectorHit {
-        if !self.caching || self.state_groups == 0 || self.fa_groups == 0 || self.win().is_some() {
+        if !self.caching || self.state_groups == 0 || self.fa_groups == 0 {
             return ConnectorHit::Load(self.cached_prefix(prefix, prompt, owner, prompt));
         }
         let n = self.fa_hit(prefix, prompt, owner, prompt);
         if n == 0 {
             return ConnectorHit::Load(self.cached_prefix(prefix, prompt, owner, prompt));
         }
-        if self.hit_tokens(n) >= t && self.hit_entry(prefix, prompt, owner, n) == 0 {
+        let most = u32::try_from(prefix::hit_limit(prompt).blocks_floor(self.cache_block()).get()).unwrap_or(u32::MAX);
+        // Each group's own hit, looked up alone (`find_longest_cache_hit_per_group`).
+        let window = self.win().map(|w| self.window_hit_within(w, prefix, prompt, owner, self.win_blocks(most)));
+        let deeper =
+            window.is_some_and(|h| h > n) || (n + 1..=most).any(|m| self.hit_entry(prefix, prompt, owner, m) != 0);
+        if deeper {
+            return ConnectorHit::Load(self.cached_prefix(prefix, prompt, owner, prompt));
+        }
+        let lags = window.is_some_and(|h| h < n) || self.hit_entry(prefix, prompt, owner, n) == 0;
+        if self.hit_tokens(n) >= t && lags {
             return ConnectorHit::ComputeLocally;
         }
-        let most = u32::try_from(prefix::hit_limit(prompt).blocks_floor(self.cache_block()).get()).unwrap_or(u32::MAX);
-        let deeper = (n + 1..=most).any(|m| self.hit_entry(prefix, prompt, owner, m) != 0);
-        ConnectorHit::Load(if deeper { self.cached_prefix(prefix, prompt, owner, prompt) } else { n })
+        ConnectorHit::Load(n)
+    }
+
+    /// The window group's part of a decode rank's load hit of `hit` blocks
+    /// (in cache blocks): beside a Mamba group the load's hit is the
+    /// full-attention one ([`KvPool::connector_hit`]), and the window group
+    /// holds its own hit within it, which may be shorter (the cached window
+    /// blocks it needs before its end, [`KvPool::window_hit`]). Elsewhere,
+    /// the hit.
+    pub(crate) fn load_window_hit(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, hit: u32) -> u32 {
+        match self.win() {
+            Some(w) if self.state_groups > 0 && hit > 0 => {
+                self.window_hit_within(w, prefix, prompt, owner, self.win_blocks(hit))
+            }
+            _ => hit,
+        }
     }
 
     /// Whether a hit of `n` blocks ends where a state is cached (align mode;
@@ -219,7 +265,7 @@ impl KvPool {
         prefix: &PrefixIds,
         prompt: Tokens,
         owner: u64,
-        (n, from): (u32, Tokens),
+        (n, wn, from): (u32, u32, Tokens),
         need: u64,
         keep: u64,
         lag: u64,
@@ -233,7 +279,7 @@ impl KvPool {
         if !this_step(sk) && !this_step(lag) {
             // It fits even if every block of the hit were evictable (they
             // are among the cached free ones): no need to look at them.
-            let wins = if self.win().is_some() { self.win_blocks(n) - self.win_lo(n, from) } else { 0 };
+            let wins = if self.win().is_some() { self.win_blocks(wn) - self.win_lo(wn, from) } else { 0 };
             let most = u64::from(n) * self.fa_groups + u64::from(wins) * self.wg() + sb + lb;
             if need <= in_pool.saturating_sub(keep + most.min(self.cached_free)) {
                 return Ok(());
@@ -252,7 +298,7 @@ impl KvPool {
             }
         }
         if self.win().is_some() {
-            for i in self.win_lo(n, from)..self.win_blocks(n) {
+            for i in self.win_lo(wn, from)..self.win_blocks(wn) {
                 if evictable(self.win_key(prefix, prompt, owner, i)) {
                     touched += self.wg();
                 }
@@ -457,12 +503,14 @@ impl KvPool {
     ) -> Result<(), Shortfall> {
         debug_assert!(alloc.is_empty());
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
-        let need = self.blocks_after_hit(hit, from, to, checkpoints);
-        if let Err(short) = self.can_pin_and_take(prefix, prompt, alloc.owner, (hit, from), need, keep, 0) {
+        let load = self.win().is_some() && from > self.hit_tokens(hit);
+        let wn = if load { self.load_window_hit(prefix, prompt, alloc.owner, hit) } else { hit };
+        let need = self.blocks_after_hits(hit, wn, from, to, checkpoints);
+        if let Err(short) = self.can_pin_and_take(prefix, prompt, alloc.owner, (hit, wn, from), need, keep, 0) {
             let needed = self.all_blocks(from, to, checkpoints);
             return Err(Shortfall { needed, available: short.available });
         }
-        if self.win().is_some() && from > self.hit_tokens(hit) {
+        if load {
             self.pin_into(alloc, prefix, prompt, hit, (from, to));
             return Ok(());
         }

@@ -70,7 +70,18 @@ impl KvPool {
                 Ok(())
             }
             Layout::Windowed(w) => self.resize_win(w, alloc, span, how),
-            Layout::Aligned(_) => self.resize_aligned(alloc, span, how),
+            Layout::Aligned(_) => self.resize_aligned(alloc, *alloc, span, how),
+            Layout::WindowedAligned(w, _) => {
+                // The window blocks first, then the states: vLLM's
+                // `remove_skipped_blocks` goes group by group, and the
+                // window groups come first (`KvPool::window_cache`). The
+                // other groups still hold what the holding held before.
+                let before = *alloc;
+                if self.skips_cached(alloc, span.from) {
+                    self.skip_window(w, alloc, span.from, false);
+                }
+                self.resize_aligned(alloc, before, span, how)
+            }
             Layout::ByGroup => self.resize_plain(alloc, span, how),
         }
     }

@@ -81,31 +81,48 @@ impl KvPool {
     /// `allocate_slots` runs `remove_skipped_blocks` (`last_state_block_idx`)
     /// before it checks the free blocks, and a preemption then frees the
     /// rest after it.
+    ///
+    /// `before`: the holding as its groups other than the window ones hold
+    /// it (`*alloc` but where the window cache has just freed the blocks
+    /// leaving the window, [`KvPool::skip_window`], which moves the
+    /// holding's start).
     #[inline(never)]
-    pub(super) fn resize_aligned(&mut self, alloc: &mut Alloc, span: Span, how: Take) -> Result<(), Shortfall> {
+    pub(super) fn resize_aligned(
+        &mut self,
+        alloc: &mut Alloc,
+        before: Alloc,
+        span: Span,
+        how: Take,
+    ) -> Result<(), Shortfall> {
         let from = span.from;
-        let result = self.resize_aligned_once(alloc, span, how);
+        let result = self.resize_aligned_once(alloc, before, span, how);
         // What it holds once the states before `from` are freed: the step
         // it was in, from `from` (at its end: the synchronous loop; at its
         // start, where the step before it was in flight: the asynchronous
         // one).
         // (A decoding set's member may hold an earlier step's blocks, the
         // same through `stable_to`: it is at `from` then.)
-        let at = alloc.to.max(from);
+        let at = before.to.max(from);
         if result.is_err()
             && how.evicts()
-            && from > alloc.from
-            && from <= alloc.to.max(alloc.stable_to)
-            && self.state_blocks_held(from, from, at) != self.state_blocks_held(alloc.from, alloc.mid, alloc.to)
+            && from > before.from
+            && from <= before.to.max(before.stable_to)
+            && self.state_blocks_held(from, from, at) != self.state_blocks_held(before.from, before.mid, before.to)
         {
             let left = Span::new(from, at);
-            self.resize_aligned_once(alloc, left, how).expect("giving blocks back fits");
+            self.resize_aligned_once(alloc, before, left, how).expect("giving blocks back fits");
         }
         result
     }
 
     /// [`KvPool::resize_aligned`]'s move, all or nothing.
-    pub(super) fn resize_aligned_once(&mut self, alloc: &mut Alloc, span: Span, how: Take) -> Result<(), Shortfall> {
+    pub(super) fn resize_aligned_once(
+        &mut self,
+        alloc: &mut Alloc,
+        before: Alloc,
+        span: Span,
+        how: Take,
+    ) -> Result<(), Shortfall> {
         let Span { from, mid, to, checkpoints } = span;
         // Per group, what the new state holds and the change from the old.
         let mut all = 0u64;
@@ -127,7 +144,8 @@ impl KvPool {
         }
         for (i, g) in self.groups.iter().enumerate() {
             let new = Self::group_blocks(g, align, from, mid, to, checkpoints);
-            let old = Self::group_blocks(g, align, alloc.from, alloc.mid, alloc.to, alloc.checkpoints);
+            let was = if g.kind() == CacheGroupKind::SlidingWindow { &*alloc } else { &before };
+            let old = Self::group_blocks(g, align, was.from, was.mid, was.to, was.checkpoints);
             all += new;
             deltas[i] = new as i64 - old as i64;
         }
@@ -139,7 +157,10 @@ impl KvPool {
                 }
             }
         }
-        let need = all - u64::from(alloc.shared) * self.fa_groups - kept * self.state_groups;
+        let need = all
+            - u64::from(alloc.shared) * self.fa_groups
+            - kept * self.state_groups
+            - u64::from(alloc.wpinned) * self.wg();
         if old_pinned == kept {
             if need > alloc.private {
                 self.take(need - alloc.private, how)?;

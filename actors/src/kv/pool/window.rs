@@ -6,7 +6,7 @@ use crate::base::keys::plain_key;
 use crate::base::units::Tokens;
 use crate::models::model::{CacheGroup, CacheGroupKind};
 use crate::requests::workload::{PrefixIds, mix};
-use crate::vllm::admission::Whole;
+use crate::vllm::admission::{Whole, group_blocks_counted};
 use crate::vllm::{blocks, prefix, window};
 
 /// Salts the keys of cached window blocks from their position's key.
@@ -45,17 +45,28 @@ impl KvPool {
     /// group a prefix-cacheable sliding window (or a state group that opts
     /// out of prefix caching), the windows with one window and one block
     /// size, a multiple of the full-attention groups' (if any), and those
-    /// cached. Otherwise none: window blocks are then freed as plain blocks
-    /// and hits are taken on the full-attention groups alone (a departure
-    /// from vLLM, named in the README).
+    /// cached. Beside a Mamba state group in align mode (`align`: its block
+    /// size) too, where the full-attention, window and state groups share
+    /// one block size and the window groups come before the state groups
+    /// (vLLM frees a request's blocks group by group in that order).
+    /// Otherwise none: window blocks are then freed as plain blocks and hits
+    /// are taken on the other groups alone (a departure from vLLM, named in
+    /// the README).
     pub(super) fn window_cache(
         groups: &[CacheGroup],
         prefix_caching: bool,
         caching: bool,
         fa_block: Option<Tokens>,
+        align: Option<Tokens>,
     ) -> Option<Win> {
         let first = groups.iter().find(|g| g.kind() == CacheGroupKind::SlidingWindow)?;
         let (block, window) = (first.block_size(), first.window()?);
+        let cached_state = |g: &CacheGroup| g.kind() == CacheGroupKind::State && g.prefix_cacheable();
+        let beside_states = align.is_some_and(|b| {
+            let last_window = groups.iter().rposition(|g| g.kind() == CacheGroupKind::SlidingWindow);
+            let first_state = groups.iter().position(cached_state);
+            b == block && fa_block == Some(block) && last_window < first_state
+        });
         // (Groups that opt out of prefix caching, such as a tail ring, take
         // no part in hits: vLLM's coordinator skips them.)
         let same = groups.iter().filter(|g| g.kind() != CacheGroupKind::FullAttention).all(|g| {
@@ -64,6 +75,7 @@ impl KvPool {
                 && g.block_size() == block
                 && g.window() == Some(window))
                 || (g.kind() == CacheGroupKind::State && !g.prefix_cacheable())
+                || (beside_states && cached_state(g))
         });
         let fa_ok = fa_block.is_none_or(|b| caching && block.get().is_multiple_of(b.get()));
         if !prefix_caching || !same || !fa_ok {
@@ -264,6 +276,11 @@ impl KvPool {
         } else {
             u32::try_from(prefix::hit_limit(goal).blocks_floor(w.block).get()).unwrap_or(u32::MAX)
         };
+        self.window_hit_within(w, prefix, prompt, owner, n)
+    }
+
+    /// [`KvPool::window_hit`] of at most `n` window blocks, in cache blocks.
+    pub(super) fn window_hit_within(&self, w: Win, prefix: &PrefixIds, prompt: Tokens, owner: u64, n: u32) -> u32 {
         let mut run = 0u32;
         let mut hit = None;
         for i in (0..n).rev() {
@@ -306,8 +323,9 @@ impl KvPool {
     ) {
         debug_assert!(alloc.is_empty());
         let fa = self.fa_pins(hit);
-        let lo = self.win_lo(hit, from);
-        let nw = self.win_blocks(hit);
+        let wn = self.load_window_hit(prefix, prompt, alloc.owner, hit);
+        let lo = self.win_lo(wn, from);
+        let nw = self.win_blocks(wn);
         self.pin_hit_entries(alloc, prefix, prompt, fa, lo..nw);
         let mut need = 0;
         for (i, g) in self.groups.iter().enumerate() {
@@ -352,11 +370,15 @@ impl KvPool {
             .iter()
             .map(|g| {
                 let blocks = whole.to.blocks_ceil(g.block_size()).get();
-                if g.kind() == CacheGroupKind::SlidingWindow {
-                    let cap = window::admission_cap_blocks(w.window, w.block, whole.in_flight);
-                    blocks.min(cap).saturating_sub(nw)
-                } else {
-                    blocks.saturating_sub(hit)
+                match g.kind() {
+                    CacheGroupKind::SlidingWindow => {
+                        let cap = window::admission_cap_blocks(w.window, w.block, whole.in_flight);
+                        blocks.min(cap).saturating_sub(nw)
+                    }
+                    // A state group counts as it does without the window
+                    // cache ([`KvPool::whole_blocks`]).
+                    CacheGroupKind::State => group_blocks_counted(g, self.align().is_some(), whole),
+                    _ => blocks.saturating_sub(hit),
                 }
             })
             .sum()
