@@ -111,3 +111,16 @@ for k in $(echo \
 done
 "$python" vllm_batch.py cases cases/gen-310[1-6]-*.json 2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls cases/gen-*.vllm.jsonl | wc -l) cases"
+# A sliding window beside a Mamba state in one model (--groups
+# window-mamba): the cases that differed before pdsim kept the window
+# cache there, and the first ten of each seed.
+wm="$work/window-mamba"
+python3 "$here/gen_cases.py" 6001 60 "$wm" --groups window-mamba
+python3 "$here/gen_cases.py" 6002 60 "$wm" --groups window-mamba --async
+rm -f "$here"/cases/gen-600[12]-*
+for k in 6001-10 6001-16 6001-56 6002-5 6002-8 6002-28 6002-29 6002-30 6002-33 6002-35 6002-44 6002-58 \
+  $(seq -f "6001-%g" 0 9) $(seq -f "6002-%g" 0 4) $(seq -f "6002-%g" 6 7) 6002-9; do
+  cp "$wm/gen-$k.json" "$here/cases/"
+done
+"$python" vllm_batch.py cases cases/gen-600[12]-*.json 2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
+echo "recorded $(ls cases/gen-*.vllm.jsonl | wc -l) cases"

@@ -104,6 +104,19 @@ for k in 5101-3 5101-39 5101-46 5101-6 5102-2 5102-21 5102-24 5102-3 5102-41 510
   5112-3 5112-6 5112-8 5119-1 5119-2 5119-3; do
   cp "$work/gen-pd-$k.json" "$here/pd_cases/"
 done
+# A sliding window beside a Mamba state (--groups window-mamba): the cases
+# that differed before pdsim kept the window cache there and took each
+# group's own hit for a load, and the first five of each seed.
+rm -f "$here"/pd_cases/gen-pd-600[34]-* "$here"/pd_cases/gen-pd-602[12]-*
+python3 "$here/gen_pd_cases.py" 6003 60 "$work" --groups window-mamba
+python3 "$here/gen_pd_cases.py" 6004 60 "$work" --groups window-mamba --async
+python3 "$here/gen_pd_cases.py" 6021 60 "$work" --groups window-mamba
+python3 "$here/gen_pd_cases.py" 6022 34 "$work" --groups window-mamba --async
+for k in 6003-2 6003-19 6003-20 6003-26 6003-27 6003-30 6003-38 6003-40 6003-44 6003-47 \
+  6004-0 6004-5 6004-10 6004-13 6004-18 6004-19 6004-27 6004-28 6004-33 6004-40 6004-42 6004-44 6004-53 6004-59 \
+  6021-58 6022-20 6022-33 6003-0 6003-1 6003-3 6003-4 6003-5 6004-1 6004-2 6004-3 6004-4 6004-6; do
+  cp "$work/gen-pd-$k.json" "$here/pd_cases/"
+done
 cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py pd_cases pd_cases/*.json \
   2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls pd_cases/*.vllm.jsonl | wc -l) cases"

@@ -407,7 +407,8 @@ impl<'a> Step<'a> {
                 core.pool.pin_and_take_need(hit, core.pool.blocks_after_hits(hit, wn, whole.0, whole.1, false)) + wm,
             );
             let seq = core.seqs.get(key);
-            if let Err(short) = core.pool.whole_load_fits(&seq.req.prefix, n, seq.req.id, hit, (t, n), wm) {
+            let in_flight = Tokens::new(core.engine.in_flight_tokens(core.limits.max_num_batched_tokens));
+            if let Err(short) = core.pool.whole_load_fits(&seq.req.prefix, n, seq.req.id, hit, (t, n), in_flight, wm) {
                 core.last_need = short.needed;
                 return false;
             }

@@ -106,6 +106,15 @@ impl KvPool {
     /// [`KvPool::load_fits`] counts them) against the free and evictable
     /// blocks, keeping `keep` free (vLLM's watermark; the blocks kept for
     /// others are the allocation's check).
+    ///
+    /// With the window cache, the window groups count as vLLM's
+    /// `get_num_blocks_to_allocate(apply_admission_cap=True)` counts them
+    /// there: `min(cdiv(N, B), cap)` ([`admission_cap_blocks`]; `in_flight`,
+    /// the most tokens a step computes) less the larger of the blocks T
+    /// skips and the window's hit, not what a step to N holds. W = 16,
+    /// B = 8, a budget of 16, N = 81 with no hit: min(11, 5) − 8 skipped =
+    /// 0, where the step 81..81 holds 3.
+    #[expect(clippy::too_many_arguments, reason = "load_fits's, and the budget the window's cap needs")]
     pub(crate) fn whole_load_fits(
         &self,
         prefix: &PrefixIds,
@@ -113,9 +122,28 @@ impl KvPool {
         owner: u64,
         hit: u32,
         (t, n): (Tokens, Tokens),
+        in_flight: Tokens,
         keep: u64,
     ) -> Result<(), Shortfall> {
-        self.load_fits(prefix, prompt, owner, hit, (t, n), keep)
+        let Some(w) = self.win() else { return self.load_fits(prefix, prompt, owner, hit, (t, n), keep) };
+        let wn = self.load_window_hit(prefix, prompt, owner, hit);
+        let from = if self.hit_state_cached(prefix, prompt, owner, hit) { self.hit_tokens(hit) } else { n };
+        let local = u64::from(self.win_blocks(wn));
+        let need: u64 = self
+            .groups
+            .iter()
+            .map(|g| match g.kind() {
+                CacheGroupKind::FullAttention => n.blocks_ceil(g.block_size()).get() - u64::from(hit),
+                CacheGroupKind::SlidingWindow => {
+                    let cap = admission_cap_blocks(w.window, w.block, in_flight);
+                    let skipped = u64::from(w.skipped(t));
+                    n.blocks_ceil(w.block).get().min(cap).saturating_sub(skipped.max(local))
+                }
+                _ => Self::group_blocks(g, self.align().is_some(), from, from, n, false),
+            })
+            .sum();
+        let lag = self.lagging_state(prefix, prompt, owner, hit);
+        self.can_pin_and_take(prefix, prompt, owner, (hit, wn, t), need, keep, lag)
     }
 
     /// Blocks the holding `alloc` must still allocate to hold its whole
