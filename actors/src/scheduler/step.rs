@@ -395,7 +395,6 @@ impl<'a> Step<'a> {
         let t = seq.req.transferred_tokens;
         let windows = core.pool.window_cached() || core.pool.frees_plain_midway();
         let state = handoff::reservation_span(t, n, windows);
-        let seq = core.seqs.get(key);
         let wn = core.pool.load_window_hit(&seq.req.prefix, n, seq.req.id, hit);
         let need = core.pool.blocks_after_hits(hit, wn, state.0, state.1, false);
         core.make_room(core.pool.pin_and_take_need(hit, need) + keep + wm);

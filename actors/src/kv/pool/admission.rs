@@ -77,26 +77,7 @@ impl KvPool {
         (t, to): (Tokens, Tokens),
         keep: u64,
     ) -> Result<(), Shortfall> {
-        let from = if self.hit_state_cached(prefix, prompt, owner, hit) { self.hit_tokens(hit) } else { to };
-        let wn = self.load_window_hit(prefix, prompt, owner, hit);
-        let need = if self.win().is_some() && from < to {
-            // (The window groups count from T all the same: vLLM's count
-            // skips the window blocks below T's window. The count from the
-            // hit is the state groups' alone.)
-            let states: u64 = self
-                .groups
-                .iter()
-                .filter(|g| g.kind() == CacheGroupKind::State)
-                .map(|g| {
-                    Self::group_blocks(g, true, from, from, to, false) - Self::group_blocks(g, true, to, to, to, false)
-                })
-                .sum();
-            self.blocks_after_hits(hit, wn, to, to, false) + states
-        } else {
-            self.blocks_after_hits(hit, wn, from, to, false)
-        };
-        let lag = self.lagging_state(prefix, prompt, owner, hit);
-        self.can_pin_and_take(prefix, prompt, owner, (hit, wn, t), need, keep, lag)
+        self.load_check(prefix, prompt, owner, hit, (t, to), None, keep)
     }
 
     /// Whether a decode rank's remote load of `span` = (T, N) tokens (T
@@ -125,23 +106,48 @@ impl KvPool {
         in_flight: Tokens,
         keep: u64,
     ) -> Result<(), Shortfall> {
-        let Some(w) = self.win() else { return self.load_fits(prefix, prompt, owner, hit, (t, n), keep) };
+        self.load_check(prefix, prompt, owner, hit, (t, n), Some(in_flight), keep)
+    }
+
+    /// [`KvPool::load_fits`] (`in_flight`: none) and
+    /// [`KvPool::whole_load_fits`] (the budget its window cap needs).
+    #[expect(clippy::too_many_arguments, reason = "whole_load_fits's")]
+    fn load_check(
+        &self,
+        prefix: &PrefixIds,
+        prompt: Tokens,
+        owner: u64,
+        hit: u32,
+        (t, to): (Tokens, Tokens),
+        in_flight: Option<Tokens>,
+        keep: u64,
+    ) -> Result<(), Shortfall> {
+        let from = if self.hit_state_cached(prefix, prompt, owner, hit) { self.hit_tokens(hit) } else { to };
         let wn = self.load_window_hit(prefix, prompt, owner, hit);
-        let from = if self.hit_state_cached(prefix, prompt, owner, hit) { self.hit_tokens(hit) } else { n };
-        let local = u64::from(self.win_blocks(wn));
-        let need: u64 = self
-            .groups
-            .iter()
-            .map(|g| match g.kind() {
-                CacheGroupKind::FullAttention => n.blocks_ceil(g.block_size()).get() - u64::from(hit),
-                CacheGroupKind::SlidingWindow => {
-                    let cap = admission_cap_blocks(w.window, w.block, in_flight);
-                    let skipped = u64::from(w.skipped(t));
-                    n.blocks_ceil(w.block).get().min(cap).saturating_sub(skipped.max(local))
-                }
-                _ => Self::group_blocks(g, self.align().is_some(), from, from, n, false),
-            })
-            .sum();
+        let need = match self.win() {
+            Some(w) if self.state_groups > 0 => {
+                // Group by group: the window groups count from T all the
+                // same (vLLM skips the window blocks below T's window and
+                // counts its hit's, `num_local_computed_blocks`, nulls
+                // included); the count from the hit is the state groups'
+                // alone.
+                let local = u64::from(self.win_blocks(wn)).max(u64::from(w.skipped(t)));
+                let align = self.align().is_some();
+                self.groups
+                    .iter()
+                    .map(|g| match g.kind() {
+                        CacheGroupKind::FullAttention => to.blocks_ceil(g.block_size()).get() - u64::from(hit),
+                        CacheGroupKind::SlidingWindow => {
+                            let blocks = to.blocks_ceil(w.block).get();
+                            let cap = in_flight.map_or(u64::MAX, |f| admission_cap_blocks(w.window, w.block, f));
+                            blocks.min(cap).saturating_sub(local)
+                        }
+                        _ => Self::group_blocks(g, align, from, from, to, false),
+                    })
+                    .sum()
+            }
+            _ => self.blocks_after_hits(hit, wn, from, to, false),
+        };
         let lag = self.lagging_state(prefix, prompt, owner, hit);
         self.can_pin_and_take(prefix, prompt, owner, (hit, wn, t), need, keep, lag)
     }
