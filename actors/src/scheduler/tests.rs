@@ -1052,6 +1052,7 @@ fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
         ("two full-attention groups", vec![fa(), fa()], 80),
         ("three full-attention groups beside a tail ring", vec![fa(), fa(), fa(), state_group(16, false)], 130),
         ("window cache", vec![fa(), cached_window(16, 33)], 60),
+        ("two window groups of one spec", vec![fa(), cached_window(16, 33), cached_window(16, 33)], 90),
         ("window cache, B 32", vec![fa(), cached_window(32, 64)], 60),
         ("window only", vec![cached_window(16, 40)], 24),
         ("window beside a tail ring", vec![fa(), cached_window(16, 17), state_group(16, false)], 70),
@@ -1060,6 +1061,11 @@ fn blocks_are_conserved_and_a_run_ends_with_every_block_back() {
             "window beside a Mamba state",
             vec![fa(), cached_window(16, 33), state_group(16, true), state_group(16, false)],
             80,
+        ),
+        (
+            "two window groups beside a Mamba state",
+            vec![fa(), cached_window(16, 33), cached_window(16, 33), state_group(16, true), state_group(16, false)],
+            110,
         ),
         ("Mamba only", vec![state_group(16, true), state_group(16, false)], 12),
         // Blocks smaller than the 16-token ids: an id's blocks are one
@@ -1143,6 +1149,48 @@ fn groups_folded_into_classes_hold_what_each_group_holds() {
 fn fa_window_state_pool(num_blocks: u64) -> KvPool {
     let groups = vec![group(CacheGroupKind::FullAttention, 16, None), cached_window(16, 33), state_group(16, true)];
     KvPool::new(groups, num_blocks, true)
+}
+
+#[test]
+fn window_groups_of_one_spec_free_and_evict_their_blocks_group_by_group() {
+    // Two window groups of one spec (W = 17, B = 16: a hit needs the
+    // cdiv(16, 16) = 1 window block before its end cached in both). A (five
+    // named blocks) computes 0..80, then decodes 80..81. That step frees
+    // the window blocks below its window, floor((80 − 17 + 1) / 16) = 4,
+    // into the eviction order group by group, each the last first (vLLM's
+    // coordinator calls each group's `remove_skipped_blocks`): the first
+    // group's blocks 3, 2, 1, 0, then the second's. A holds 6
+    // full-attention blocks and 2 window blocks in each group: 10 of 22,
+    // 8 cached, 4 plain.
+    let groups = vec![group(CacheGroupKind::FullAttention, 16, None), cached_window(16, 17), cached_window(16, 17)];
+    let mut pool = KvPool::new(groups, 22, true);
+    let a_req = prefixed(0, &[1, 2, 3, 4, 5], 1);
+    let mut a = Alloc::owned_by(0);
+    let (p, t) = (&a_req.prefix, a_req.prompt);
+    pool.pin_and_allocate(&mut a, p, t, 0, (Tokens::ZERO, Tokens::new(80)), false).unwrap();
+    pool.register(&mut a, p, t, Tokens::new(80));
+    pool.resize(&mut a, Tokens::new(80), Tokens::new(81), false).unwrap();
+    pool.check().unwrap();
+    assert_eq!(pool.group_used(), [6, 2, 2]);
+    assert_eq!((pool.free_plain(), pool.cached_free()), (4, 8));
+    // B: A's first four blocks and one more. Its full-attention hit is
+    // floor(79 / 16) = 4 blocks (A pins them), and window block 3, before
+    // that end, is cached in both groups: 4.
+    let b = prefixed(1, &[1, 2, 3, 4, 9], 1);
+    let hit = |pool: &KvPool| pool.cached_prefix(&b.prefix, b.prompt, 1, b.prompt);
+    assert_eq!(hit(&pool), 4);
+    // X, 32 tokens in one step (2 blocks in each group, 6), evicts two: the
+    // first group's window blocks 3 and 2. Block 1 is the last cached in
+    // both, so B hits 1 + 1 = 2. (Had one entry stood for a block in both
+    // groups, the eviction would have taken block 3 of each, and B would
+    // hit 3.)
+    let mut x = Alloc::owned_by(2);
+    pool.pin_and_allocate(&mut x, &PrefixIds::none(), Tokens::new(40), 0, (Tokens::ZERO, Tokens::new(32)), false)
+        .unwrap();
+    assert_eq!(pool.evicted_blocks(), 2);
+    assert_eq!(hit(&pool), 2);
+    assert_eq!((pool.free_plain(), pool.cached_free()), (0, 6));
+    pool.check().unwrap();
 }
 
 #[test]

@@ -55,10 +55,11 @@
 //! ones, group 0 first), where one pdsim entry stands for a block in
 //! each, so all the groups' own blocks go ahead of the shared entries.
 //! (Beside no other cached kind, every full-attention group but the first
-//! is held as a window no block ever leaves, [`KvPool::full_groups_apart`]:
-//! exact for two groups; with three or more, the groups past the first
-//! share one window entry, so a hit is exact but an eviction takes a
-//! block of each of them where vLLM takes one group's first.)
+//! is held as a window no block ever leaves, [`KvPool::full_groups_apart`].)
+//! Each window group's blocks are entries of their own, as vLLM keys a
+//! cached block by hash and group: freed group by group, each the last
+//! first, so an eviction takes one group's copy of a content before
+//! another's, and a hit needs the content cached in every group.
 //!
 //! The same content computed twice (two requests that did not hit it, or
 //! a landed handoff whose content another request cached meanwhile) is
@@ -225,7 +226,9 @@ pub(super) enum Kind {
     Full = 0,
     /// One block in each aligned state group (align mode).
     State = 1,
-    /// One block in each sliding-window group (the window cache).
+    /// One block in one sliding-window group (the window cache): vLLM
+    /// caches each group's blocks apart (keyed by hash and group), and frees
+    /// and evicts them group by group.
     Window = 2,
 }
 
@@ -307,8 +310,11 @@ pub(crate) struct KvPool {
     /// none), by owner: a pin names the copy it holds.
     state_pins: FxHashMap<u64, [(u64, u32); 3]>,
     /// By owner: the slots of the window entries a holding pins, in block
-    /// order (`Alloc::wfirst ..`).
+    /// order (`Alloc::wfirst ..`), each block's window groups in order.
     win_slots: FxHashMap<u64, Vec<u32>>,
+    /// The index of each window group among all groups, in order (a window
+    /// entry is one block in one of them, [`Win`]).
+    win_idx: [u8; MAX_GROUPS],
     /// The groups an entry of each kind spans ([`KvPool::spans_of`]).
     spans: [u16; 3],
     /// The groups that hold alike, one of each with how many there are
@@ -352,6 +358,7 @@ impl KvPool {
         KvPool {
             layout,
             win_slots: FxHashMap::default(),
+            win_idx: Self::window_groups(&groups),
             evicted_ahead: Journal::default(),
             spans: Self::spans_of(&groups),
             classes: Self::holding_classes(&groups),
@@ -424,7 +431,7 @@ impl KvPool {
         match kind {
             Kind::Full => self.fa_groups,
             Kind::State => self.state_groups,
-            Kind::Window => self.win().map_or(0, |w| w.groups),
+            Kind::Window => 1,
         }
     }
 
@@ -518,10 +525,8 @@ impl KvPool {
     /// right for a run of `cdiv(W − 1, B)` cached blocks, finds none that
     /// long and takes the run from the start, which is the full-attention
     /// hit. So every such group but the first is held as a window of
-    /// [`UNBOUNDED_WINDOW`] tokens, longer than any request (window groups
-    /// of one spec share one entry, so with three groups or more the
-    /// second and later are evicted together: hits stay exact, eviction
-    /// counts not quite). Only where
+    /// [`UNBOUNDED_WINDOW`] tokens, longer than any request (each group's
+    /// blocks entries of their own, [`Win`]). Only where
     /// the window cache then takes them: every other group a state group
     /// that opts out of prefix caching (a tail ring); beside windows or
     /// Mamba-type states they stay folded (a departure the README names).
@@ -604,6 +609,7 @@ impl KvPool {
     /// or the cached window groups.
     #[inline]
     fn used_add(&mut self, kind: Kind, delta: i64) {
+        debug_assert!(kind != Kind::Window, "a window entry's group counts on its own paths");
         let mut spans = self.spans[kind as usize];
         while spans != 0 {
             let i = spans.trailing_zeros() as usize;
@@ -613,7 +619,9 @@ impl KvPool {
     }
 
     /// The groups an entry of each [`Kind`] spans, as bit masks (bit `i`:
-    /// group `i`), for [`KvPool::used_add`].
+    /// group `i`), for [`KvPool::used_add`]. A window entry is one block in
+    /// one window group, counted where it is pinned and unpinned
+    /// ([`KvPool::ref_win_slot`]), so its mask is empty.
     fn spans_of(groups: &[CacheGroup]) -> [u16; 3] {
         let mask = |spans: &dyn Fn(&CacheGroup) -> bool| {
             groups.iter().enumerate().filter(|(_, g)| spans(g)).fold(0u16, |m, (i, _)| m | 1 << i)
@@ -621,8 +629,18 @@ impl KvPool {
         [
             mask(&|g| g.kind() == CacheGroupKind::FullAttention),
             mask(&|g| g.kind() == CacheGroupKind::State && g.prefix_cacheable()),
-            mask(&|g| g.kind() == CacheGroupKind::SlidingWindow),
+            0,
         ]
+    }
+
+    /// The indices of the sliding-window groups among `groups`, in order.
+    fn window_groups(groups: &[CacheGroup]) -> [u8; MAX_GROUPS] {
+        let mut idx = [0u8; MAX_GROUPS];
+        let windows = groups.iter().enumerate().filter(|(_, g)| g.kind() == CacheGroupKind::SlidingWindow);
+        for (slot, (i, _)) in idx.iter_mut().zip(windows) {
+            *slot = u8::try_from(i).expect("fewer than 256 groups");
+        }
+        idx
     }
 
     /// The pool's state in a form two pools can be compared by (slot

@@ -2,7 +2,7 @@
 //! pinning a hit and allocating the rest all or nothing, and registering
 //! blocks as they fill.
 
-use super::{Alloc, ConnectorHit, Kind, KvPool, Shortfall, Take, keys, state};
+use super::{Alloc, ConnectorHit, Kind, KvPool, Shortfall, Take, keys, state, window};
 use crate::base::keys::plain_key;
 use crate::base::units::{Blocks, Tokens};
 use crate::models::model::CacheGroupKind;
@@ -299,9 +299,8 @@ impl KvPool {
         }
         if self.win().is_some() {
             for i in self.win_lo(wn, from)..self.win_blocks(wn) {
-                if evictable(self.win_key(prefix, prompt, owner, i)) {
-                    touched += self.wg();
-                }
+                let base = self.win_base(prefix, prompt, owner, i);
+                touched += (0..self.wg()).filter(|&g| evictable(window::win_entry_key(base, g))).count() as u64;
             }
         }
         if sk != 0 && evictable(sk) {
@@ -455,10 +454,13 @@ impl KvPool {
         if !window.is_empty() {
             let mut slots = self.take_win_slots(alloc);
             for i in window {
-                let k = self.win_key(prefix, prompt, alloc.owner, i);
-                let slot = self.entries.get(k, keys(self.lru.slots())).expect("a hit's window entries exist");
-                self.ref_slot(slot);
-                slots.push(slot);
+                let base = self.win_base(prefix, prompt, alloc.owner, i);
+                for g in 0..self.wg() {
+                    let k = window::win_entry_key(base, g);
+                    let slot = self.entries.get(k, keys(self.lru.slots())).expect("a hit's window entries exist");
+                    self.ref_win_slot(slot, g);
+                    slots.push(slot);
+                }
             }
             self.put_win_slots(alloc.owner, slots);
         }

@@ -242,8 +242,9 @@ impl KvPool {
         self.free_nameless(nameless);
         self.unpin(alloc.shared, alloc.owner);
         if self.win().is_some() {
-            self.free_nameless(win_nameless);
-            self.unpin_window(alloc);
+            // Each window group's own blocks, then the entries it pins.
+            let own = win_nameless / self.wg();
+            self.unpin_window_after(alloc, |pool| pool.free_nameless(own));
         }
         // Then the state entries, the later block first (vLLM frees each
         // group's blocks in reverse, group by group).

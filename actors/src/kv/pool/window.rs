@@ -24,13 +24,24 @@ pub(super) const WINDOW_ENTRY: u64 = 0x7769_6e64_6f77_5f6b;
 pub(super) struct Win {
     pub(super) block: Tokens,
     pub(super) window: Tokens,
-    /// Window groups: a window entry is one block in each.
+    /// Window groups: a window block index is an entry in each, cached,
+    /// pinned, freed and evicted apart (vLLM's block pool keys a cached
+    /// block by its hash and its group, and its coordinator frees a
+    /// request's blocks group by group), so that an eviction can take one
+    /// group's copy of a content and leave another's.
     pub(super) groups: u64,
     /// Cached window blocks a hit needs before its end (at least one).
     pub(super) need: u32,
     /// Window blocks a holding keeps at a block-aligned hit: `cdiv(W − 1,
     /// B)`, `need` but for a window of one token (0).
     pub(super) held: u32,
+}
+
+/// The key of a window block in window group `g` whose position key is
+/// `base`: each group's copy is an entry of its own.
+#[inline]
+pub(super) fn win_entry_key(base: u64, g: u64) -> u64 {
+    plain_key(mix(base, WINDOW_ENTRY + g))
 }
 
 impl Win {
@@ -192,20 +203,29 @@ impl KvPool {
         let pin_end = alloc.wfirst + alloc.wpinned;
         let pinned = |i: u32| alloc.wpinned > 0 && i >= alloc.wfirst && i < pin_end;
         let own = (old..new).filter(|&i| !pinned(i)).count() as u64;
-        if nameless {
-            self.free_nameless(own * w.groups);
-        } else {
-            for i in (old..new).rev().filter(|&i| !pinned(i)) {
-                // (As `win_key` makes it for content no prefix id names.)
-                let end = Tokens::new((u64::from(i) + 1) * w.block.get());
-                let k = plain_key(mix(
-                    Self::key_at(&PrefixIds::none(), Tokens::ZERO, alloc.owner, end, w.block),
-                    WINDOW_ENTRY,
-                ));
-                let slot = self.new_entry(k, Kind::Window);
-                self.lru.unpin(slot);
+        let dropped = if alloc.wpinned == 0 { 0 } else { new.min(pin_end).saturating_sub(alloc.wfirst) };
+        let slots = (dropped > 0)
+            .then(|| self.win_slots.remove(&alloc.owner).expect("a holding pinning window entries has their slots"));
+        // Group by group, as vLLM's `remove_skipped_blocks` goes through its
+        // managers: each group's own blocks, then the entries it pins.
+        for g in 0..w.groups {
+            if nameless {
+                self.free_nameless(own);
+            } else {
+                for i in (old..new).rev().filter(|&i| !pinned(i)) {
+                    // (As `win_base` makes it for content no prefix id names.)
+                    let end = Tokens::new((u64::from(i) + 1) * w.block.get());
+                    let k = win_entry_key(Self::key_at(&PrefixIds::none(), Tokens::ZERO, alloc.owner, end, w.block), g);
+                    let slot = self.new_entry(k, Kind::Window);
+                    self.lru.unpin(slot);
+                }
+                self.cached_free += own;
             }
-            self.cached_free += own * w.groups;
+            if let Some(slots) = &slots {
+                for j in (0..dropped).rev() {
+                    self.unref_win_slot(slots[(u64::from(j) * w.groups + g) as usize], g);
+                }
+            }
         }
         self.private -= own * w.groups;
         alloc.private -= own * w.groups;
@@ -214,12 +234,8 @@ impl KvPool {
                 self.group_used[i] -= own;
             }
         }
-        let dropped = if alloc.wpinned == 0 { 0 } else { new.min(pin_end).saturating_sub(alloc.wfirst) };
-        if dropped > 0 {
-            let mut slots =
-                self.win_slots.remove(&alloc.owner).expect("a holding pinning window entries has their slots");
-            self.unref_slots_rev(&slots[..dropped as usize], Kind::Window);
-            slots.drain(..dropped as usize);
+        if let Some(mut slots) = slots {
+            slots.drain(..(u64::from(dropped) * w.groups) as usize);
             alloc.wfirst += dropped;
             alloc.wpinned -= dropped;
             self.put_win_slots(alloc.owner, slots);
@@ -228,16 +244,58 @@ impl KvPool {
         alloc.stable_to = Tokens::ZERO;
     }
 
-    /// Drops every pin `alloc` holds on window entries, the last block first.
-    pub(super) fn unpin_window(&mut self, alloc: &mut Alloc) {
+    /// Drops every pin `alloc` holds on window entries, group by group,
+    /// each the last block first, each group's after `before(self)` (its own
+    /// blocks freed first).
+    pub(super) fn unpin_window_after(&mut self, alloc: &mut Alloc, before: impl Fn(&mut Self)) {
+        let groups = self.wg();
         if alloc.wpinned == 0 {
+            for _ in 0..groups {
+                before(self);
+            }
             return;
         }
         let mut slots = self.win_slots.remove(&alloc.owner).expect("a holding pinning window entries has their slots");
-        self.unref_slots_rev(&slots, Kind::Window);
+        debug_assert_eq!(slots.len() as u64, u64::from(alloc.wpinned) * groups);
+        for g in 0..groups {
+            before(self);
+            for j in (0..u64::from(alloc.wpinned)).rev() {
+                self.unref_win_slot(slots[(j * groups + g) as usize], g);
+            }
+        }
         slots.clear();
         self.spare_slot_lists.push(slots);
         alloc.wpinned = 0;
+    }
+
+    /// Drops every pin `alloc` holds on window entries
+    /// ([`KvPool::unpin_window_after`]).
+    pub(super) fn unpin_window(&mut self, alloc: &mut Alloc) {
+        self.unpin_window_after(alloc, |_| {});
+    }
+
+    /// Pins the window entry in slot `slot` of window group `g`.
+    #[inline]
+    pub(super) fn ref_win_slot(&mut self, slot: u32, g: u64) {
+        if let Some(was_head) = self.lru.pin(slot) {
+            if was_head {
+                self.absorb_front(None);
+            }
+            self.cached_free -= 1;
+            self.shared += 1;
+            self.group_used[usize::from(self.win_idx[g as usize])] += 1;
+        }
+    }
+
+    /// Drops a pin of the window entry in slot `slot` of window group `g`;
+    /// unpinned, it joins the LRU order's tail.
+    #[inline]
+    pub(super) fn unref_win_slot(&mut self, slot: u32, g: u64) {
+        if self.lru.unpin(slot) {
+            self.shared -= 1;
+            self.cached_free += 1;
+            self.group_used[usize::from(self.win_idx[g as usize])] -= 1;
+        }
     }
 
     /// Puts back a holding's window slot list.
@@ -284,7 +342,10 @@ impl KvPool {
         let mut run = 0u32;
         let mut hit = None;
         for i in (0..n).rev() {
-            if self.entries.contains_key(self.win_key(prefix, prompt, owner, i), keys(self.lru.slots())) {
+            // Cached in every window group (vLLM's `get_cached_block` for the
+            // groups of one spec).
+            let base = self.win_base(prefix, prompt, owner, i);
+            if (0..w.groups).all(|g| self.entries.contains_key(win_entry_key(base, g), keys(self.lru.slots()))) {
                 run += 1;
                 if run >= w.need {
                     hit = Some(i + w.need);
@@ -299,13 +360,11 @@ impl KvPool {
         u32::try_from(u64::from(hit.unwrap_or(run)) * per).unwrap_or(u32::MAX)
     }
 
-    /// The key of window block `block` of a request.
-    pub(super) fn win_key(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, block: u32) -> u64 {
+    /// The position key window block `block` of a request is cached under
+    /// in each window group ([`win_entry_key`]).
+    pub(super) fn win_base(&self, prefix: &PrefixIds, prompt: Tokens, owner: u64, block: u32) -> u64 {
         let b = self.win().expect("a window cache").block;
-        plain_key(mix(
-            Self::key_at(prefix, prompt, owner, Tokens::new((u64::from(block) + 1) * b.get()), b),
-            WINDOW_ENTRY,
-        ))
+        Self::key_at(prefix, prompt, owner, Tokens::new((u64::from(block) + 1) * b.get()), b)
     }
 
     /// With the window cache, [`KvPool::pin_and_allocate_leaving`] for a first
@@ -408,13 +467,14 @@ impl KvPool {
             let Some(k) = prefix.key_through(Tokens::new((u64::from(i) + 1) * w.block.get()), prompt, w.block) else {
                 break;
             };
-            let k = plain_key(mix(k, WINDOW_ENTRY));
             if alloc.wpinned == 0 {
                 alloc.wfirst = i;
             }
             debug_assert_eq!(alloc.wfirst + alloc.wpinned, i, "a holding's window pins are contiguous");
-            let slot = self.new_entry(k, Kind::Window);
-            slots.push(slot);
+            for g in 0..w.groups {
+                let slot = self.new_entry(win_entry_key(k, g), Kind::Window);
+                slots.push(slot);
+            }
             self.shared += w.groups;
             self.private -= w.groups;
             alloc.private -= w.groups;
@@ -445,9 +505,11 @@ impl KvPool {
             alloc.wfirst = start;
         }
         for i in start..full {
-            let k = self.win_key(prefix, prompt, alloc.owner, i);
-            let slot = self.new_entry(k, Kind::Window);
-            slots.push(slot);
+            let base = self.win_base(prefix, prompt, alloc.owner, i);
+            for g in 0..w.groups {
+                let slot = self.new_entry(win_entry_key(base, g), Kind::Window);
+                slots.push(slot);
+            }
         }
         let n = full - start;
         self.shared += u64::from(n) * w.groups;
