@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seeded random decode-side (P/D) cases for the conformance suite.
 
-  gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|window-mamba|full2|full3] [--first-chunk] [--options]
+  gen_pd_cases.py SEED COUNT OUT_DIR [--groups full|window|mamba|window-mamba|full2|full3|windows] [--first-chunk] [--options]
                [--priority] [--async]
 
 writes OUT_DIR/gen-pd-SEED-K.json for K in 0..COUNT: cases of
@@ -15,7 +15,8 @@ preempted, but every request's prompt and output fit the pool alone.
 group), window (full attention and a sliding window, as gen_cases.py
 draws them), mamba (full attention, a Mamba state, a tail ring),
 window-mamba (full attention, a sliding window, a Mamba state and a tail
-ring) or full2, full3 (two or three full-attention groups of one spec); a
+ring), full2, full3 (two or three full-attention groups of one spec) or
+windows (full attention beside two or three window groups of one spec); a
 hybrid case takes the same draws as a full-attention one, then its
 window and pool size. --first-chunk marks every case
 `"scheduler_reserve_full_isl": false` (the same draws); --options draws
@@ -85,6 +86,14 @@ def case(rng, groups="full"):
         k = int(groups[-1])
         c["cache_groups"] = [{"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True}] * k
         c["num_blocks"] = 1 + k * (need + spare)
+    elif groups == "windows":
+        # One full-attention group beside several window groups of one spec.
+        w = rng.randint(1, 4) * bs + rng.choice([0, 1])
+        k = rng.randint(2, 3)
+        c["cache_groups"] = [{"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True}] + [
+            {"kind": "sliding_window", "block_size_tokens": bs, "window_tokens": w, "prefix_cacheable": True}
+        ] * k
+        c["num_blocks"] = 1 + (1 + k) * need + spare
     elif groups != "full":
         raise SystemExit(f"unknown --groups {groups}")
     return c

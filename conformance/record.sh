@@ -124,3 +124,17 @@ for k in 6001-10 6001-16 6001-56 6002-5 6002-8 6002-28 6002-29 6002-30 6002-33 6
 done
 "$python" vllm_batch.py cases cases/gen-600[12]-*.json 2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls cases/gen-*.vllm.jsonl | wc -l) cases"
+# Window groups of one spec (--groups windows): the cases that differed
+# before each window group's blocks were cache entries of their own, and
+# the first five of each seed.
+ws="$work/windows"
+python3 "$here/gen_cases.py" 4305 60 "$ws" --groups windows
+python3 "$here/gen_cases.py" 7001 200 "$ws" --groups windows
+python3 "$here/gen_cases.py" 7002 150 "$ws" --groups windows --async
+rm -f "$here"/cases/gen-4305-* "$here"/cases/gen-700[12]-*
+for k in 4305-40 7001-14 $(seq -f "7001-%g" 0 4) $(seq -f "7002-%g" 0 4); do
+  cp "$ws/gen-$k.json" "$here/cases/"
+done
+"$python" vllm_batch.py cases cases/gen-4305-*.json cases/gen-700[12]-*.json 2> "$work/err" \
+  || { tail -5 "$work/err" >&2; exit 1; }
+echo "recorded $(ls cases/gen-*.vllm.jsonl | wc -l) cases"

@@ -117,6 +117,12 @@ for k in 6003-2 6003-19 6003-20 6003-26 6003-27 6003-30 6003-38 6003-40 6003-44 
   6021-58 6022-20 6022-33 6003-0 6003-1 6003-3 6003-4 6003-5 6004-1 6004-2 6004-3 6004-4 6004-6; do
   cp "$work/gen-pd-$k.json" "$here/pd_cases/"
 done
+# Window groups of one spec (--groups windows), the first five of each
+# seed.
+rm -f "$here"/pd_cases/gen-pd-700[56]-*
+python3 "$here/gen_pd_cases.py" 7005 5 "$work" --groups windows
+python3 "$here/gen_pd_cases.py" 7006 5 "$work" --groups windows --async
+cp "$work"/gen-pd-700[56]-*.json "$here/pd_cases/"
 cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py pd_cases pd_cases/*.json \
   2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls pd_cases/*.vllm.jsonl | wc -l) cases"
