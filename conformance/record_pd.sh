@@ -123,6 +123,12 @@ rm -f "$here"/pd_cases/gen-pd-700[56]-*
 python3 "$here/gen_pd_cases.py" 7005 5 "$work" --groups windows
 python3 "$here/gen_pd_cases.py" 7006 5 "$work" --groups windows --async
 cp "$work"/gen-pd-700[56]-*.json "$here/pd_cases/"
+# A load reserved after a waiting request's chunk that leaves it
+# prefilling keeps that chunk's remaining blocks free (vLLM adds it to
+# `_inflight_prefills` at once): the case that differed before.
+rm -f "$here"/pd_cases/gen-pd-7311-*
+python3 "$here/gen_pd_cases.py" 7311 61 "$work" --async --options --priority
+cp "$work/gen-pd-7311-60.json" "$here/pd_cases/"
 cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py pd_cases pd_cases/*.json \
   2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls pd_cases/*.vllm.jsonl | wc -l) cases"

@@ -31,8 +31,10 @@ pub struct Step<'a> {
     shape: BatchShape,
     budget: u64,
     preempted: usize,
-    /// Blocks the prefills in flight still need (read at the step's first
-    /// reservation, once the running sequences are scheduled).
+    /// Blocks the prefills in flight still need: read at a reservation,
+    /// kept for the next ones until the step puts another sequence in (a
+    /// waiting one whose chunk leaves it prefilling joins vLLM's
+    /// `_inflight_prefills` at once, and the next load keeps its blocks).
     inflight: Option<u64>,
     /// The last admission attempt failed for want of budget, not of blocks
     /// (vLLM's align mode left its chunk no tokens, or chunked prefill is
@@ -572,6 +574,7 @@ impl<'a> Step<'a> {
         seq.step_tokens = Tokens::new(k);
         core.pool.register(&mut seq.alloc, &seq.req.prefix, seq.req.prompt, to);
         core.batch.push(key);
+        self.inflight = None;
         self.budget -= k;
         // A sequence decodes when its one token lies past its prompt; a
         // prompt chunk or a recompute prefills.
