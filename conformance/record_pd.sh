@@ -129,6 +129,12 @@ cp "$work"/gen-pd-700[56]-*.json "$here/pd_cases/"
 rm -f "$here"/pd_cases/gen-pd-7311-*
 python3 "$here/gen_pd_cases.py" 7311 61 "$work" --async --options --priority
 cp "$work/gen-pd-7311-60.json" "$here/pd_cases/"
+# A finishing request frees the window blocks below the window of all it
+# computed first, every window group's, then its full-attention blocks
+# (vLLM's `_connector_finished`): the case that differed before.
+rm -f "$here"/pd_cases/gen-pd-7317-*
+python3 "$here/gen_pd_cases.py" 7317 66 "$work" --groups windows --async --options --priority
+cp "$work/gen-pd-7317-65.json" "$here/pd_cases/"
 cd "$here" && VLLM_LOGGING_LEVEL=ERROR "$python" vllm_batch.py pd_cases pd_cases/*.json \
   2> "$work/err" || { tail -5 "$work/err" >&2; exit 1; }
 echo "recorded $(ls pd_cases/*.vllm.jsonl | wc -l) cases"

@@ -802,6 +802,51 @@ fn fa_state_pool(num_blocks: u64) -> KvPool {
     KvPool::new(vec![group(CacheGroupKind::FullAttention, 16, None), state_group(16, true)], num_blocks, true)
 }
 
+/// A request finishing on a rank with vLLM's KV connector frees the
+/// window blocks below the window of all it computed first, ahead of its
+/// full-attention blocks (`_connector_finished` → `remove_skipped_blocks`);
+/// without one, its blocks go group by group, full attention first, each
+/// tail first. W = 17, B = 16 (a hit needs the one window block before its
+/// end). A, three named blocks, computes 0..47 and 47..48, which frees
+/// window block floor((47 − 17 + 1) / 16) − 1 = 0; the finish at 48 skips
+/// floor((48 − 17 + 1) / 16) = 2 blocks, so block 1 goes first. The order
+/// with the connector: window 0, window 1, full attention 2, 1, 0, window
+/// 2; without: window 0, full attention 2, 1, 0, window 2, 1. A pool of 6
+/// holds them all; X, 16 tokens (2 blocks), evicts the first two. B, the
+/// same three blocks and one more, then hits 3 (window 2 before that end
+/// is cached) with the connector, and without it 2 (full-attention block 2
+/// gone; window block 1 before that end is cached).
+#[test]
+fn a_connector_finish_frees_the_skipped_window_blocks_first() {
+    let hit_after_two_evictions = |connector: bool| {
+        let groups = vec![group(CacheGroupKind::FullAttention, 16, None), cached_window(16, 17)];
+        let mut pool = KvPool::new(groups, 6, true);
+        let a_req = prefixed(0, &[1, 2, 3], 1);
+        let (p, t) = (&a_req.prefix, a_req.prompt);
+        let mut a = Alloc::owned_by(0);
+        pool.pin_and_allocate(&mut a, p, t, 0, (Tokens::ZERO, Tokens::new(47)), false).unwrap();
+        pool.register(&mut a, p, t, Tokens::new(47));
+        pool.resize(&mut a, Tokens::new(47), Tokens::new(48), false).unwrap();
+        pool.register(&mut a, p, t, Tokens::new(48));
+        if connector {
+            pool.release_with_connector(&mut a, Tokens::new(48));
+        } else {
+            pool.release(&mut a, Tokens::new(48));
+        }
+        pool.check().unwrap();
+        assert_eq!((pool.free_plain(), pool.cached_free()), (0, 6));
+        let mut x = Alloc::owned_by(2);
+        pool.pin_and_allocate(&mut x, &PrefixIds::none(), Tokens::new(20), 0, (Tokens::ZERO, Tokens::new(16)), false)
+            .unwrap();
+        assert_eq!(pool.evicted_blocks(), 2);
+        pool.check().unwrap();
+        let b = prefixed(1, &[1, 2, 3, 4], 1);
+        pool.cached_prefix(&b.prefix, b.prompt, 1, b.prompt)
+    };
+    assert_eq!(hit_after_two_evictions(true), 3);
+    assert_eq!(hit_after_two_evictions(false), 2);
+}
+
 /// A request finishing on a rank with vLLM's KV connector frees its
 /// superseded state block first (`_connector_finished` →
 /// `remove_skipped_blocks`), ahead of its full-attention blocks; without

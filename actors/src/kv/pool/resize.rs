@@ -163,28 +163,27 @@ impl KvPool {
         }
     }
 
-    /// Returns everything `alloc` holds, its KV computed through `computed`
-    /// tokens; pinned cached blocks become evictable when no other request
-    /// pins them.
-    ///
-    /// With prefix caching, vLLM has hashed (cached) every full block of
-    /// computed KV, so its full-attention blocks past the shared ones (its own and
-    /// generated content) take their turn in the eviction order, as a
-    /// nameless run, instead of being reused first; nothing can hit them
-    /// (a finished request never comes back), so only their place in the
-    /// order counts. B = 16, a request of 40 prompt and 20 generated tokens
-    /// (59 computed) holding 1 shared block: 3 full blocks, 2 of them its
-    /// own, go to the LRU tail, then the shared one; its partial fourth
-    /// block is reused first.
     /// [`KvPool::release`] of a request finishing on a rank with vLLM's KV
     /// connector (a P/D decode rank): vLLM's `_connector_finished` first
     /// frees the blocks the processed tokens skip
-    /// (`remove_skipped_blocks`, `scheduler.py:3366-3375`), so in align
-    /// mode a state group's superseded state blocks (before the block of
-    /// the state at `computed`, the later first) go ahead of the
-    /// full-attention blocks in the eviction order; then the rest, as
-    /// `release` frees it.
+    /// (`remove_skipped_blocks`, `scheduler.py:3366-3375`), group by
+    /// group: a window group's blocks below the window of `computed`, which
+    /// the last step's allocation kept, and in align mode a state group's superseded state blocks
+    /// (before the block of the state at `computed`, the later first), all
+    /// ahead of the full-attention blocks in the eviction order; then the
+    /// rest, as `release` frees it.
     pub(crate) fn release_with_connector(&mut self, alloc: &mut Alloc, computed: Tokens) {
+        // (The other groups count what they held from the holding as it was.)
+        let before = *alloc;
+        // A window group's blocks below the window of `computed` go first,
+        // group by group, as nameless runs and unpinned entries (a finished
+        // request is never computed again); the window groups come before
+        // the state groups.
+        if let Some(w) = self.win()
+            && self.skips_cached(alloc, computed)
+        {
+            self.skip_window(w, alloc, computed, true);
+        }
         if alloc.pinned != 0
             && let Some(b) = self.align()
         {
@@ -201,14 +200,36 @@ impl KvPool {
             // held as it held them, and skips the pins dropped here.)
             self.state_pins.insert(alloc.owner, pins);
         }
-        self.release(alloc, computed);
+        self.release_after(alloc, computed, before);
     }
 
+    /// Returns everything `alloc` holds, its KV computed through `computed`
+    /// tokens; pinned cached blocks become evictable when no other request
+    /// pins them.
+    ///
+    /// With prefix caching, vLLM has hashed (cached) every full block of
+    /// computed KV, so its full-attention blocks past the shared ones (its own and
+    /// generated content) take their turn in the eviction order, as a
+    /// nameless run, instead of being reused first; nothing can hit them
+    /// (a finished request never comes back), so only their place in the
+    /// order counts. B = 16, a request of 40 prompt and 20 generated tokens
+    /// (59 computed) holding 1 shared block: 3 full blocks, 2 of them its
+    /// own, go to the LRU tail, then the shared one; its partial fourth
+    /// block is reused first.
     pub(crate) fn release(&mut self, alloc: &mut Alloc, computed: Tokens) {
+        let before = *alloc;
+        self.release_after(alloc, computed, before);
+    }
+
+    /// [`KvPool::release`] of a holding whose window blocks below the
+    /// window were just freed ([`KvPool::skip_window`]): the window groups
+    /// hold as `alloc` says, the other groups as `before`, the holding
+    /// before that, says.
+    fn release_after(&mut self, alloc: &mut Alloc, computed: Tokens, before: Alloc) {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         let nameless = match self.fa_block {
             Some(b) if self.caching => {
-                let full = computed.blocks_floor(b).get().min(alloc.to.blocks_ceil(b).get());
+                let full = computed.blocks_floor(b).get().min(before.to.blocks_ceil(b).get());
                 full.saturating_sub(u64::from(alloc.shared)) * self.fa_groups
             }
             _ => 0,
@@ -228,7 +249,8 @@ impl KvPool {
         let align = self.align().is_some();
         let pinned = alloc.pinned_states();
         for (i, g) in self.groups.iter().enumerate() {
-            let held = Self::group_blocks(g, align, alloc.from, alloc.mid, alloc.to, alloc.checkpoints);
+            let h = if g.kind() == CacheGroupKind::SlidingWindow { &*alloc } else { &before };
+            let held = Self::group_blocks(g, align, h.from, h.mid, h.to, h.checkpoints);
             let shared = match g.kind() {
                 CacheGroupKind::FullAttention => u64::from(alloc.shared),
                 CacheGroupKind::State if align && g.prefix_cacheable() => pinned,
