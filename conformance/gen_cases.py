@@ -33,6 +33,16 @@ import random
 import sys
 
 
+def windows_groups(rng, bs):
+    """One full-attention group beside two or three window groups of one
+    spec (a window of 1 to 4 blocks, or one token more)."""
+    w = rng.randint(1, 4) * bs + rng.choice([0, 1])
+    k = rng.randint(2, 3)
+    return [{"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True}] + [
+        {"kind": "sliding_window", "block_size_tokens": bs, "window_tokens": w, "prefix_cacheable": True}
+    ] * k
+
+
 def case(rng, groups):
     bs = rng.choice([4, 8, 16, 32])
     n = rng.randint(1, 8)
@@ -108,13 +118,8 @@ def case(rng, groups):
         ] * int(kind[-1])
         c["num_blocks"] = 1 + int(kind[-1]) * need + rng.randint(0, 3 * need)
     elif kind == "windows":
-        # One full-attention group beside several window groups of one spec.
-        w = rng.randint(1, 4) * bs + rng.choice([0, 1])
-        k = rng.randint(2, 3)
-        c["cache_groups"] = [{"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True}] + [
-            {"kind": "sliding_window", "block_size_tokens": bs, "window_tokens": w, "prefix_cacheable": True}
-        ] * k
-        c["num_blocks"] = 1 + (1 + k) * need + rng.randint(0, 3 * need)
+        c["cache_groups"] = windows_groups(rng, bs)
+        c["num_blocks"] = 1 + len(c["cache_groups"]) * need + rng.randint(0, 3 * need)
     elif kind != "full":
         raise SystemExit(f"unknown --groups {groups}")
     return c

@@ -29,7 +29,7 @@ import os
 import random
 import sys
 
-from gen_cases import draw_options, draw_priorities
+from gen_cases import draw_options, draw_priorities, windows_groups
 
 
 def case(rng, groups="full"):
@@ -87,13 +87,8 @@ def case(rng, groups="full"):
         c["cache_groups"] = [{"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True}] * k
         c["num_blocks"] = 1 + k * (need + spare)
     elif groups == "windows":
-        # One full-attention group beside several window groups of one spec.
-        w = rng.randint(1, 4) * bs + rng.choice([0, 1])
-        k = rng.randint(2, 3)
-        c["cache_groups"] = [{"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True}] + [
-            {"kind": "sliding_window", "block_size_tokens": bs, "window_tokens": w, "prefix_cacheable": True}
-        ] * k
-        c["num_blocks"] = 1 + (1 + k) * need + spare
+        c["cache_groups"] = windows_groups(rng, bs)
+        c["num_blocks"] = 1 + len(c["cache_groups"]) * need + spare
     elif groups != "full":
         raise SystemExit(f"unknown --groups {groups}")
     return c
