@@ -67,8 +67,9 @@ pub(super) struct Entry {
     key: u64,
     /// Requests pinning it in the low bits ([`REFS`]; while zero it is on
     /// the order), and above them ([`TAG_SHIFT`]) what it caches: a
-    /// [`Kind`] (one block in each full-attention group, each aligned
-    /// state group, or each cached window group) or [`NAMELESS`].
+    /// [`Kind`] (one block in each full-attention group, one in each
+    /// aligned state group, or one in one cached window group) or
+    /// [`NAMELESS`].
     word: u32,
     /// Its position in the ring while on the order, the low 32 bits
     /// ([`Lru::position`] restores the rest: the ring holds fewer than 2^32

@@ -1277,3 +1277,33 @@ fn a_window_beside_a_mamba_state_frees_window_blocks_then_the_state_into_the_ord
     assert_eq!(hit(&pool), 2);
     pool.check().unwrap();
 }
+
+/// A prefill's source release with a window beside a Mamba state (align
+/// mode) frees the window blocks below the window and the earlier state,
+/// counting the state group from its holding as it was before the window
+/// moved. A (eight named blocks) computes 0..64 (the state at 64) and
+/// 64..96 (its window, W = 33, then starts at block floor((64 − 33 + 1) /
+/// 16) = 2: blocks 0 and 1 go into the eviction order). The release at 96
+/// frees window blocks 2 and 3 (floor((96 − 33 + 1) / 16) = 4) and the
+/// state at 64, all cached: the source keeps full attention 6, the window
+/// blocks 4 and 5, the state at 96: 9 of 60, 5 cached, 46 plain. Its
+/// release then caches all 14.
+#[test]
+fn a_source_release_beside_a_mamba_state_keeps_the_window_and_the_last_state() {
+    let mut pool = fa_window_state_pool(60);
+    let a_req = prefixed(0, &[1, 2, 3, 4, 5, 6, 7, 8], 1);
+    let (p, t) = (&a_req.prefix, a_req.prompt);
+    let mut a = Alloc::owned_by(0);
+    pool.pin_and_allocate(&mut a, p, t, 0, (Tokens::ZERO, Tokens::new(64)), false).unwrap();
+    pool.register(&mut a, p, t, Tokens::new(64));
+    pool.resize(&mut a, Tokens::new(64), Tokens::new(96), false).unwrap();
+    pool.register(&mut a, p, t, Tokens::new(96));
+    pool.check().unwrap();
+    pool.release_to_source(&mut a);
+    pool.check().unwrap();
+    assert_eq!(pool.group_used(), [6, 2, 1]);
+    assert_eq!((pool.used(), pool.cached_free(), pool.free_plain()), (9, 5, 46));
+    pool.release(&mut a, Tokens::new(96));
+    pool.check().unwrap();
+    assert_eq!((pool.used(), pool.cached_free(), pool.free_plain()), (0, 14, 46));
+}

@@ -292,7 +292,9 @@ impl KvPool {
         debug_assert!(self.evicted_ahead.is_empty(), "the pool touched while evictions made ahead stand");
         // With the window cache, the window blocks below the window go into
         // the eviction order (all full, so hashed), its own as a nameless
-        // run: a finished prefill never computes them again.
+        // run: a finished prefill never computes them again. (The other
+        // groups count what they held from the holding as it was.)
+        let before = *alloc;
         if let Some(w) = self.win()
             && self.skips_cached(alloc, alloc.to)
         {
@@ -306,7 +308,7 @@ impl KvPool {
         // vLLM frees the range from its end (`MambaManager.
         // _remove_blocks_in_range`, `single_type_kv_cache_manager.py:1620`),
         // so it is evicted before the earlier one.
-        let [at_from, at_mid, _] = self.state_blocks_held(alloc.from, alloc.mid, alloc.to);
+        let [at_from, at_mid, _] = self.state_blocks_held(before.from, before.mid, before.to);
         let mut pins = self.pins(alloc);
         let mut own_earlier = 0;
         for idx in [at_mid, at_from].into_iter().flatten() {
@@ -321,7 +323,8 @@ impl KvPool {
             }
         }
         for (i, g) in self.groups.iter().enumerate() {
-            let r = handoff::group_release(g, alloc.from, alloc.to, alloc.checkpoints);
+            let h = if g.kind() == CacheGroupKind::SlidingWindow { &*alloc } else { &before };
+            let r = handoff::group_release(g, h.from, h.to, h.checkpoints);
             let previous =
                 if align && g.kind() == CacheGroupKind::State && g.prefix_cacheable() { own_earlier } else { 0 };
             let free = r.free().get() + previous;

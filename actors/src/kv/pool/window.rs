@@ -113,7 +113,8 @@ impl KvPool {
         }
     }
 
-    /// Window blocks per window entry (0 without a window cache).
+    /// Window groups, so window entries per window block index (0 without
+    /// a window cache).
     #[inline]
     pub(super) fn wg(&self) -> u64 {
         self.win().map_or(0, |w| w.groups)
@@ -187,12 +188,12 @@ impl KvPool {
     }
 
     /// Frees `alloc`'s window blocks below the window of a step from
-    /// `from` into the eviction order, the last first (vLLM's
-    /// `_remove_blocks_in_range` frees them backwards, all hashed): its
-    /// own under keys of its own (its recompute after a preemption may hit
-    /// them), or with `nameless` as a nameless run (a finished prefill's,
-    /// never computed again), then the entries it pins. Its holding then
-    /// starts at `from`.
+    /// `from` into the eviction order, group by group, each group's the
+    /// last first (vLLM's `_remove_blocks_in_range` frees them backwards,
+    /// all hashed, one group after another): its own under keys of its own
+    /// (its recompute after a preemption may hit them), or with `nameless`
+    /// as a nameless run (a finished request's, never computed again), then
+    /// the entries it pins. Its holding then starts at `from`.
     pub(super) fn skip_window(&mut self, w: Win, alloc: &mut Alloc, from: Tokens, nameless: bool) {
         // A decoding holding kept its state while its blocks stayed the same
         // (`stable_to`): its blocks are those of the step ending at `from`.
