@@ -2,7 +2,7 @@
 """Seeded random timed cases: one pdsim scenario and the same deployment as
 a vLLM case, for comparing per-request times (vllm_timed.py, timed.sh).
 
-  gen_timed.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|full2|full3|windows] [--async] [--options] [--priority]
+  gen_timed.py SEED COUNT OUT_DIR [--groups full|window|mamba|mixed|full2|full3|windows|window-mamba] [--async] [--options] [--priority]
                [--requests N]
 
 writes, for K in 0..COUNT, OUT_DIR/timed-SEED-K.json (the case vllm_timed.py
@@ -51,6 +51,16 @@ def groups_of(rng, kind, bs):
         # Groups of one spec, as vLLM groups a model with more full-attention
         # layers than others.
         return [{"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True}] * int(kind[-1])
+    if kind == "window-mamba":
+        # A sliding window beside a Mamba state (and its tail ring) in one
+        # model, one block size.
+        return [
+            {"kind": "full_attention", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "sliding_window", "block_size_tokens": bs,
+             "window_tokens": rng.randint(1, 8) * bs + rng.choice([0, 1]), "prefix_cacheable": True},
+            {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": True},
+            {"kind": "state", "block_size_tokens": bs, "prefix_cacheable": False},
+        ]
     if kind == "windows":
         # One full-attention group beside two or three window groups of one
         # spec.
@@ -91,7 +101,7 @@ def case(rng, kind, n):
     # full-attention blocks: a window group's, up to the whole sequence's
     # (its cap is the window and a step's tokens); its states.
     extra = {"full": 0, "window": need, "mamba": 8, "full2": need, "full3": 2 * need,
-             "windows": (len(groups) - 1) * need}[kind]
+             "windows": (len(groups) - 1) * need, "window-mamba": need + 8}[kind]
     # From a pool that preempts often to one that never does.
     num_blocks = 1 + need + extra + rng.randint(0, rng.choice([need, 4 * need, 40 * need]))
     return {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "num_blocks": num_blocks, "block_size": bs,

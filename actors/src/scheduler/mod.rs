@@ -119,6 +119,18 @@ pub(crate) struct Reservation {
     short: u64,
     /// When its handoff reached the rank ([`Seq::arrived`]).
     arrived: SimTime,
+    /// The tokens its window groups hit on their own (vLLM's connector
+    /// lookup keeps each group's hit apart beside a Mamba state,
+    /// [`KvPool::load_window_hit`]; the full-attention hit elsewhere):
+    /// what those groups read starts there.
+    window_hit: Tokens,
+}
+
+impl Reservation {
+    /// The tokens its window groups hit on their own.
+    pub(crate) fn window_hit(&self) -> Tokens {
+        self.window_hit
+    }
 }
 
 /// The pool's counts, read with nothing held ahead.
@@ -668,7 +680,7 @@ impl Scheduler {
     /// in its `kv_holding_waiting` queue from its reservation on, skipped
     /// while it loads, and drains that queue before `waiting`).
     pub(crate) fn enqueue_landed(&mut self, req: Box<Request>, reservation: Reservation, now: SimTime) {
-        let Reservation { alloc, no, short, arrived } = reservation;
+        let Reservation { alloc, no, short, arrived, .. } = reservation;
         self.core.loads_out -= 1;
         let computed = req.prompt.saturating_sub(Tokens::new(1));
         let mut seq = Seq::new(req, arrived, alloc, computed, Tokens::ZERO, true);

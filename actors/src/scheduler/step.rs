@@ -434,7 +434,9 @@ impl<'a> Step<'a> {
         core.loads_out += 1;
         let short = core.load_short(&seq.req, &seq.alloc);
         core.loads_short += short;
-        let reservation = Reservation { alloc: seq.alloc, no: core.reservations_made, short, arrived: seq.arrived };
+        let window_hit = core.pool.hit_tokens(wn);
+        let reservation =
+            Reservation { alloc: seq.alloc, no: core.reservations_made, short, arrived: seq.arrived, window_hit };
         core.reserved.push((seq.req, core.pool.hit_tokens(hit), reservation));
         true
     }

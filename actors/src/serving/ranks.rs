@@ -925,7 +925,7 @@ impl DecodeRank {
             }
             let mut landed = false;
             for (mut req, k, reservation) in reserved.drain(..) {
-                let payload = rules::handoff_size(&self.model, req.prompt, k)
+                let payload = rules::handoff_size_split(&self.model, req.prompt, k, reservation.window_hit())
                     .expect("the prompt is >= 1 token and the hit below it");
                 req.t.reserved = Some(now);
                 req.decode_hit = k;

@@ -397,8 +397,25 @@ pub fn handoff_size(
     prompt_tokens: Tokens,
     decode_cached_tokens: Tokens,
 ) -> Result<HandoffSize, RuleError> {
+    handoff_size_split(model, prompt_tokens, decode_cached_tokens, decode_cached_tokens)
+}
+
+/// [`handoff_size`] of a load whose sliding-window groups hit only the
+/// first `window_cached_tokens` on their own (at most K): beside a Mamba
+/// state vLLM's connector lookup keeps each group's hit apart
+/// (`get_computed_blocks_for_connector`), and a window group reads the
+/// in-window blocks past its own hit. W = 128, B = 32, T = 48, a
+/// full-attention hit of 32 tokens and a window hit of 0: the window reads
+/// cdiv(48, 32) − max(0, 0) = 2 blocks, not 1.
+pub fn handoff_size_split(
+    model: &Model,
+    prompt_tokens: Tokens,
+    decode_cached_tokens: Tokens,
+    window_cached_tokens: Tokens,
+) -> Result<HandoffSize, RuleError> {
     check_query(prompt_tokens, decode_cached_tokens)?;
     let hit = decode_hit_tokens(model, prompt_tokens, decode_cached_tokens);
+    let window_hit = decode_hit_tokens(model, prompt_tokens, window_cached_tokens.min(decode_cached_tokens));
     match model {
         Model::Linear(m) => {
             let p = linear_payload(m, prompt_tokens, hit)?;
@@ -413,7 +430,8 @@ pub fn handoff_size(
             let mut total = Bytes::ZERO;
             if hit < t {
                 for g in m.groups() {
-                    let bytes = moved_blocks(g, t, hit)
+                    let h = if g.kind() == CacheGroupKind::SlidingWindow { window_hit } else { hit };
+                    let bytes = moved_blocks(g, t, h)
                         .checked_bytes(g.transfer_bytes_per_block())
                         .and_then(|b| total.checked_add(b))
                         .ok_or(RuleError::Overflow { prompt: prompt_tokens.get() })?;

@@ -3,8 +3,8 @@
 
 use actors::model::CacheGroupKind;
 use actors::rules::{
-    Payload, RuleError, STATE_BLOCKS, blocks_for_step, blocks_held, full_attention_blocks, in_window_blocks, payload,
-    prefill_clip_blocks, source_release, transferred_tokens,
+    Payload, RuleError, STATE_BLOCKS, blocks_for_step, blocks_held, full_attention_blocks, handoff_size,
+    handoff_size_split, in_window_blocks, payload, prefill_clip_blocks, source_release, transferred_tokens,
 };
 use actors::units::{Bandwidth, Blocks, Bytes, Link, Tokens, transfer_time};
 use sim_core::SimDuration;
@@ -219,6 +219,27 @@ fn partial_hit_and_window_blocks() {
     let blocks: Vec<u64> = blocks_payload(&p).groups().iter().map(|g| g.blocks().get()).collect();
     assert_eq!(blocks, vec![2, 2]);
     assert_eq!(p.bytes(), Bytes::new((2 + 2) * 1_000));
+}
+
+#[test]
+fn a_window_beside_a_mamba_state_reads_past_its_own_hit() {
+    // W = 128, B = 32, N = 49: T = N − 1 = 48 (the Mamba backoff). The
+    // decode rank caches K = 35 tokens: the full-attention hit is floor(35
+    // / 32) = 1 block. Beside a Mamba state vLLM's connector lookup keeps
+    // each group's hit apart (`get_computed_blocks_for_connector`): with
+    // the window's own hit 0 its group reads cdiv(48, 32) − max(skipped
+    // blocks 0, hit 0) = 2 blocks, where the shared hit gives 2 − 1 = 1.
+    let m =
+        model(&spec(vec![fa("fa", 32, 1_000), window("swa", 128, 32, 1_000), state("mamba", 32, 1_000, 900, true)]));
+    let state = STATE_BLOCKS.get() * 900;
+    let shared = handoff_size(&m, t(49), t(35)).unwrap();
+    // Full attention cdiv(48, 32) − 1 = 1 block, the window 1, the state.
+    assert_eq!(shared.bytes, Bytes::new(1_000 + 1_000 + state));
+    let apart = handoff_size_split(&m, t(49), t(35), t(0)).unwrap();
+    assert_eq!(apart.bytes, Bytes::new(1_000 + 2 * 1_000 + state));
+    assert_eq!(apart.transferred_tokens, t(48));
+    // The same hit in every group is the shared payload.
+    assert_eq!(handoff_size_split(&m, t(49), t(35), t(35)).unwrap(), shared);
 }
 
 #[test]
