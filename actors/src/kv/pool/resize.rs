@@ -168,10 +168,10 @@ impl KvPool {
     /// frees the blocks the processed tokens skip
     /// (`remove_skipped_blocks`, `scheduler.py:3366-3375`), group by
     /// group: a window group's blocks below the window of `computed`, which
-    /// the last step's allocation kept, and in align mode a state group's superseded state blocks
-    /// (before the block of the state at `computed`, the later first), all
-    /// ahead of the full-attention blocks in the eviction order; then the
-    /// rest, as `release` frees it.
+    /// the last step's allocation kept, and in align mode a state group's
+    /// superseded state blocks (before the block of the state at
+    /// `computed`, the later first), all ahead of the full-attention blocks
+    /// in the eviction order; then the rest, as `release` frees it.
     pub(crate) fn release_with_connector(&mut self, alloc: &mut Alloc, computed: Tokens) {
         // (The other groups count what they held from the holding as it was.)
         let before = *alloc;

@@ -214,9 +214,8 @@ impl KvPool {
                 self.free_nameless(own);
             } else {
                 for i in (old..new).rev().filter(|&i| !pinned(i)) {
-                    // (As `win_base` makes it for content no prefix id names.)
-                    let end = Tokens::new((u64::from(i) + 1) * w.block.get());
-                    let k = win_entry_key(Self::key_at(&PrefixIds::none(), Tokens::ZERO, alloc.owner, end, w.block), g);
+                    // (Content no prefix id names: keys of its own.)
+                    let k = win_entry_key(self.win_base(&PrefixIds::none(), Tokens::ZERO, alloc.owner, i), g);
                     let slot = self.new_entry(k, Kind::Window);
                     self.lru.unpin(slot);
                 }
