@@ -3,8 +3,7 @@
 //!
 //! The runs are `validation/`'s (eight runs of vLLM v0.15.1 on H100, its
 //! README says where from and how to read them): `measured.csv` has one row
-//! per run and stage. Each stage point is replayed on its own, as the real
-//! server served it:
+//! per run and stage. Each run is replayed as the real server served it:
 //!
 //! - the model and GPU presets the run names (`meta-llama/Llama-2-7b-hf` →
 //!   `llama-2-7b`, `mistralai/Mixtral-8x7B-v0.1` → `mixtral-8x7b`, on
@@ -13,14 +12,22 @@
 //!   vLLM's defaults otherwise (16-token blocks, prefix caching on, 0.9 of
 //!   GPU memory), and the default step time: the roofline with its default
 //!   factors. Nothing is fitted to the runs.
-//! - the requests inference-perf sent: `rate × duration` of them, one every
-//!   `1/rate` seconds from 0; request `i` sends prompt `i mod (groups ×
-//!   prompts per group)`, prompt `p` being group `p / prompts per group`'s
+//! - the requests inference-perf sent (its `loadgen/` and
+//!   `datagen/shared_prefix_datagen.py`): a stage's `rate × duration`
+//!   requests at random times ([`load_times`]: its `constant` load is a
+//!   Poisson process given the count, not one request every `1/rate`
+//!   seconds); request `n` of a stage sends entry `n mod (groups × prompts
+//!   per group)` of the prompt list, shuffled once for the run
+//!   ([`prompt_order`]), prompt `p` being group `p / prompts per group`'s
 //!   `system_prompt_len` tokens followed by a question of its own of
 //!   `question_len` tokens, so that two prompts of one group share their
-//!   system prompt and a prompt sent again is the same prompt (its
-//!   `shared_prefix_datagen.py`); every request generates `output_len`
-//!   tokens (`ignore_eos`).
+//!   system prompt and a prompt sent again is the same prompt; every
+//!   request generates `output_len` tokens (`ignore_eos`).
+//! - the stages one after another on one server ([`replay_run`]): a stage
+//!   starts 2 s after the poll that finds the one before it done
+//!   (`next_stage_start`), and meets the prefix cache it left.
+//! - each run [`DRAWS`] times, with the arrivals drawn from seeds 1, 2, …:
+//!   a point's predicted figures are their means over the draws.
 //!
 //! Measured TPOT is the README's `(E2E mean − TTFT mean) / (output_len −
 //! 1)`, and so is the predicted one (the same formula on the simulated
@@ -33,9 +40,13 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use actors::metrics::{Histogram, summarise};
 use actors::units::Tokens;
 use actors::workload::{ArrivalMode, PrefixIds, RequestSpec, mix};
-use sim_core::SimTime;
+use rand::seq::SliceRandom;
+use rand_distr::{Distribution, Exp};
+use sim_core::rng::{ActorRng, stream_for};
+use sim_core::{SimDuration, SimTime};
 
 use crate::files;
 use crate::report;
@@ -63,6 +74,24 @@ pub struct Figures {
 }
 
 impl Figures {
+    /// Every figure times `k`.
+    fn scaled(&self, k: f64) -> Figures {
+        let mut f = Figures::default();
+        f.add_scaled(self, k);
+        f
+    }
+
+    /// Adds `k` times each of `other`'s figures.
+    fn add_scaled(&mut self, other: &Figures, k: f64) {
+        self.ttft_mean += k * other.ttft_mean;
+        self.ttft_p90 += k * other.ttft_p90;
+        self.ttft_p99 += k * other.ttft_p99;
+        self.tpot += k * other.tpot;
+        self.e2e_mean += k * other.e2e_mean;
+        self.e2e_p99 += k * other.e2e_p99;
+        self.throughput += k * other.throughput;
+    }
+
     /// The figures in table order, with their names.
     pub fn named(&self) -> [(&'static str, f64); 7] {
         [
@@ -120,9 +149,10 @@ impl StagePoint {
         self.failures > 0
     }
 
-    /// Requests of the stage: rate × duration.
+    /// Requests of the stage: rate × duration, rounded down (as
+    /// inference-perf counts them).
     pub fn requests(&self) -> u64 {
-        (self.rate_per_s * self.duration_s as f64).round() as u64
+        (self.rate_per_s * self.duration_s as f64) as u64
     }
 
     /// A short label: `llama-2-7b-tp1-codegen/0`.
@@ -297,13 +327,55 @@ const PREFIX_BLOCK_TOKENS: u64 = 16;
 const GROUP_SALT: u64 = 0x5eed_0000_0000_0001;
 const PROMPT_SALT: u64 = 0x5eed_0000_0000_0002;
 
-/// The requests of a stage point, in arrival order (see the module).
-pub fn requests(p: &StagePoint) -> impl Iterator<Item = RequestSpec> + use<> {
-    let prompts = p.num_groups * p.prompts_per_group;
+/// The arrival times of a stage's requests, from the stage's start, as
+/// inference-perf's `constant` load timer (`ConstantLoadTimer` of its
+/// `loadgen/load_timer.py`, the same from its March 2025 versions to the
+/// runs') makes them: `rate × duration` gaps drawn from an exponential of
+/// mean `1 / rate`, scaled so that they add up to the stage's duration,
+/// request `k` sent after the first `k + 1` of them. The arrivals are
+/// therefore those of a Poisson process given how many arrive in the
+/// stage, not one every `1 / rate` seconds: what makes the queueing tails.
+/// inference-perf draws from an unseeded generator, so the real runs'
+/// draws are unknown; the replay draws its own from `rng`.
+pub fn load_times(rate_per_s: f64, duration_s: u64, rng: &mut ActorRng) -> Vec<SimDuration> {
+    let n = (rate_per_s * duration_s as f64) as usize;
+    let Ok(exp) = Exp::new(rate_per_s) else { return vec![SimDuration::ZERO; n] };
+    let gaps: Vec<f64> = (0..n).map(|_| exp.sample(rng)).collect();
+    let total: f64 = gaps.iter().sum();
+    let scale = if total > 0.0 { duration_s as f64 / total } else { 0.0 };
+    let mut at = 0.0;
+    gaps.iter()
+        .map(|g| {
+            at += g * scale;
+            SimDuration::from_nanos((at * 1e9).round() as u64)
+        })
+        .collect()
+}
+
+/// The order inference-perf's shared-prefix generator sends its prompts
+/// in: it makes prompt `p` of group `p / prompts per group`, shuffles the
+/// list once (`random.shuffle`), and request `n` of a stage sends entry
+/// `n mod len` of it. Entry `k` of the result is the prompt's index.
+pub fn prompt_order(p: &StagePoint, rng: &mut ActorRng) -> Vec<u64> {
+    let mut order: Vec<u64> = (0..p.num_groups * p.prompts_per_group).collect();
+    order.shuffle(rng);
+    order
+}
+
+/// The requests of a stage point, in arrival order (see the module): the
+/// stage's requests arriving `start` plus [`load_times`], request `n`
+/// sending prompt `order[n mod order.len()]`.
+pub fn requests(
+    p: &StagePoint,
+    order: &[u64],
+    start: SimTime,
+    times: Vec<SimDuration>,
+) -> impl Iterator<Item = RequestSpec> + use<> {
+    let order = order.to_vec();
     let (per_group, system, prompt) = (p.prompts_per_group, p.system_prompt_len, p.system_prompt_len + p.question_len);
-    let (rate, output) = (p.rate_per_s, p.output_len);
-    (0..p.requests()).map(move |i| {
-        let k = i % prompts;
+    let output = p.output_len;
+    times.into_iter().enumerate().map(move |(n, at)| {
+        let k = order[n % order.len()];
         let group = k / per_group;
         // Block j's id names the prompt through the end of block j: the
         // group's while the block ends inside the system prompt, the
@@ -314,10 +386,8 @@ pub fn requests(p: &StagePoint) -> impl Iterator<Item = RequestSpec> + use<> {
                 if end <= system { mix(mix(GROUP_SALT, group), j) } else { mix(mix(PROMPT_SALT, k), j) }
             })
             .collect();
-        // Constant rate: request i at i / rate, in whole nanoseconds.
-        let arrival = SimTime::from_nanos((i as f64 * 1e9 / rate).round() as u64);
         RequestSpec {
-            arrival,
+            arrival: start + at,
             prompt: Tokens::new(prompt),
             output: Tokens::new(output),
             prefix: PrefixIds { block_tokens: Tokens::new(PREFIX_BLOCK_TOKENS), ids },
@@ -337,65 +407,197 @@ pub struct Replayed {
     pub predicted_overloaded: bool,
 }
 
-/// Replays one stage point (see the module).
-///
-/// # Errors
-/// A point whose scenario the engine refuses, named.
-pub fn replay(p: &StagePoint) -> Result<Replayed, String> {
-    let text = scenario_text(p)?;
-    let label = format!("validation:{}", p.label());
+/// The pause inference-perf makes between two stages of a run, after the
+/// last request of the first has finished: it polls for that once a
+/// second from the time it queued the stage's requests, sleeps the load's
+/// `interval` (1 s in every run here), and starts the next stage's timer
+/// one second after queuing its requests. So the next stage starts 2 s
+/// after the first poll that finds every request finished.
+const POLL: SimDuration = SimDuration::from_secs(1);
+const STAGE_INTERVAL: SimDuration = SimDuration::from_secs(1);
+const QUEUE_LEAD: SimDuration = SimDuration::from_secs(1);
+
+/// When the stage after one that started at `start` starts, its last
+/// request having finished at `last` (see [`POLL`]).
+fn next_stage_start(start: SimTime, last: SimTime) -> SimTime {
+    // The polls run from the queuing, one lead before the start: the one
+    // at `start − lead + k × poll` for the least k reaching `last` finds
+    // the stage done, and the next stage starts an interval and a lead
+    // after it.
+    let since_queued = last.saturating_since(start) + QUEUE_LEAD;
+    let polls = since_queued.as_nanos().div_ceil(POLL.as_nanos());
+    start + SimDuration::from_nanos(polls * POLL.as_nanos()) + STAGE_INTERVAL
+}
+
+/// The simulation of a run's stages (see [`replay_run`]): the scenario
+/// and the output of one run holding every stage's requests, stage by
+/// stage in id order; `None` for no stages.
+fn simulate_run(points: &[StagePoint], seed: u64) -> Result<Option<(Scenario, actors::sim::SimOutput)>, String> {
+    let Some(first) = points.first() else { return Ok(None) };
+    for (k, p) in points.iter().enumerate() {
+        let same_server = p.model == first.model
+            && p.tp == first.tp
+            && p.max_num_batched_tokens == first.max_num_batched_tokens
+            && p.max_num_seqs == first.max_num_seqs
+            && p.max_model_len == first.max_model_len;
+        let same_prompts = (p.num_groups, p.prompts_per_group, p.system_prompt_len, p.question_len, p.output_len)
+            == (
+                first.num_groups,
+                first.prompts_per_group,
+                first.system_prompt_len,
+                first.question_len,
+                first.output_len,
+            );
+        if p.stage as usize != k || !same_server || !same_prompts {
+            return Err(format!(
+                "{}: the run's rows must be its stages 0, 1, … in order, with one server and one prompt set",
+                p.experiment
+            ));
+        }
+    }
+    let text = scenario_text(first)?;
+    let label = format!("validation:{}", first.experiment);
     let scenario: Scenario = scenario::load_str(&text, &label, Path::new(".")).map_err(|e| e.to_string())?;
     let dep = actors::sim::Deployment::build(scenario.model_spec(), scenario.deployment())
         .map_err(|e| format!("{label}: {e}"))?;
-    let input = actors::sim::RunInput {
-        seed: scenario.seed(),
-        source: Box::new(requests(p)),
-        arrivals: ArrivalMode::Open,
-        max_requests: None,
-        slo: scenario.slo().clone(),
-        until: None,
+    let order = prompt_order(first, &mut stream_for(seed, "validation/prompts"));
+    let times: Vec<Vec<SimDuration>> = points
+        .iter()
+        .map(|p| {
+            load_times(p.rate_per_s, p.duration_s, &mut stream_for(seed, &format!("validation/arrival/{}", p.stage)))
+        })
+        .collect();
+    let simulate = |starts: &[SimTime]| {
+        let source = starts
+            .iter()
+            .zip(points)
+            .zip(&times)
+            .flat_map(|((&start, p), t)| requests(p, &order, start, t.clone()))
+            .collect::<Vec<_>>()
+            .into_iter();
+        let input = actors::sim::RunInput {
+            seed,
+            source: Box::new(source),
+            arrivals: ArrivalMode::Open,
+            max_requests: None,
+            slo: scenario.slo().clone(),
+            until: None,
+        };
+        actors::sim::run(&dep, input).map_err(|e| format!("{label}: {e}"))
     };
-    let output = actors::sim::run(&dep, input).map_err(|e| format!("{label}: {e}"))?;
-    let s = &output.summary;
-    let predicted = Figures {
-        ttft_mean: s.ttft_ms.mean,
-        ttft_p90: s.ttft_ms.p90,
-        ttft_p99: s.ttft_ms.p99,
-        tpot: tpot(s.e2e_ms.mean, s.ttft_ms.mean, p.output_len),
-        e2e_mean: s.e2e_ms.mean,
-        e2e_p99: s.e2e_ms.p99,
-        throughput: s.request_throughput,
-    };
-    let run = Run {
-        seed: scenario.seed(),
-        requests: None,
-        output,
-        workload: Default::default(),
-        wall: std::time::Duration::ZERO,
-        interrupted: false,
-        sketch_above: None,
-    };
-    let predicted_overloaded = report::overload(&scenario, &run).overloaded;
-    Ok(Replayed { point: p.clone(), predicted, predicted_overloaded })
+    // Each stage starts when the one before it has finished, so the
+    // stages are simulated one more at a time (what came before a stage
+    // does not depend on it) and the last run holds them all.
+    let mut starts = vec![SimTime::ZERO];
+    let mut output = simulate(&starts)?;
+    while starts.len() < points.len() {
+        let k = starts.len() - 1;
+        let from: usize = times[..k].iter().map(Vec::len).sum();
+        let last =
+            output.records[from..from + times[k].len()].iter().filter_map(|r| r.t.finished).max().unwrap_or(starts[k]);
+        starts.push(next_stage_start(starts[k], last));
+        output = simulate(&starts)?;
+    }
+    Ok(Some((scenario, output)))
 }
 
-/// Replays every point of `measured.csv` in `dir`, `jobs` at a time, in
-/// the file's order.
+/// Replays the stages of one run (`points`, its rows in stage order) as
+/// the real server served them: one after another on one server, a
+/// stage's requests meeting the prefix cache the stages before it left
+/// (see the module).
 ///
 /// # Errors
-/// As [`read_points`] and [`replay`].
+/// A run whose rows are not its stages 0, 1, … with the same server, or
+/// whose scenario the engine refuses, named.
+pub fn replay_run(points: &[StagePoint], seed: u64) -> Result<Vec<Replayed>, String> {
+    let Some((scenario, output)) = simulate_run(points, seed)? else { return Ok(Vec::new()) };
+    let mut rows = Vec::with_capacity(points.len());
+    let mut from = 0;
+    for p in points {
+        let n = p.requests() as usize;
+        let records = &output.records[from..from + n];
+        from += n;
+        let s = summarise(records, &Histogram::default(), 0, scenario.slo());
+        let predicted = Figures {
+            ttft_mean: s.ttft_ms.mean,
+            ttft_p90: s.ttft_ms.p90,
+            ttft_p99: s.ttft_ms.p99,
+            tpot: tpot(s.e2e_ms.mean, s.ttft_ms.mean, p.output_len),
+            e2e_mean: s.e2e_ms.mean,
+            e2e_p99: s.e2e_ms.p99,
+            throughput: s.request_throughput,
+        };
+        // The overload rule reads the stage's own summary.
+        let mut stage_output = output.clone();
+        stage_output.summary = s;
+        let run = Run {
+            seed,
+            requests: None,
+            output: stage_output,
+            workload: Default::default(),
+            wall: std::time::Duration::ZERO,
+            interrupted: false,
+            sketch_above: None,
+        };
+        let predicted_overloaded = report::overload(&scenario, &run).overloaded;
+        rows.push(Replayed { point: p.clone(), predicted, predicted_overloaded });
+    }
+    Ok(rows)
+}
+
+/// How many draws of the arrivals each run is replayed with (seeds 1, 2,
+/// …): the table gives the mean of each figure over them.
+///
+/// One draw is one realisation of inference-perf's random arrivals, as
+/// the real run was; near a server's limit its tails depend on the draw
+/// (Llama-2-7B at 20 req/s: a TTFT p99 of 70 ms to 1 s over six seeds).
+/// The mean over draws is the figure to expect, and it does not move with
+/// the seed the way one draw's does.
+pub const DRAWS: u64 = 8;
+
+/// Replays every run of `measured.csv` in `dir` [`DRAWS`] times, `jobs`
+/// replays at a time, and gives each stage point with the mean of its
+/// figures over the draws, in the file's order (a run's rows one after
+/// another).
+///
+/// # Errors
+/// As [`read_points`] and [`replay_run`].
 pub fn replay_dir(dir: &Path, jobs: usize) -> Result<Vec<Replayed>, String> {
     let points = read_points(&dir.join("measured.csv"))?;
-    let mut out = Vec::with_capacity(points.len());
+    let mut runs: Vec<&[StagePoint]> = Vec::new();
+    let mut rest = &points[..];
+    while let Some(first) = rest.first() {
+        let n = rest.iter().take_while(|p| p.experiment == first.experiment).count();
+        runs.push(&rest[..n]);
+        rest = &rest[n..];
+    }
+    let draws = DRAWS as usize;
+    let mut out: Vec<Replayed> = Vec::with_capacity(points.len());
+    let mut overloaded_draws: Vec<u64> = Vec::with_capacity(points.len());
     crate::runner::ordered_parallel(
-        points.len(),
+        runs.len() * draws,
         jobs,
-        |i| replay(&points[i]),
-        |_, r| {
-            out.push(r);
+        |i| replay_run(runs[i / draws], 1 + (i % draws) as u64),
+        |i, rows| {
+            if i % draws == 0 {
+                for r in rows {
+                    overloaded_draws.push(u64::from(r.predicted_overloaded));
+                    out.push(Replayed { predicted: r.predicted.scaled(1.0 / DRAWS as f64), ..r });
+                }
+            } else {
+                let at = out.len() - rows.len();
+                for (k, r) in rows.into_iter().enumerate() {
+                    out[at + k].predicted.add_scaled(&r.predicted, 1.0 / DRAWS as f64);
+                    overloaded_draws[at + k] += u64::from(r.predicted_overloaded);
+                }
+            }
             Ok(())
         },
     )?;
+    // Overloaded when most draws overload.
+    for (r, n) in out.iter_mut().zip(overloaded_draws) {
+        r.predicted_overloaded = 2 * n > DRAWS;
+    }
     Ok(out)
 }
 
@@ -501,7 +703,11 @@ mod tests {
     #[test]
     fn prompts_repeat_every_hundred_and_share_their_group_s_system_prompt() {
         let p = point();
-        let r: Vec<RequestSpec> = requests(&p).take(201).collect();
+        // The identity order, to read prompt indices off request numbers.
+        let order: Vec<u64> = (0..100).collect();
+        let times = (0..201).map(SimDuration::from_millis).collect();
+        let start = SimTime::from_nanos(5);
+        let r: Vec<RequestSpec> = requests(&p, &order, start, times).collect();
         // 566 tokens: 36 blocks of 16 (the last of 6 tokens); the system
         // prompt's 100 tokens fill 6 whole blocks.
         assert_eq!(r[0].prompt.get(), 566);
@@ -514,8 +720,101 @@ mod tests {
         // Request 100 and 200 send prompt 0 again.
         assert_eq!(r[100].prefix, r[0].prefix);
         assert_eq!(r[200].prefix, r[0].prefix);
-        // One every 200 ms.
-        assert_eq!(r[3].arrival.as_nanos(), 600_000_000);
+        // Request 3 at the stage's start plus its time: 5 ns + 3 ms.
+        assert_eq!(r[3].arrival.as_nanos(), 3_000_005);
+        // A shuffled order sends its prompts in that order: entry 0 is
+        // prompt 7, so request 0 and request 100 send prompt 7.
+        let mut shuffled = order.clone();
+        shuffled.swap(0, 7);
+        let times = (0..101).map(|_| SimDuration::ZERO).collect();
+        let s: Vec<RequestSpec> = requests(&p, &shuffled, SimTime::ZERO, times).collect();
+        assert_eq!(s[0].prefix, r[7].prefix);
+        assert_eq!(s[100].prefix, r[7].prefix);
+        assert_eq!(s[7].prefix, r[0].prefix);
+    }
+
+    #[test]
+    fn the_prompt_order_is_a_shuffle_of_every_prompt_and_follows_the_seed() {
+        let p = point();
+        let a = prompt_order(&p, &mut stream_for(1, "validation/prompts"));
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..100).collect::<Vec<u64>>());
+        assert_ne!(a, sorted, "shuffled");
+        assert_eq!(a, prompt_order(&p, &mut stream_for(1, "validation/prompts")));
+        assert_ne!(a, prompt_order(&p, &mut stream_for(2, "validation/prompts")));
+    }
+
+    #[test]
+    fn load_times_are_random_gaps_that_fill_the_stage_exactly() {
+        // 5 req/s for 600 s: 3,000 arrivals, rising, the last at the
+        // stage's end (the gaps are scaled to add up to 600 s).
+        let t = load_times(5.0, 600, &mut stream_for(1, "validation/arrival/0"));
+        assert_eq!(t.len(), 3000);
+        assert!(t.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(t[2999], SimDuration::from_secs(600));
+        // Not one every 200 ms: exponential gaps of mean 200 ms have a
+        // standard deviation of 200 ms too (a constant rate's is 0), and
+        // about e^-1 = 37 % of them are longer than their mean.
+        let gaps: Vec<f64> = std::iter::once(t[0].as_nanos() as f64)
+            .chain(t.windows(2).map(|w| (w[1].as_nanos() - w[0].as_nanos()) as f64))
+            .map(|g| g / 1e6)
+            .collect();
+        let mean = gaps.iter().sum::<f64>() / 3000.0;
+        let sd = (gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / 3000.0).sqrt();
+        assert!((mean - 200.0).abs() < 1e-3, "{mean}");
+        assert!((sd - 200.0).abs() < 20.0, "{sd}");
+        let long = gaps.iter().filter(|&&g| g > 200.0).count() as f64 / 3000.0;
+        assert!((long - (-1.0f64).exp()).abs() < 0.03, "{long}");
+        // The same stream gives the same times; another seed others.
+        assert_eq!(t, load_times(5.0, 600, &mut stream_for(1, "validation/arrival/0")));
+        assert_ne!(t, load_times(5.0, 600, &mut stream_for(2, "validation/arrival/0")));
+    }
+
+    #[test]
+    fn the_next_stage_starts_two_seconds_after_the_poll_that_finds_the_stage_done() {
+        let s = |secs: f64| SimTime::from_nanos((secs * 1e9).round() as u64);
+        // A stage starting at 10 s was queued at 9 s and polled at 9, 10,
+        // 11, … s; its last request finishing at 612.3 s is found at 613 s,
+        // and the next stage starts 1 s (interval) + 1 s (lead) later.
+        assert_eq!(next_stage_start(s(10.0), s(612.3)), s(615.0));
+        // Finishing on a poll is found on that poll.
+        assert_eq!(next_stage_start(s(10.0), s(613.0)), s(615.0));
+        // The first stage starts at 0 (queued "at -1 s", polled at 0, 1, …).
+        assert_eq!(next_stage_start(SimTime::ZERO, s(600.5)), s(603.0));
+    }
+
+    #[test]
+    fn a_run_s_second_stage_follows_its_first_on_the_same_server_and_meets_its_cache() {
+        // Two stages of 5 req/s for 40 s: 200 requests each, 100 prompts.
+        let mut first = point();
+        first.duration_s = 40;
+        let mut second = first.clone();
+        second.stage = 1;
+        let points = [first, second];
+        let (_, out) = simulate_run(&points, 1).unwrap().unwrap();
+        assert_eq!(out.records.len(), 400);
+        assert!(out.records.iter().all(|r| r.t.finished.is_some() && r.generated.get() == 247));
+        let (one, two) = out.records.split_at(200);
+        // The second starts 2 s after the poll (once a second from 1 s
+        // before the first's start at 0) that finds the first done.
+        let last = one.iter().filter_map(|r| r.t.finished).max().unwrap();
+        let polled = last.as_nanos().div_ceil(1_000_000_000) * 1_000_000_000;
+        let start = two.iter().map(|r| r.t.arrival).min().unwrap();
+        assert!(start.as_nanos() > polled + 1_000_000_000 && start.as_nanos() <= polled + 1_000_000_000 + 40e9 as u64);
+        // The first stage's first request sees a cold cache; every request
+        // of the second finds its whole prompt cached but the last,
+        // partial block (566 tokens: 35 whole blocks of 16 = 560).
+        assert_eq!(one[0].prefill_hit.get(), 0);
+        assert!(two.iter().all(|r| r.prefill_hit.get() == 560), "{:?}", two.iter().map(|r| r.prefill_hit.get()).min());
+        // The replay gives one row per stage, the second's TTFT p99 that of
+        // a warm server: below the first's, which pays the cold prefills.
+        let rows = replay_run(&points, 1).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(rows[1].predicted.ttft_p99 < rows[0].predicted.ttft_p99);
+        // Rows that are not a run's stages in order are refused, named.
+        let e = replay_run(&[points[1].clone(), points[0].clone()], 1).unwrap_err();
+        assert!(e.contains("llama-2-7b-tp1-codegen: the run's rows must be its stages 0, 1,"), "{e}");
     }
 
     #[test]
