@@ -545,8 +545,8 @@ pub fn replay_run(points: &[StagePoint], seed: u64) -> Result<Vec<Replayed>, Str
     Ok(rows)
 }
 
-/// How many draws of the arrivals each run is replayed with (seeds 1, 2,
-/// …): the table gives the mean of each figure over them.
+/// How many draws of the arrivals each run is replayed with by default
+/// (seeds 1, 2, …): the table gives the mean of each figure over them.
 ///
 /// One draw is one realisation of inference-perf's random arrivals, as
 /// the real run was; near a server's limit its tails depend on the draw
@@ -555,14 +555,17 @@ pub fn replay_run(points: &[StagePoint], seed: u64) -> Result<Vec<Replayed>, Str
 /// the seed the way one draw's does.
 pub const DRAWS: u64 = 8;
 
-/// Replays every run of `measured.csv` in `dir` [`DRAWS`] times, `jobs`
-/// replays at a time, and gives each stage point with the mean of its
-/// figures over the draws, in the file's order (a run's rows one after
-/// another).
+/// Replays every run of `measured.csv` in `dir` `draws` times (seeds 1
+/// to `draws`; [`DRAWS`] is the table's), `jobs` replays at a time, and
+/// gives each stage point with the mean of its figures over the draws,
+/// in the file's order (a run's rows one after another).
 ///
 /// # Errors
 /// As [`read_points`] and [`replay_run`].
-pub fn replay_dir(dir: &Path, jobs: usize) -> Result<Vec<Replayed>, String> {
+pub fn replay_dir(dir: &Path, draws: u64, jobs: usize) -> Result<Vec<Replayed>, String> {
+    if draws == 0 {
+        return Err("draws: expected at least 1".to_owned());
+    }
     let points = read_points(&dir.join("measured.csv"))?;
     let mut runs: Vec<&[StagePoint]> = Vec::new();
     let mut rest = &points[..];
@@ -571,7 +574,8 @@ pub fn replay_dir(dir: &Path, jobs: usize) -> Result<Vec<Replayed>, String> {
         runs.push(&rest[..n]);
         rest = &rest[n..];
     }
-    let draws = DRAWS as usize;
+    let share = 1.0 / draws as f64;
+    let draws = usize::try_from(draws).map_err(|_| "draws: too many".to_owned())?;
     let mut out: Vec<Replayed> = Vec::with_capacity(points.len());
     let mut overloaded_draws: Vec<u64> = Vec::with_capacity(points.len());
     crate::runner::ordered_parallel(
@@ -582,12 +586,12 @@ pub fn replay_dir(dir: &Path, jobs: usize) -> Result<Vec<Replayed>, String> {
             if i % draws == 0 {
                 for r in rows {
                     overloaded_draws.push(u64::from(r.predicted_overloaded));
-                    out.push(Replayed { predicted: r.predicted.scaled(1.0 / DRAWS as f64), ..r });
+                    out.push(Replayed { predicted: r.predicted.scaled(share), ..r });
                 }
             } else {
                 let at = out.len() - rows.len();
                 for (k, r) in rows.into_iter().enumerate() {
-                    out[at + k].predicted.add_scaled(&r.predicted, 1.0 / DRAWS as f64);
+                    out[at + k].predicted.add_scaled(&r.predicted, share);
                     overloaded_draws[at + k] += u64::from(r.predicted_overloaded);
                 }
             }
@@ -596,7 +600,7 @@ pub fn replay_dir(dir: &Path, jobs: usize) -> Result<Vec<Replayed>, String> {
     )?;
     // Overloaded when most draws overload.
     for (r, n) in out.iter_mut().zip(overloaded_draws) {
-        r.predicted_overloaded = 2 * n > DRAWS;
+        r.predicted_overloaded = 2 * n as usize > draws;
     }
     Ok(out)
 }

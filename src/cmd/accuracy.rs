@@ -15,13 +15,18 @@ pub struct Args {
     /// stage) is replayed.
     #[arg(default_value = "validation")]
     pub dir: PathBuf,
-    /// Points replayed at once (the table does not depend on it).
+    /// Draws of the random arrivals each run is replayed with (seeds 1 to
+    /// N): each figure is its mean over them. One draw shows one
+    /// realisation, as a real run is; the recorded table takes 8.
+    #[arg(long, default_value_t = accuracy::DRAWS, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub draws: u64,
+    /// Replays run at once (the table does not depend on it).
     #[arg(long, default_value_t = pdsim::runner::default_jobs())]
     pub jobs: usize,
 }
 
 /// Replays the points and prints the table.
 pub fn run(args: &Args) -> Result<(), CmdError> {
-    let rows = accuracy::replay_dir(&args.dir, args.jobs).map_err(CmdError::BadInput)?;
+    let rows = accuracy::replay_dir(&args.dir, args.draws, args.jobs).map_err(CmdError::BadInput)?;
     emit(&accuracy::table(&rows))
 }

@@ -12,7 +12,7 @@ use crate::common::root;
 #[test]
 fn the_replayed_runs_give_the_recorded_table() {
     let dir = root().join("validation");
-    let rows = accuracy::replay_dir(&dir, 2).unwrap();
+    let rows = accuracy::replay_dir(&dir, accuracy::DRAWS, 2).unwrap();
     // Eight runs: six of two stages' worth of points, twelve in all, two
     // of them overloaded (the reasoning runs).
     assert_eq!(rows.len(), 12);
@@ -33,14 +33,15 @@ fn the_replayed_runs_give_the_recorded_table() {
 #[test]
 fn the_table_does_not_depend_on_the_jobs() {
     let dir = root().join("validation");
-    let one = accuracy::table(&accuracy::replay_dir(&dir, 1).unwrap());
-    let three = accuracy::table(&accuracy::replay_dir(&dir, 3).unwrap());
+    // Two draws a run: 16 replays, shared out over one and three jobs.
+    let one = accuracy::table(&accuracy::replay_dir(&dir, 2, 1).unwrap());
+    let three = accuracy::table(&accuracy::replay_dir(&dir, 2, 3).unwrap());
     assert_eq!(one, three);
 }
 
 #[test]
 fn a_missing_folder_is_named() {
-    let e = accuracy::replay_dir(&root().join("no-such-folder"), 1).unwrap_err();
+    let e = accuracy::replay_dir(&root().join("no-such-folder"), 1, 1).unwrap_err();
     assert!(e.contains("no-such-folder/measured.csv"), "{e}");
 }
 
@@ -49,7 +50,16 @@ fn the_command_prints_the_recorded_table_and_refuses_a_bad_file_in_one_line() {
     use crate::common::{outcome, pdsim, scratch_dir};
     let (code, stdout, stderr) = outcome(&pdsim(&["accuracy", "--jobs", "2"]));
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(stdout, std::fs::read_to_string(root().join("validation/accuracy.md")).unwrap());
+    let recorded = std::fs::read_to_string(root().join("validation/accuracy.md")).unwrap();
+    assert_eq!(stdout, recorded);
+    // One draw is another table (one realisation of the arrivals), of
+    // the same points; no draw at all is refused.
+    let (code, one, stderr) = outcome(&pdsim(&["accuracy", "--draws", "1"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert_ne!(one, recorded);
+    assert_eq!(one.lines().count(), recorded.lines().count());
+    let (code, _, stderr) = outcome(&pdsim(&["accuracy", "--draws", "0"]));
+    assert_eq!(code, 2, "{stderr}");
     // A measured.csv whose rate is not a number: exit 2, one line naming
     // the file, the line and the column.
     let good = std::fs::read_to_string(root().join("validation/measured.csv")).unwrap();
