@@ -16,8 +16,8 @@ pub struct Args {
     #[arg(default_value = "validation")]
     pub dir: PathBuf,
     /// Draws of the random arrivals each run is replayed with (seeds 1 to
-    /// N): each figure is its mean over them. One draw shows one
-    /// realisation, as a real run is; the recorded table takes 8.
+    /// N): each figure is its median over them. One draw shows one
+    /// realisation, as a real run is; the recorded table takes 16.
     #[arg(long, default_value_t = accuracy::DRAWS, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub draws: u64,
     /// Replays run at once (the table does not depend on it).

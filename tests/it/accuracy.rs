@@ -13,8 +13,8 @@ use crate::common::root;
 fn the_replayed_runs_give_the_recorded_table() {
     let dir = root().join("validation");
     let rows = accuracy::replay_dir(&dir, accuracy::DRAWS, 2).unwrap();
-    // Eight runs: six of two stages' worth of points, twelve in all, two
-    // of them overloaded (the reasoning runs).
+    // Eight runs: four of two stages and four of one, twelve points in
+    // all, two of them overloaded (the reasoning runs).
     assert_eq!(rows.len(), 12);
     assert_eq!(rows.iter().filter(|r| r.point.overloaded()).count(), 2);
     // Every point the real server overloaded, the simulation overloads
