@@ -24,11 +24,20 @@
 //! ([`sim_core::rng::stream_for`]); each quantity has its own stream
 //! (`workload/arrival`, `workload/prompt`, `workload/output`,
 //! `workload/prefix`, `workload/priority`), so changing the arrival rate leaves every prompt and
-//! output length as it was (common random numbers across sweep points). The
-//! distributions come from `rand_distr` built without `std_math`, so their
-//! `ln`/`exp` are the pure-Rust `libm` ones and give the same bits on every
-//! platform. Sampled gaps are rounded once to whole nanoseconds and added as
+//! output length as it was (common random numbers across sweep points).
+//! Sampled gaps are rounded once to whole nanoseconds and added as
 //! integers; the first request arrives at time 0.
+//!
+//! The distributions come from `rand_distr`. Its exponential and normal
+//! ziggurats call the platform's `exp` and `ln` (glibc's on x86-64 Linux)
+//! in their rare wedge and tail branches; its gamma and log-normal go
+//! through `num-traits`, which is `libm` in a build of pdsim and the
+//! platform's in a test build (criterion and proptest turn its `std` on).
+//! Where two maths libraries round a last bit differently, a draw can
+//! differ only if that bit moves a gap across a whole nanosecond or a
+//! length across a whole token: about one draw in 10¹⁰ or fewer. pdsim's
+//! own `ln`s (the log-normal's parameters here, `crate::accuracy`'s
+//! arrivals) are `libm`'s.
 
 use actors::router::{MAX_ARRIVAL, MAX_REQUEST_TOKENS};
 use actors::units::Tokens;
